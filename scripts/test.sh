@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# Sets up (packages), builds (warnings as errors) and runs every test with ctest.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+./scripts/setup.sh
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DDELTASERVE_WERROR=ON
+cmake --build build -j"$(nproc)"
+cd build && ctest --output-on-failure -j"$(nproc)"

@@ -1,0 +1,10 @@
+#pragma once
+// Each subcommand registers itself on the app; the callbacks do the work inside CLI11's parse.
+#include <CLI/CLI.hpp>
+
+namespace ds::cli {
+
+void register_commands(CLI::App& app);
+void register_model_commands(CLI::App& app);  // logits, generate, info
+
+}  // namespace ds::cli

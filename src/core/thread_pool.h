@@ -1,0 +1,41 @@
+#pragma once
+// A fixed pool of worker threads. Ops split independent outputs across threads, never a reduction,
+// so results do not depend on the thread count.
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace ds {
+
+class ThreadPool {
+ public:
+  explicit ThreadPool(int threads);
+  ~ThreadPool();
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+
+  int size() const { return static_cast<int>(workers_.size()) + 1; }
+  // Calls fn(begin, end) over [0, n) in contiguous pieces of at least `grain` items; blocks until done.
+  void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn);
+
+  // The process-wide pool used by the CPU backend (threads from set_default_threads, else hardware).
+  static ThreadPool& global();
+  static void set_default_threads(int threads);
+
+ private:
+  void worker_loop(int index);
+
+  std::vector<std::thread> workers_;
+  std::mutex mutex_;
+  std::condition_variable start_cv_, done_cv_;
+  const std::function<void(int64_t, int64_t)>* job_ = nullptr;
+  int64_t job_n_ = 0, job_pieces_ = 0;
+  int64_t next_piece_ = 0, pieces_done_ = 0;
+  uint64_t generation_ = 0;
+  bool stop_ = false;
+};
+
+}  // namespace ds
