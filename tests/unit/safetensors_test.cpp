@@ -3,28 +3,17 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "core/error.h"
+#include "expect_error.h"
 #include "safetensors_writer.h"
 
 namespace ds {
 namespace {
 
 namespace fs = std::filesystem;
+using test::error_of;
 using test::RawTensor;
 using test::TempDir;
 using ::testing::HasSubstr;
-
-// The ds::Error message `f` throws; a test failure when it throws nothing.
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected a ds::Error";
-  return "";
-}
 
 std::vector<uint8_t> pattern(size_t n, uint8_t seed) {
   std::vector<uint8_t> v(n);
