@@ -256,14 +256,14 @@ MatrixWeight Checkpoint::expert_matrix(int layer, int expert, const std::string&
 
 std::vector<float> Checkpoint::stored_floats(const std::string& stored) const {
   const TensorInfo& t = store_->get(stored);
-  const int64_t n = t.numel();
-  std::vector<float> out(static_cast<size_t>(n));
   if (ends_with(stored, ".weight") && store_->has(strip_weight(stored) + ".scales")) {
     MatrixWeight m = view(stored, logical_of(stored));
-    out.resize(static_cast<size_t>(m.rows * m.cols));
+    std::vector<float> out(static_cast<size_t>(m.rows * m.cols));
     for (int64_t r = 0; r < m.rows; ++r) dequantize_row_reference(m, r, out.data() + r * m.cols);
     return out;
   }
+  const int64_t n = t.numel();
+  std::vector<float> out(static_cast<size_t>(n));
   switch (t.dtype) {
     case DType::F32:
       std::memcpy(out.data(), t.data, t.nbytes);
