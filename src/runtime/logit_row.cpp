@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "core/error.h"
+#include "runtime/block_simd.h"
 
 namespace ds {
 namespace {
@@ -47,13 +48,27 @@ int LogitRow::Reader::load(int64_t block, float* out) {
   const int32_t base = static_cast<int32_t>(block * kBlock);
   const int n = std::min<int32_t>(kBlock, row.vocab_ - base);
   const float* src = row.logits_.data() + base;
-  if (row.mask_.empty()) {
-    for (int j = 0; j < n; ++j) out[j] = src[j];
-  } else {
+  const simd::v8f ninf = {-kInf, -kInf, -kInf, -kInf, -kInf, -kInf, -kInf, -kInf};
+  if (n == kBlock && row.mask_.empty()) {
+    for (int g = 0; g < kBlock; g += 8) {
+      simd::v8f v;
+      simd::load(v, src + g);
+      simd::store(out + g, v < kInf ? v : ninf);
+    }
+  } else if (n == kBlock) {
     const uint64_t word = row.mask_[static_cast<size_t>(block)];
-    for (int j = 0; j < n; ++j) out[j] = ((word >> j) & 1) ? src[j] : -kInf;
+    const simd::v8i lane = {0, 1, 2, 3, 4, 5, 6, 7};
+    for (int g = 0; g < kBlock; g += 8) {
+      simd::v8f v;
+      simd::load(v, src + g);
+      const simd::v8i bits = simd::v8i{} + static_cast<int32_t>((word >> g) & 0xff);
+      const simd::v8i keep = (((bits >> lane) & 1) != 0) & (v < kInf);
+      simd::store(out + g, keep ? v : ninf);
+    }
+  } else {
+    for (int j = 0; j < n; ++j) out[j] = mask_allows(row.mask_, base + j) ? finite_or_ninf(src[j]) : -kInf;
+    for (int j = n; j < kBlock; ++j) out[j] = -kInf;
   }
-  for (int j = n; j < kBlock; ++j) out[j] = -kInf;
   if (!row.entries_.empty()) {
     const auto& entries = row.entries_;
     if (next_ < entries.size() && entries[next_].id < base) {
@@ -64,10 +79,10 @@ int LogitRow::Reader::load(int64_t block, float* out) {
     }
     for (; next_ < entries.size() && entries[next_].id < base + n; ++next_) {
       float& z = out[entries[next_].id - base];
-      if (z != -kInf) z = penalize(z, entries[next_], row.penalties_);
+      // Masked and non-finite logits are already -inf and stay so; a penalty may overflow, so check again.
+      if (z != -kInf) z = finite_or_ninf(penalize(z, entries[next_], row.penalties_));
     }
   }
-  for (int j = 0; j < n; ++j) out[j] = finite_or_ninf(out[j]);
   return n;
 }
 
@@ -80,12 +95,7 @@ RowMax scan_max(const LogitRow& row, std::vector<float>& block_max) {
   int64_t best_block = -1;
   for (int64_t b = 0; b < row.blocks(); ++b) {
     reader.load(b, z);
-    float lanes[8];
-    for (int l = 0; l < 8; ++l) lanes[l] = z[l];
-    for (int j = 8; j < LogitRow::kBlock; j += 8)
-      for (int l = 0; l < 8; ++l) lanes[l] = z[j + l] > lanes[l] ? z[j + l] : lanes[l];
-    float m = lanes[0];
-    for (int l = 1; l < 8; ++l) m = lanes[l] > m ? lanes[l] : m;
+    const float m = simd::max_block(z);
     block_max[static_cast<size_t>(b)] = m;
     if (m > best) best = m, best_block = b;  // strict: the first block holding the max wins
   }

@@ -45,9 +45,21 @@ void select_top_k(const LogitRow& row, std::span<const float> block_max, const S
 // Top-p on a candidate list (the top-k set): keeps its shortest ranking prefix with mass >= top_p * total.
 void cut_top_p(std::vector<Candidate>& kept, const ScaledRow& sc, float top_p);
 
-// Top-p over all min-p survivors of the row without sorting them: a histogram of mass by offset finds the one
-// bin the cut falls in, and only that bin is ranked. `boundary` is scratch.
-void select_top_p(const LogitRow& row, std::span<const float> block_max, const ScaledRow& sc, float top_p,
-                  std::vector<Candidate>& kept, std::vector<Candidate>& boundary);
+// Every kept set is a prefix of the ranking, so it is also "every min-p survivor ranked at or ahead of its
+// last member". Top-p over the whole row answers in that form when the set is large.
+struct KeptSet {
+  bool listed;     // true: the set is `kept`; false: every token ranked at or ahead of `last`
+  Candidate last;  // valid when !listed
+};
+
+inline bool at_or_ahead(float z, int32_t id, const Candidate& last) {
+  return z > last.z || (z == last.z && id <= last.id);
+}
+
+// Top-p over all min-p survivors of the row without sorting them. Usually the head of the ranking (tokens
+// near the max) holds the cut and is listed in `kept`; otherwise a histogram of mass by offset finds the one
+// bin the cut falls in and only that bin is ranked. `boundary` is scratch.
+KeptSet select_top_p(const LogitRow& row, std::span<const float> block_max, const ScaledRow& sc, float top_p,
+                     std::vector<Candidate>& kept, std::vector<Candidate>& boundary);
 
 }  // namespace ds

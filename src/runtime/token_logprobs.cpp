@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "runtime/block_simd.h"
 #include "runtime/logit_row.h"
 #include "runtime/sampling_filters.h"
 #include "runtime/softmax_mass.h"
@@ -26,10 +27,11 @@ LogprobReport raw_logprobs(std::span<const float> logits, std::span<const uint64
   uint64_t total = 0;
   LogitRow::Reader reader(row);
   alignas(64) float z[LogitRow::kBlock];
+  alignas(64) uint64_t mass[LogitRow::kBlock];
   for (int64_t b = 0; b < row.blocks(); ++b) {
     if (sc.offset(block_max[static_cast<size_t>(b)]) < kMassFloor) continue;
     reader.load(b, z);
-    for (int j = 0; j < LogitRow::kBlock; ++j) total += mass_of(sc.offset(z[j]));
+    total += simd::mass_block(z, sc.inv_t, sc.max_s, sc.log_min_p, mass);
   }
   const double log_total = std::log(static_cast<double>(total)) - kMassBits * std::log(2.0);
   auto logprob = [&](float v) { return static_cast<float>(sc.offset(v) - log_total); };

@@ -303,6 +303,22 @@ TEST(KeyedSampler, EqualsTheFullSortReferenceOnRandomRows) {
   EXPECT_GT(sampled, 2000);
 }
 
+TEST(KeyedSampler, EqualsTheReferenceWhenTopPKeepsMostOfTheVocabulary) {
+  std::mt19937_64 rng(6);
+  KeyedSampler sampler;
+  for (int trial = 0; trial < 150; ++trial) {
+    const int vocab = 5000 + static_cast<int>(rng() % 15000);
+    const std::vector<float> z = normal_logits(rng, vocab, 0.01f + static_cast<float>(rng() % 50) / 100.0f);
+    SamplingParams p = random_params(rng, vocab);
+    p.top_k = 0;
+    p.top_p = 0.05f + static_cast<float>(rng() % 95) / 100.0f;  // flat rows: a large set, drawn by threshold
+    const reference::History h = random_history(rng, vocab);
+    const std::vector<uint64_t> mask = rng() % 2 ? random_mask(rng, vocab, 80) : std::vector<uint64_t>{};
+    const int64_t pos = static_cast<int64_t>(rng() % 100000);
+    ASSERT_EQ(sampler.sample(z, p, pos, counts_of(h), mask), reference::sample(z, p, pos, h, mask)) << trial;
+  }
+}
+
 TEST(KeyedSampler, EqualsTheReferenceOnTheFullVocabulary) {
   std::mt19937_64 rng(5);
   KeyedSampler sampler;
