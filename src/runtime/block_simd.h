@@ -64,8 +64,7 @@ inline void exp_nonpositive(v4d& out, const v4d& x) {
   out = keep ? p * scale : zero;
 }
 
-// mass[j] = offset >= log_min_p ? mass_of(offset) : 0 with offset = z * inv_t - max_s; returns the block's
-// sum.
+// mass[j] = x >= log_min_p ? mass_of(x) : 0 for x = z * inv_t - max_s; returns the block's total.
 inline uint64_t mass_block(const float* z, double inv_t, double max_s, double log_min_p, uint64_t* mass) {
   v4u sum = {0, 0, 0, 0};
   for (int j = 0; j < kBlock; j += 4) {

@@ -37,8 +37,7 @@ inline double gumbel_of_bits(uint64_t bits) {
   return gumbel(uniform_open(bits));
 }
 
-// Upper bounds on gumbel_of_bits(bits) by the top 12 bits (bits >> 52), so a draw can skip tokens that cannot
-// win.
+// Upper bounds on gumbel_of_bits(bits) per top 12 bits (bits >> 52): a draw skips tokens that cannot win.
 inline constexpr int kNoiseBuckets = 4096;
 const double* gumbel_bucket_bounds();
 // The bound for every bits value, and the bound for all but the top bucket.

@@ -48,8 +48,7 @@ class LogitRow {
   class Reader {
    public:
     explicit Reader(const LogitRow& row) : row_(row) {}
-    // Fills out[0..64) for tokens [64 * block, 64 * block + 64), -inf past the vocabulary; returns the real
-    // count.
+    // Fills out[0..64) for ids [64 * block, 64 * block + 64), -inf past the vocabulary; returns the count.
     int load(int64_t block, float* out);
 
    private:

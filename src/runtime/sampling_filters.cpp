@@ -28,8 +28,7 @@ bool block_has_mass(float block_max, const ScaledRow& sc) {
   return block_max != kNegInf && sc.offset(block_max) >= kMassFloor && sc.offset(block_max) >= sc.log_min_p;
 }
 
-// Four interleaved histograms of mass by bin: neighbours often share a bin, and one array would serialise its
-// adds.
+// Mass per offset bin, in four interleaved copies: neighbours often share a bin and would serialise one copy.
 class MassHistogram {
  public:
   void add(const float* z, const uint64_t* mass, const ScaledRow& sc) {
@@ -75,8 +74,7 @@ size_t cut_by_mass(std::vector<Candidate>& v, uint64_t need) {
 void select_top_k(const LogitRow& row, std::span<const float> block_max, const ScaledRow& sc, int32_t k,
                   std::vector<Candidate>& out) {
   out.clear();
-  // The k-th largest block maximum is at most the k-th largest logit, so tokens below it can never make the
-  // cut.
+  // The k-th largest block maximum is at most the k-th largest logit: nothing below it can make the cut.
   std::vector<float> maxima;
   maxima.reserve(block_max.size());
   for (float m : block_max)
@@ -116,9 +114,8 @@ KeptSet select_top_p(const LogitRow& row, std::span<const float> block_max, cons
   boundary.clear();
   alignas(64) float z[kBlock];
   alignas(64) uint64_t mass[kBlock];
-  // Pass 1: the total mass, and the head of the ranking (tokens within kHeadNats of the max) while it stays
-  // small. Once the head overflows the distribution is flat and will need the histogram, so later blocks go
-  // there.
+  // Pass 1: the total mass, and the head of the ranking (tokens within kHeadNats of the max) while small.
+  // A head that overflows means a flat row, which will need the histogram: later blocks go straight there.
   uint64_t total = 0, head_mass = 0;
   MassHistogram hist;
   int64_t hist_from = row.blocks();  // the histogram holds blocks from here on

@@ -1,7 +1,6 @@
 #pragma once
-// Probability mass in exact integers: e = exp(x - max) in fixed point with 44 fractional bits. Sums of
-// integers do not depend on order, so a partial top-p over a few candidates gives the same set as a full sort
-// would.
+// Probability mass as exact integers (exp(s - max) with 44 fractional bits): integer sums do not depend on
+// order, so a partial top-p over a few candidates keeps the same set as a full sort.
 #include <cstdint>
 #include <cstring>
 

@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "reference_sampler.h"
+#include "runtime/block_simd.h"
 #include "runtime/keyed_noise.h"
 #include "runtime/keyed_sampler.h"
 #include "runtime/logit_row.h"
@@ -206,6 +207,58 @@ TEST(SoftmaxMass, ExpIsAccurateAndMassesAreExact) {
     const float p = std::nextafter(static_cast<float>(rng() % 1000001) / 1e6f, 2.0f);
     const uint64_t total = rng() % (uint64_t{1} << 28);
     ASSERT_EQ(ceil_fraction(p, total), static_cast<uint64_t>(std::ceil(static_cast<double>(p) * total)));
+  }
+}
+
+TEST(SoftmaxMass, VectorBlocksGiveTheScalarBits) {
+  std::mt19937_64 rng(2);
+  std::uniform_real_distribution<float> wide(-800.0f, 0.0f), near(-40.0f, 0.0f);
+  const float edges[] = {0.0f,
+                         -0.0f,
+                         -708.0f,
+                         std::nextafter(-708.0f, 0.0f),
+                         std::nextafter(-708.0f, -1000.0f),
+                         -31.0f,
+                         -31.2f,
+                         -32.0f,
+                         -1e-30f,
+                         -kInf};
+  for (int trial = 0; trial < 2000; ++trial) {
+    alignas(64) float z[simd::kBlock];
+    alignas(64) uint64_t mass[simd::kBlock];
+    for (int j = 0; j < simd::kBlock; ++j)
+      z[j] = trial < 20 ? edges[(trial + j) % 10] : (j % 2 ? wide(rng) : near(rng));
+    const double inv_t = trial % 3 == 0 ? 1.0 : 0.37 + static_cast<double>(trial % 7);
+    const double max_s = trial % 5 == 0 ? 0.0 : -0.25 * (trial % 4);
+    const double log_min_p = trial % 4 == 0 ? -INFINITY : -3.0;
+    const uint64_t sum = simd::mass_block(z, inv_t, max_s, log_min_p, mass);
+    uint64_t expect_sum = 0;
+    for (int j = 0; j < simd::kBlock; ++j) {
+      const double x = static_cast<double>(z[j]) * inv_t - max_s;
+      const uint64_t expect = x >= log_min_p ? mass_of(x) : 0;
+      ASSERT_EQ(mass[j], expect) << z[j];
+      expect_sum += expect;
+    }
+    ASSERT_EQ(sum, expect_sum);
+  }
+}
+
+TEST(KeyedSampler, ExtremeTemperaturesEqualTheReference) {
+  std::mt19937_64 rng(3);
+  std::normal_distribution<float> normal(0.0f, 3.0f);
+  for (float t : {1e-38f, 1e-20f, 1e-5f, 1e-2f, 50.0f, 1e20f, 3e38f}) {
+    for (int trial = 0; trial < 40; ++trial) {
+      std::vector<float> z(static_cast<size_t>(1 + rng() % 3000));
+      for (float& v : z) v = trial % 2 ? normal(rng) : normal(rng) * 1e30f;
+      SamplingParams p;
+      p.temperature = t;
+      p.seed = rng();
+      p.min_p = trial % 3 == 0 ? 0.1f : 0.0f;
+      p.top_p = trial % 4 == 1 ? 0.7f : 1.0f;
+      const int64_t pos = trial;
+      ASSERT_EQ(sample_token(z, p, pos, TokenCounts{}), reference::sample(z, p, pos, {}, {}))
+          << t << " " << trial;
+    }
   }
 }
 
