@@ -214,10 +214,17 @@ void Interpreter::assign(const Expr& target, const Value& value, const ScopePtr&
 }
 
 Value Interpreter::make_macro(const MacroNode& node, const ScopePtr& scope) {
-  // Macros see the scope they were defined in (read at call time), like jinja2's closures.
+  // Macros see the scope they were defined in (read at call time), like jinja2's closures. The closure holds
+  // it weakly, since that scope holds the macro; the interpreter keeps it alive until the render ends.
+  macro_scopes_.push_back(scope);
+  std::weak_ptr<Scope> defining = scope;
   return Value::function(
-      node.name.empty() ? "caller" : node.name,
-      [this, &node, scope](const CallArgs& args) { return call_macro(node, scope, args); });
+      node.name.empty() ? "caller" : node.name, [this, &node, defining](const CallArgs& args) {
+        ScopePtr live = defining.lock();
+        if (!live)
+          raise("TemplateRuntimeError: macro '{}' called after its template finished rendering", node.name);
+        return call_macro(node, live, args);
+      });
 }
 
 Value Interpreter::call_macro(const MacroNode& node, const ScopePtr& defining, const CallArgs& args) {

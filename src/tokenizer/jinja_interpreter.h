@@ -4,6 +4,7 @@
 #include <memory>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "core/error.h"
 #include "tokenizer/jinja_ast.h"
@@ -59,6 +60,7 @@ class Interpreter {
   Value apply_filter_chain(const Expr& chain, const Value& input, const ScopePtr& scope);
 
   int macro_depth_ = 0;
+  std::vector<ScopePtr> macro_scopes_;  // scopes that define macros, alive until the render ends
 };
 
 // Python's binary operators on template values ("+", "-", "*", "/", "//", "%", "**").
