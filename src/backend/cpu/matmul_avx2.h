@@ -1,0 +1,110 @@
+#pragma once
+// AVX2/FMA building blocks shared by the dense and affine kernels: 8-wide loads of every weight encoding and
+// the unpacking of MLX affine codes. Included only where DS_CPU_AVX2 is set.
+#include <immintrin.h>
+
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "backend/cpu/matmul_kernels.h"
+#include "core/dtype.h"
+
+namespace ds::cpu {
+
+inline __m256 load_bf16x8(const uint16_t* p) {
+  __m256i v = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+}
+
+inline __m256 load_f16x8(const uint16_t* p) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+
+// Bytes an unpack of 8 codes reads past its own `Bits` bytes; nonzero widths need a padded copy at a row's
+// end.
+template <int Bits>
+constexpr int kOverread = Bits == 3   ? 1
+                          : Bits == 5 ? 3
+                          : Bits == 6 ? 2
+                                      : 0;
+
+// The 8 codes whose bit stream starts at p (8 codes always fill exactly Bits bytes), one per 32-bit lane.
+template <int Bits>
+inline __m256i unpack8(const uint8_t* p) {
+  const __m256i mask = _mm256_set1_epi32((1 << Bits) - 1);
+  if constexpr (Bits == 8) {
+    return _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+  } else if constexpr (Bits <= 4) {
+    // All 8 codes sit in one 32-bit word: broadcast it and shift each lane to its own code.
+    uint32_t v = 0;
+    std::memcpy(&v, p, Bits == 2 ? 2 : 4);
+    const __m256i shifts =
+        _mm256_setr_epi32(0, Bits, 2 * Bits, 3 * Bits, 4 * Bits, 5 * Bits, 6 * Bits, 7 * Bits);
+    return _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(static_cast<int>(v)), shifts), mask);
+  } else {
+    // 5 and 6 bits: each lane gathers the two bytes holding its code, then shifts it down.
+    uint64_t v;
+    std::memcpy(&v, p, 8);
+    constexpr auto k = [](int j) { return static_cast<char>(j * Bits / 8); };
+    constexpr char z = static_cast<char>(0x80);
+    const __m256i pick = _mm256_setr_epi8(k(0), k(0) + 1, z, z, k(1), k(1) + 1, z, z, k(2), k(2) + 1, z, z,
+                                          k(3), k(3) + 1, z, z, k(4), k(4) + 1, z, z, k(5), k(5) + 1, z, z,
+                                          k(6), k(6) + 1, z, z, k(7), k(7) + 1, z, z);
+    const __m256i shifts = _mm256_setr_epi32(0, Bits % 8, 2 * Bits % 8, 3 * Bits % 8, 4 * Bits % 8,
+                                             5 * Bits % 8, 6 * Bits % 8, 7 * Bits % 8);
+    __m256i bytes = _mm256_shuffle_epi8(_mm256_set1_epi64x(static_cast<int64_t>(v)), pick);
+    return _mm256_and_si256(_mm256_srlv_epi32(bytes, shifts), mask);
+  }
+}
+
+// Weight sources: chunk c (8 values) of a row as floats. Every conversion here is exact.
+struct F32Src {
+  static __m256 load(const uint8_t* row, int64_t c) {
+    return _mm256_loadu_ps(reinterpret_cast<const float*>(row) + c * kLanes);
+  }
+};
+struct BF16Src {
+  static __m256 load(const uint8_t* row, int64_t c) {
+    return load_bf16x8(reinterpret_cast<const uint16_t*>(row) + c * kLanes);
+  }
+};
+struct F16Src {
+  static __m256 load(const uint8_t* row, int64_t c) {
+    return load_f16x8(reinterpret_cast<const uint16_t*>(row) + c * kLanes);
+  }
+};
+template <int Bits>
+struct CodeSrc {
+  static __m256 load(const uint8_t* row, int64_t c) {
+    return _mm256_cvtepi32_ps(unpack8<Bits>(row + c * Bits));
+  }
+};
+
+// Converts n scales or biases of dtype t to float (exact).
+inline void convert_to_f32(DType t, const void* src, int64_t n, float* out) {
+  const uint16_t* h = static_cast<const uint16_t*>(src);
+  int64_t i = 0;
+  if (t == DType::F32) {
+    std::memcpy(out, src, static_cast<size_t>(n) * 4);
+  } else if (t == DType::BF16) {
+    for (; i + kLanes <= n; i += kLanes) _mm256_storeu_ps(out + i, load_bf16x8(h + i));
+    for (; i < n; ++i) out[i] = bf16_to_f32(h[i]);
+  } else {
+    for (; i + kLanes <= n; i += kLanes) _mm256_storeu_ps(out + i, load_f16x8(h + i));
+    for (; i < n; ++i) out[i] = f16_to_f32(h[i]);
+  }
+}
+
+// Per-thread scratch that grows as needed and is reused across calls.
+inline float* scratch(std::vector<float>& v, int64_t n) {
+  if (static_cast<int64_t>(v.size()) < n) v.resize(static_cast<size_t>(n));
+  return v.data();
+}
+
+// Kernel block sizes: rows per block, outputs per tile and columns per K block (prompt path only).
+constexpr int64_t kRowBlock = 64, kOutTile = 16, kColBlock = 512;
+// Up to this many rows the weights are unpacked in registers; beyond, into a cached tile reused by all rows.
+constexpr int64_t kSmallRows = 4;
+
+}  // namespace ds::cpu
