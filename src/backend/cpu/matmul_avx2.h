@@ -81,6 +81,17 @@ struct CodeSrc {
   }
 };
 
+// Pins v to a register: stops GCC from folding one load into several FMAs as repeated memory operands.
+inline __m256 in_reg(__m256 v) {
+  asm("" : "+x"(v));
+  return v;
+}
+
+// Outputs per tile for R rows: 8 independent FMA chains (latency 4 x 2 ports) within 16 registers.
+constexpr int tile_outputs(int rows) {
+  return rows == 1 ? 8 : rows == 2 ? 4 : rows == 3 ? 3 : 2;
+}
+
 // Converts n scales or biases of dtype t to float (exact).
 inline void convert_to_f32(DType t, const void* src, int64_t n, float* out) {
   const uint16_t* h = static_cast<const uint16_t*>(src);

@@ -13,51 +13,79 @@ namespace ds::cpu {
 
 namespace {
 
-// R rows x O outputs over groups [0, ngroups) (pointers already at the first group); accumulators A live in
-// acc[r*acc_ld + o*8 ..] between calls. Src yields chunk c of a row's codes as floats.
+// R rows x O outputs over groups [0, ngroups) (pointers already at the first group); A lives in
+// acc[r*acc_ld + o*8 ..] between calls. D stays in registers; so does A when the tile is small enough.
 template <class Src, int R, int O>
 void affine_tile(const uint8_t* const* qrow, const float* const* sc, const float* const* xr, int64_t ngroups,
                  int group, float* acc, int64_t acc_ld) {
-  __m256 a[R][O];
-  for (int r = 0; r < R; ++r)
-    for (int o = 0; o < O; ++o) a[r][o] = _mm256_loadu_ps(acc + r * acc_ld + o * kLanes);
+  constexpr bool kARegs = R * O <= 4;
   const int cpg = group / kLanes;
+  __m256 a[kARegs ? R : 1][kARegs ? O : 1];
+  if constexpr (kARegs)
+    for (int r = 0; r < R; ++r)
+      for (int o = 0; o < O; ++o) a[r][o] = _mm256_loadu_ps(acc + r * acc_ld + o * kLanes);
   for (int64_t g = 0; g < ngroups; ++g) {
     __m256 d[R][O];
     for (int r = 0; r < R; ++r)
       for (int o = 0; o < O; ++o) d[r][o] = _mm256_setzero_ps();
     for (int c = 0; c < cpg; ++c) {
       const int64_t cc = g * cpg + c;
+      __m256 x[R];
+      for (int r = 0; r < R; ++r) x[r] = in_reg(_mm256_loadu_ps(xr[r] + cc * kLanes));
       for (int o = 0; o < O; ++o) {
-        const __m256 q = Src::load(qrow[o], cc);
-        for (int r = 0; r < R; ++r)
-          d[r][o] = _mm256_fmadd_ps(_mm256_loadu_ps(xr[r] + cc * kLanes), q, d[r][o]);
+        const __m256 q = in_reg(Src::load(qrow[o], cc));
+        for (int r = 0; r < R; ++r) d[r][o] = _mm256_fmadd_ps(x[r], q, d[r][o]);
       }
     }
     for (int o = 0; o < O; ++o) {
       const __m256 s = _mm256_broadcast_ss(sc[o] + g);
-      for (int r = 0; r < R; ++r) a[r][o] = _mm256_fmadd_ps(s, d[r][o], a[r][o]);
+      for (int r = 0; r < R; ++r) {
+        if constexpr (kARegs) {
+          a[r][o] = _mm256_fmadd_ps(s, d[r][o], a[r][o]);
+        } else {
+          float* p = acc + r * acc_ld + o * kLanes;
+          _mm256_storeu_ps(p, _mm256_fmadd_ps(s, d[r][o], _mm256_loadu_ps(p)));
+        }
+      }
     }
   }
-  for (int r = 0; r < R; ++r)
-    for (int o = 0; o < O; ++o) _mm256_storeu_ps(acc + r * acc_ld + o * kLanes, a[r][o]);
+  if constexpr (kARegs)
+    for (int r = 0; r < R; ++r)
+      for (int o = 0; o < O; ++o) _mm256_storeu_ps(acc + r * acc_ld + o * kLanes, a[r][o]);
 }
 
-template <class Src, int O>
-void affine_rows(int rows, const uint8_t* const* qrow, const float* const* sc, const float* const* xr,
-                 int64_t ngroups, int group, float* acc, int64_t acc_ld) {
+// Outputs per tile: 1 row x 4 keeps D and A in registers (unpacking, not FMA latency, bounds it); more rows
+// use 8+ D chains with A in memory.
+constexpr int affine_tile_outputs(int rows) {
+  return rows == 1 ? 4 : tile_outputs(rows);
+}
+
+template <class Src, int R>
+void affine_fixed_rows(int no, const uint8_t* const* qrow, const float* const* sc, const float* const* xr,
+                       int64_t ngroups, int group, float* acc, int64_t acc_ld) {
+  constexpr int O = affine_tile_outputs(R);
+  int k = 0;
+  for (; k + O <= no; k += O)
+    affine_tile<Src, R, O>(qrow + k, sc + k, xr, ngroups, group, acc + k * kLanes, acc_ld);
+  for (; k < no; ++k) affine_tile<Src, R, 1>(qrow + k, sc + k, xr, ngroups, group, acc + k * kLanes, acc_ld);
+}
+
+// rows (1..4) x no outputs, in tiles that keep every D accumulator in a register.
+template <class Src>
+void affine_block(int rows, int no, const uint8_t* const* qrow, const float* const* sc,
+                  const float* const* xr, int64_t ngroups, int group, float* acc, int64_t acc_ld) {
   switch (rows) {
     case 1:
-      affine_tile<Src, 1, O>(qrow, sc, xr, ngroups, group, acc, acc_ld);
+      affine_fixed_rows<Src, 1>(no, qrow, sc, xr, ngroups, group, acc, acc_ld);
       break;
     case 2:
-      affine_tile<Src, 2, O>(qrow, sc, xr, ngroups, group, acc, acc_ld);
+      affine_fixed_rows<Src, 2>(no, qrow, sc, xr, ngroups, group, acc, acc_ld);
       break;
     case 3:
-      affine_tile<Src, 3, O>(qrow, sc, xr, ngroups, group, acc, acc_ld);
+      affine_fixed_rows<Src, 3>(no, qrow, sc, xr, ngroups, group, acc, acc_ld);
       break;
     default:
-      affine_tile<Src, 4, O>(qrow, sc, xr, ngroups, group, acc, acc_ld);
+      affine_fixed_rows<Src, 4>(no, qrow, sc, xr, ngroups, group, acc, acc_ld);
       break;
   }
 }
@@ -90,28 +118,31 @@ const uint8_t* code_row(const MatrixWeight& w, int64_t o) {
   return static_cast<const uint8_t*>(w.data) + o * w.row_bytes();
 }
 
+constexpr int kStep = 8;  // outputs per step of the small path
+
 // Few rows: unpack each weight row's codes in registers once and reuse them for every row of x.
-template <int Bits, int O>
-void affine_small_tile(const MatrixWeight& w, const MatmulRows& in, int64_t o, const float* s, float* acc) {
+template <int Bits>
+void affine_small_step(const MatrixWeight& w, const MatmulRows& in, int64_t o, int no, const float* s,
+                       float* acc) {
   const int rows = static_cast<int>(in.n);
   const int64_t ngroups = w.cols / w.group, gbytes = w.group * Bits / 8;
-  const uint8_t* qrow[O];
-  const float* sc[O];
+  const uint8_t* qrow[kStep];
+  const float* sc[kStep];
   const float* xr[kSmallRows] = {};
-  for (int k = 0; k < O; ++k) qrow[k] = code_row(w, o + k), sc[k] = s + k * ngroups;
+  for (int k = 0; k < no; ++k) qrow[k] = code_row(w, o + k), sc[k] = s + k * ngroups;
   for (int r = 0; r < rows; ++r) xr[r] = in.x + r * in.ldx;
   // Unpacking reads a few bytes past a chunk, so a row's last group is unpacked from a padded copy.
   const int64_t main = kOverread<Bits> > 0 ? ngroups - 1 : ngroups;
-  affine_rows<CodeSrc<Bits>, O>(rows, qrow, sc, xr, main, w.group, acc, O * kLanes);
+  affine_block<CodeSrc<Bits>>(rows, no, qrow, sc, xr, main, w.group, acc, kStep * kLanes);
   if (main == ngroups) return;
-  uint8_t tail[O][128 * Bits / 8 + 8];
-  for (int k = 0; k < O; ++k) {
+  uint8_t tail[kStep][128 * Bits / 8 + 8];
+  for (int k = 0; k < no; ++k) {
     std::memcpy(tail[k], qrow[k] + main * gbytes, static_cast<size_t>(gbytes));
     std::memset(tail[k] + gbytes, 0, 8);
     qrow[k] = tail[k], sc[k] += main;
   }
   for (int r = 0; r < rows; ++r) xr[r] += main * w.group;
-  affine_rows<CodeSrc<Bits>, O>(rows, qrow, sc, xr, 1, w.group, acc, O * kLanes);
+  affine_block<CodeSrc<Bits>>(rows, no, qrow, sc, xr, 1, w.group, acc, kStep * kLanes);
 }
 
 template <int Bits>
@@ -119,34 +150,19 @@ void affine_small(const MatrixWeight& w, const MatmulRows& in, float* y, int64_t
                   int64_t o1) {
   const int rows = static_cast<int>(in.n);
   const int64_t ngroups = w.cols / w.group;
-  // 1 row x 4 outputs or 2 x 2 keep 8 D/A accumulator pairs in registers; 3 or 4 rows go one output at a
-  // time.
-  const int o_step = rows == 1 ? 4 : rows == 2 ? 2 : 1;
-  float* s = scratch(t_scales, 4 * (ngroups + in.ldxs));
-  float* b = s + 4 * ngroups;
-  float acc[kSmallRows * 4 * kLanes];
-  for (int64_t o = o0; o < o1;) {
-    const int no = static_cast<int>(std::min<int64_t>(o_step, o1 - o));
+  const int step = affine_tile_outputs(rows) * (kStep / affine_tile_outputs(rows));
+  float* s = scratch(t_scales, kStep * (ngroups + in.ldxs));
+  float* b = s + kStep * ngroups;
+  float acc[kSmallRows * kStep * kLanes];
+  for (int64_t o = o0; o < o1; o += step) {
+    const int no = static_cast<int>(std::min<int64_t>(step, o1 - o));
     load_scales(w, o, no, in.ldxs, s, b);
-    std::fill(acc, acc + rows * no * kLanes, 0.0f);
-    if (no == 4)
-      affine_small_tile<Bits, 4>(w, in, o, s, acc);
-    else if (no == 2)
-      affine_small_tile<Bits, 2>(w, in, o, s, acc);
-    else if (no == 1)
-      affine_small_tile<Bits, 1>(w, in, o, s, acc);
-    else
-      for (int k = 0; k < no; ++k) {
-        float tile[kSmallRows * kLanes] = {};
-        affine_small_tile<Bits, 1>(w, in, o + k, s + k * ngroups, tile);
-        for (int r = 0; r < rows; ++r)
-          std::copy(tile + r * kLanes, tile + (r + 1) * kLanes, acc + (r * no + k) * kLanes);
-      }
+    std::fill(acc, acc + rows * kStep * kLanes, 0.0f);
+    affine_small_step<Bits>(w, in, o, no, s, acc);
     for (int r = 0; r < rows; ++r)
       for (int k = 0; k < no; ++k)
         y[r * ldy + o + k] =
-            affine_finish(acc + (r * no + k) * kLanes, b + k * in.ldxs, in.xsum + r * in.ldxs, in.ldxs);
-    o += no;
+            affine_finish(acc + (r * kStep + k) * kLanes, b + k * in.ldxs, in.xsum + r * in.ldxs, in.ldxs);
   }
 }
 
@@ -183,17 +199,17 @@ void affine_blocked(const MatrixWeight& w, const MatmulRows& in, float* y, int64
       std::fill(acc, acc + nr * acc_ld, 0.0f);
       for (int64_t k0 = 0; k0 < w.cols; k0 += kb) {
         const int64_t kc = std::min(kb, w.cols - k0);
-        for (int k = 0; k < no; ++k) unpack_span<Bits>(w, code_row(w, ob + k), k0, kc, qbuf + k * kc);
+        const uint8_t* qrow[kOutTile];
+        const float* sc[kOutTile];
+        for (int k = 0; k < no; ++k) {
+          unpack_span<Bits>(w, code_row(w, ob + k), k0, kc, qbuf + k * kc);
+          qrow[k] = reinterpret_cast<const uint8_t*>(qbuf + k * kc), sc[k] = s + k * ngroups + k0 / w.group;
+        }
         for (int64_t rq = 0; rq < nr; rq += 4) {
           const int rows = static_cast<int>(std::min<int64_t>(4, nr - rq));
           const float* xr[4] = {};
           for (int r = 0; r < rows; ++r) xr[r] = in.x + (r0 + rq + r) * in.ldx + k0;
-          for (int k = 0; k < no; ++k) {
-            const uint8_t* q = reinterpret_cast<const uint8_t*>(qbuf + k * kc);
-            const float* sc = s + k * ngroups + k0 / w.group;
-            affine_rows<F32Src, 1>(rows, &q, &sc, xr, kc / w.group, w.group, acc + rq * acc_ld + k * kLanes,
-                                   acc_ld);
-          }
+          affine_block<F32Src>(rows, no, qrow, sc, xr, kc / w.group, w.group, acc + rq * acc_ld, acc_ld);
         }
       }
       for (int64_t r = 0; r < nr; ++r)

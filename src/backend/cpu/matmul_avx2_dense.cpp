@@ -22,9 +22,9 @@ void dense_tile(const uint8_t* const* wrow, const float* const* xr, int64_t nchu
     for (int o = 0; o < O; ++o) a[r][o] = _mm256_loadu_ps(acc + r * acc_ld + o * kLanes);
   for (int64_t c = 0; c < nchunks; ++c) {
     __m256 x[R];
-    for (int r = 0; r < R; ++r) x[r] = _mm256_loadu_ps(xr[r] + c * kLanes);
+    for (int r = 0; r < R; ++r) x[r] = in_reg(_mm256_loadu_ps(xr[r] + c * kLanes));
     for (int o = 0; o < O; ++o) {
-      const __m256 wv = Src::load(wrow[o], c);
+      const __m256 wv = in_reg(Src::load(wrow[o], c));
       for (int r = 0; r < R; ++r) a[r][o] = _mm256_fmadd_ps(x[r], wv, a[r][o]);
     }
   }
@@ -32,22 +32,31 @@ void dense_tile(const uint8_t* const* wrow, const float* const* xr, int64_t nchu
     for (int o = 0; o < O; ++o) _mm256_storeu_ps(acc + r * acc_ld + o * kLanes, a[r][o]);
 }
 
-// Dispatches a runtime row count (1..4) to the R x O tile; outputs beyond O go one at a time.
-template <class Src, int O>
-void dense_rows(int rows, const uint8_t* const* wrow, const float* const* xr, int64_t nchunks, float* acc,
-                int64_t acc_ld) {
+template <class Src, int R>
+void dense_fixed_rows(int no, const uint8_t* const* wrow, const float* const* xr, int64_t nchunks, float* acc,
+                      int64_t acc_ld) {
+  constexpr int O = tile_outputs(R);
+  int k = 0;
+  for (; k + O <= no; k += O) dense_tile<Src, R, O>(wrow + k, xr, nchunks, acc + k * kLanes, acc_ld);
+  for (; k < no; ++k) dense_tile<Src, R, 1>(wrow + k, xr, nchunks, acc + k * kLanes, acc_ld);
+}
+
+// rows (1..4) x no outputs, in tiles that keep every accumulator in a register.
+template <class Src>
+void dense_block(int rows, int no, const uint8_t* const* wrow, const float* const* xr, int64_t nchunks,
+                 float* acc, int64_t acc_ld) {
   switch (rows) {
     case 1:
-      dense_tile<Src, 1, O>(wrow, xr, nchunks, acc, acc_ld);
+      dense_fixed_rows<Src, 1>(no, wrow, xr, nchunks, acc, acc_ld);
       break;
     case 2:
-      dense_tile<Src, 2, O>(wrow, xr, nchunks, acc, acc_ld);
+      dense_fixed_rows<Src, 2>(no, wrow, xr, nchunks, acc, acc_ld);
       break;
     case 3:
-      dense_tile<Src, 3, O>(wrow, xr, nchunks, acc, acc_ld);
+      dense_fixed_rows<Src, 3>(no, wrow, xr, nchunks, acc, acc_ld);
       break;
     default:
-      dense_tile<Src, 4, O>(wrow, xr, nchunks, acc, acc_ld);
+      dense_fixed_rows<Src, 4>(no, wrow, xr, nchunks, acc, acc_ld);
       break;
   }
 }
@@ -78,28 +87,21 @@ void dense_small(const MatrixWeight& w, const MatmulRows& in, float* y, int64_t 
   const int64_t nchunks = w.cols / kLanes;
   const float* xr[kSmallRows] = {};
   for (int r = 0; r < rows; ++r) xr[r] = in.x + r * in.ldx;
-  constexpr int kO = 2;  // 4 rows x 2 outputs keeps 8 accumulators and the row vectors in 16 registers
-  const int o_step = rows == 1 ? 4 : kO;
-  float acc[kSmallRows * 4 * kLanes];
-  for (int64_t o = o0; o < o1;) {
-    const int no = static_cast<int>(std::min<int64_t>(o_step, o1 - o));
-    const uint8_t* wrow[4];
+  constexpr int kStep = 8;
+  const int step = tile_outputs(rows) * (kStep / tile_outputs(rows));
+  float acc[kSmallRows * kStep * kLanes];
+  for (int64_t o = o0; o < o1; o += step) {
+    const int no = static_cast<int>(std::min<int64_t>(step, o1 - o));
+    const uint8_t* wrow[kStep];
     for (int k = 0; k < no; ++k) wrow[k] = weight_row(w, o + k);
-    std::fill(acc, acc + rows * no * kLanes, 0.0f);
-    if (no == 4)
-      dense_tile<Src, 1, 4>(wrow, xr, nchunks, acc, 4 * kLanes);
-    else if (no == 2)
-      dense_rows<Src, 2>(rows, wrow, xr, nchunks, acc, 2 * kLanes);
-    else
-      for (int k = 0; k < no; ++k)
-        dense_rows<Src, 1>(rows, wrow + k, xr, nchunks, acc + k * kLanes, no * kLanes);
+    std::fill(acc, acc + rows * kStep * kLanes, 0.0f);
+    dense_block<Src>(rows, no, wrow, xr, nchunks, acc, kStep * kLanes);
     for (int r = 0; r < rows; ++r)
       for (int k = 0; k < no; ++k) {
-        float* a = acc + (r * no + k) * kLanes;
+        float* a = acc + (r * kStep + k) * kLanes;
         dense_tail(w, wrow[k], xr[r], a);
         y[r * ldy + o + k] = hsum8(a);
       }
-    o += no;
   }
 }
 
@@ -145,11 +147,7 @@ void dense_blocked(const MatrixWeight& w, const MatmulRows& in, float* y, int64_
           const int rows = static_cast<int>(std::min<int64_t>(4, nr - rq));
           const float* xr[4] = {};
           for (int r = 0; r < rows; ++r) xr[r] = in.x + (r0 + rq + r) * in.ldx + k0;
-          int k = 0;
-          for (; k + 2 <= no; k += 2)
-            dense_rows<F32Src, 2>(rows, wrow + k, xr, kc / kLanes, acc + rq * acc_ld + k * kLanes, acc_ld);
-          if (k < no)
-            dense_rows<F32Src, 1>(rows, wrow + k, xr, kc / kLanes, acc + rq * acc_ld + k * kLanes, acc_ld);
+          dense_block<F32Src>(rows, no, wrow, xr, kc / kLanes, acc + rq * acc_ld, acc_ld);
         }
       }
       for (int64_t r = 0; r < nr; ++r)
