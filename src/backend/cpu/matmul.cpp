@@ -26,6 +26,17 @@ void validate_matmul(const MatrixWeight& w, int64_t n_rows, int64_t ldx, int64_t
     fail("matmul: '{}' has unsupported scale dtype {}", w.name, dtype_name(w.scale_dtype));
 }
 
+void permute_rows(const MatrixWeight& w, const float* x, int64_t n_rows, int64_t ldx, float* out) {
+  const int k = 8 / w.bits;  // chunks per 8-byte span
+  for (int64_t r = 0; r < n_rows; ++r) {
+    const float* xr = x + r * ldx;
+    float* o = out + r * w.cols;
+    for (int64_t e0 = 0; e0 < w.cols; e0 += kLanes * k)
+      for (int t = 0; t < k; ++t)
+        for (int l = 0; l < kLanes; ++l) o[e0 + t * kLanes + l] = xr[e0 + k * l + t];
+  }
+}
+
 void group_sums(const MatrixWeight& w, const float* x, int64_t n_rows, int64_t ldx, float* xsum,
                 int64_t ldxs) {
   const int64_t ngroups = w.cols / w.group;
@@ -46,10 +57,15 @@ void group_sums(const MatrixWeight& w, const float* x, int64_t n_rows, int64_t l
 
 namespace {
 
-// Group sums for affine weights; the buffer outlives the kernels that read it.
+// Rows in the weight's lane order, with group sums for affine weights; the buffers outlive the kernels.
 cpu::MatmulRows prepare_rows(const MatrixWeight& w, const float* x, int64_t n_rows, int64_t ldx,
-                             std::vector<float>& xsum) {
+                             std::vector<float>& xsum, std::vector<float>& xperm, bool permute) {
   cpu::MatmulRows in{x, ldx, n_rows, nullptr, 0};
+  if (permute && cpu::permuted_lanes(w)) {
+    xperm.resize(static_cast<size_t>(n_rows * w.cols));
+    cpu::permute_rows(w, x, n_rows, ldx, xperm.data());
+    in.x = xperm.data(), in.ldx = w.cols;
+  }
   if (w.encoding == MatrixEncoding::Affine) {
     in.ldxs = cpu::padded_groups(w.cols / w.group);
     xsum.resize(static_cast<size_t>(n_rows * in.ldxs));
@@ -83,8 +99,8 @@ void matmul(const MatrixWeight& w, const float* x, int64_t n_rows, int64_t ldx, 
             ThreadPool& pool) {
   cpu::validate_matmul(w, n_rows, ldx, ldy);
   if (n_rows == 0 || w.rows == 0) return;
-  std::vector<float> xsum;
-  const cpu::MatmulRows in = prepare_rows(w, x, n_rows, ldx, xsum);
+  std::vector<float> xsum, xperm;
+  const cpu::MatmulRows in = prepare_rows(w, x, n_rows, ldx, xsum, xperm, DS_CPU_AVX2);
   // Threads split output features only, in units of 16; each output's arithmetic is the same in any split.
   constexpr int64_t kUnit = 16, kMinMacsPerPiece = int64_t{1} << 17;
   const int64_t units = (w.rows + kUnit - 1) / kUnit;
@@ -98,8 +114,8 @@ void matmul_outputs(const MatrixWeight& w, const float* x, int64_t n_rows, int64
                     int64_t o_begin, int64_t o_end) {
   cpu::validate_matmul(w, n_rows, ldx, ldy);
   check_range(w, o_begin, o_end);
-  std::vector<float> xsum;
-  run_outputs(w, prepare_rows(w, x, n_rows, ldx, xsum), y, ldy, o_begin, o_end);
+  std::vector<float> xsum, xperm;
+  run_outputs(w, prepare_rows(w, x, n_rows, ldx, xsum, xperm, DS_CPU_AVX2), y, ldy, o_begin, o_end);
 }
 
 void matmul_outputs_portable(const MatrixWeight& w, const float* x, int64_t n_rows, int64_t ldx, float* y,
@@ -107,8 +123,8 @@ void matmul_outputs_portable(const MatrixWeight& w, const float* x, int64_t n_ro
   cpu::validate_matmul(w, n_rows, ldx, ldy);
   check_range(w, o_begin, o_end);
   if (n_rows == 0) return;
-  std::vector<float> xsum;
-  cpu::portable_outputs(w, prepare_rows(w, x, n_rows, ldx, xsum), y, ldy, o_begin, o_end);
+  std::vector<float> xsum, xperm;
+  cpu::portable_outputs(w, prepare_rows(w, x, n_rows, ldx, xsum, xperm, false), y, ldy, o_begin, o_end);
 }
 
 }  // namespace ds

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #include "backend/cpu/matmul_kernels.h"
@@ -58,10 +59,24 @@ inline __m256i unpack8(const uint8_t* p) {
   }
 }
 
-// Weight sources: chunk c (8 values) of a row as floats. Every conversion here is exact.
+// Pins v to a register: stops GCC from folding one load into several FMAs as repeated memory operands.
+template <class V>
+inline V in_reg(V v) {
+  asm("" : "+x"(v));
+  return v;
+}
+
+// Weight sources: chunk c (8 values) of a row as floats, every conversion exact. For the affine kernel a
+// source also reads a span of kSub chunks at once (span) and yields its chunks in order (sub<t>).
 struct F32Src {
+  static constexpr int kSub = 1;
   static __m256 load(const uint8_t* row, int64_t c) {
     return _mm256_loadu_ps(reinterpret_cast<const float*>(row) + c * kLanes);
+  }
+  static __m256 span(const uint8_t* row, int64_t s) { return load(row, s); }
+  template <int T>
+  static __m256 sub(__m256 v) {
+    return v;
   }
 };
 struct BF16Src {
@@ -74,17 +89,43 @@ struct F16Src {
     return load_f16x8(reinterpret_cast<const uint16_t*>(row) + c * kLanes);
   }
 };
+
+// 3/5/6/8-bit codes in natural order: chunk c is codes 8c..8c+7.
 template <int Bits>
 struct CodeSrc {
-  static __m256 load(const uint8_t* row, int64_t c) {
-    return _mm256_cvtepi32_ps(unpack8<Bits>(row + c * Bits));
+  static constexpr int kSub = 1;
+  static __m256 span(const uint8_t* row, int64_t s) {
+    return _mm256_cvtepi32_ps(unpack8<Bits>(row + s * Bits));
+  }
+  template <int T>
+  static __m256 sub(__m256 v) {
+    return v;
   }
 };
 
-// Pins v to a register: stops GCC from folding one load into several FMAs as repeated memory operands.
-inline __m256 in_reg(__m256 v) {
-  asm("" : "+x"(v));
-  return v;
+// 2/4-bit codes in lane-permuted order (kPermutedLanes): one 8-byte span holds kSub chunks; lane j of every
+// chunk comes from byte j, chunk t from bits [t*Bits, (t+1)*Bits) of it. x is permuted to match.
+template <int Bits>
+requires(kPermutedLanes<Bits>) struct CodeSrc<Bits> {
+  static constexpr int kSub = 8 / Bits;
+  static __m256i span(const uint8_t* row, int64_t s) {
+    return _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(row + s * 8)));
+  }
+  template <int T>
+  static __m256 sub(__m256i v) {
+    if constexpr (T > 0) v = _mm256_srli_epi32(v, T * Bits);
+    if constexpr (T < kSub - 1) v = _mm256_and_si256(v, _mm256_set1_epi32((1 << Bits) - 1));
+    return _mm256_cvtepi32_ps(v);
+  }
+};
+
+// Calls f.template operator()<T>() for T = 0..N-1, unrolled.
+template <int N, class F>
+inline void unroll(F&& f) {
+  [&]<int... T>(std::integer_sequence<int, T...>) {
+    (f.template operator()<T>(), ...);
+  }
+  (std::make_integer_sequence<int, N>{});
 }
 
 // Outputs per tile for R rows: 8 independent FMA chains (latency 4 x 2 ports) within 16 registers.

@@ -15,11 +15,11 @@ namespace {
 
 // R rows x O outputs over groups [0, ngroups) (pointers already at the first group); A lives in
 // acc[r*acc_ld + o*8 ..] between calls. D stays in registers; so does A when the tile is small enough.
-template <class Src, int R, int O>
+template <class Src, int R, int O, int G>
 void affine_tile(const uint8_t* const* qrow, const float* const* sc, const float* const* xr, int64_t ngroups,
-                 int group, float* acc, int64_t acc_ld) {
+                 float* acc, int64_t acc_ld) {
   constexpr bool kARegs = R * O <= 4;
-  const int cpg = group / kLanes;
+  constexpr int64_t cpg = G / kLanes;
   __m256 a[kARegs ? R : 1][kARegs ? O : 1];
   if constexpr (kARegs)
     for (int r = 0; r < R; ++r)
@@ -28,14 +28,18 @@ void affine_tile(const uint8_t* const* qrow, const float* const* sc, const float
     __m256 d[R][O];
     for (int r = 0; r < R; ++r)
       for (int o = 0; o < O; ++o) d[r][o] = _mm256_setzero_ps();
-    for (int c = 0; c < cpg; ++c) {
-      const int64_t cc = g * cpg + c;
-      __m256 x[R];
-      for (int r = 0; r < R; ++r) x[r] = in_reg(_mm256_loadu_ps(xr[r] + cc * kLanes));
-      for (int o = 0; o < O; ++o) {
-        const __m256 q = in_reg(Src::load(qrow[o], cc));
-        for (int r = 0; r < R; ++r) d[r][o] = _mm256_fmadd_ps(x[r], q, d[r][o]);
-      }
+    for (int64_t sp = g * cpg / Src::kSub; sp < (g + 1) * cpg / Src::kSub; ++sp) {
+      decltype(Src::span(qrow[0], 0)) v[O];
+      for (int o = 0; o < O; ++o) v[o] = in_reg(Src::span(qrow[o], sp));
+      unroll<Src::kSub>([&]<int T>() {
+        const int64_t cc = sp * Src::kSub + T;
+        __m256 x[R];
+        for (int r = 0; r < R; ++r) x[r] = in_reg(_mm256_loadu_ps(xr[r] + cc * kLanes));
+        for (int o = 0; o < O; ++o) {
+          const __m256 q = Src::template sub<T>(v[o]);
+          for (int r = 0; r < R; ++r) d[r][o] = _mm256_fmadd_ps(x[r], q, d[r][o]);
+        }
+      });
     }
     for (int o = 0; o < O; ++o) {
       const __m256 s = _mm256_broadcast_ss(sc[o] + g);
@@ -55,37 +59,54 @@ void affine_tile(const uint8_t* const* qrow, const float* const* sc, const float
 }
 
 // Outputs per tile: 1 row x 4 keeps D and A in registers (unpacking, not FMA latency, bounds it); more rows
-// use 8+ D chains with A in memory.
+// use 6-8 D chains with A in memory.
 constexpr int affine_tile_outputs(int rows) {
-  return rows == 1 ? 4 : tile_outputs(rows);
+  return rows == 1 ? 4 : rows == 3 ? 2 : tile_outputs(rows);
 }
 
-template <class Src, int R>
+template <class Src, int R, int G>
 void affine_fixed_rows(int no, const uint8_t* const* qrow, const float* const* sc, const float* const* xr,
-                       int64_t ngroups, int group, float* acc, int64_t acc_ld) {
+                       int64_t ngroups, float* acc, int64_t acc_ld) {
   constexpr int O = affine_tile_outputs(R);
   int k = 0;
   for (; k + O <= no; k += O)
-    affine_tile<Src, R, O>(qrow + k, sc + k, xr, ngroups, group, acc + k * kLanes, acc_ld);
-  for (; k < no; ++k) affine_tile<Src, R, 1>(qrow + k, sc + k, xr, ngroups, group, acc + k * kLanes, acc_ld);
+    affine_tile<Src, R, O, G>(qrow + k, sc + k, xr, ngroups, acc + k * kLanes, acc_ld);
+  for (; k < no; ++k) affine_tile<Src, R, 1, G>(qrow + k, sc + k, xr, ngroups, acc + k * kLanes, acc_ld);
 }
 
-// rows (1..4) x no outputs, in tiles that keep every D accumulator in a register.
+template <class Src, int G>
+void affine_rows_group(int rows, int no, const uint8_t* const* qrow, const float* const* sc,
+                       const float* const* xr, int64_t ngroups, float* acc, int64_t acc_ld) {
+  switch (rows) {
+    case 1:
+      affine_fixed_rows<Src, 1, G>(no, qrow, sc, xr, ngroups, acc, acc_ld);
+      break;
+    case 2:
+      affine_fixed_rows<Src, 2, G>(no, qrow, sc, xr, ngroups, acc, acc_ld);
+      break;
+    case 3:
+      affine_fixed_rows<Src, 3, G>(no, qrow, sc, xr, ngroups, acc, acc_ld);
+      break;
+    default:
+      affine_fixed_rows<Src, 4, G>(no, qrow, sc, xr, ngroups, acc, acc_ld);
+      break;
+  }
+}
+
+// rows (1..4) x no outputs, in tiles that keep every D accumulator in a register; the group size is a
+// compile-time constant so each group's chunks unroll.
 template <class Src>
 void affine_block(int rows, int no, const uint8_t* const* qrow, const float* const* sc,
                   const float* const* xr, int64_t ngroups, int group, float* acc, int64_t acc_ld) {
-  switch (rows) {
-    case 1:
-      affine_fixed_rows<Src, 1>(no, qrow, sc, xr, ngroups, group, acc, acc_ld);
+  switch (group) {
+    case 32:
+      affine_rows_group<Src, 32>(rows, no, qrow, sc, xr, ngroups, acc, acc_ld);
       break;
-    case 2:
-      affine_fixed_rows<Src, 2>(no, qrow, sc, xr, ngroups, group, acc, acc_ld);
-      break;
-    case 3:
-      affine_fixed_rows<Src, 3>(no, qrow, sc, xr, ngroups, group, acc, acc_ld);
+    case 64:
+      affine_rows_group<Src, 64>(rows, no, qrow, sc, xr, ngroups, acc, acc_ld);
       break;
     default:
-      affine_fixed_rows<Src, 4>(no, qrow, sc, xr, ngroups, group, acc, acc_ld);
+      affine_rows_group<Src, 128>(rows, no, qrow, sc, xr, ngroups, acc, acc_ld);
       break;
   }
 }
@@ -166,17 +187,28 @@ void affine_small(const MatrixWeight& w, const MatmulRows& in, float* y, int64_t
   }
 }
 
-// Codes of columns [k0, k0 + kc) of one row as floats; the row's last chunk comes from a padded copy.
+// Codes of columns [k0, k0 + kc) of one row as floats, chunk by chunk in the kernel's lane order; with
+// natural lanes the row's last chunk comes from a padded copy.
 template <int Bits>
 void unpack_span(const MatrixWeight& w, const uint8_t* row, int64_t k0, int64_t kc, float* dst) {
   const int64_t c0 = k0 / kLanes, c1 = (k0 + kc) / kLanes;
-  const int64_t fast_end = kOverread<Bits> > 0 && c1 == w.cols / kLanes ? c1 - 1 : c1;
-  for (int64_t c = c0; c < fast_end; ++c)
-    _mm256_storeu_ps(dst + (c - c0) * kLanes, _mm256_cvtepi32_ps(unpack8<Bits>(row + c * Bits)));
-  if (fast_end == c1) return;
-  uint8_t pad[16] = {};
-  std::memcpy(pad, row + fast_end * Bits, Bits);
-  _mm256_storeu_ps(dst + (fast_end - c0) * kLanes, _mm256_cvtepi32_ps(unpack8<Bits>(pad)));
+  if constexpr (kPermutedLanes<Bits>) {
+    using Src = CodeSrc<Bits>;
+    for (int64_t sp = c0 / Src::kSub; sp < c1 / Src::kSub; ++sp) {
+      const __m256i v = Src::span(row, sp);
+      unroll<Src::kSub>([&]<int T>() {
+        _mm256_storeu_ps(dst + (sp * Src::kSub + T - c0) * kLanes, Src::template sub<T>(v));
+      });
+    }
+  } else {
+    const int64_t fast_end = kOverread<Bits> > 0 && c1 == w.cols / kLanes ? c1 - 1 : c1;
+    for (int64_t c = c0; c < fast_end; ++c)
+      _mm256_storeu_ps(dst + (c - c0) * kLanes, _mm256_cvtepi32_ps(unpack8<Bits>(row + c * Bits)));
+    if (fast_end == c1) return;
+    uint8_t pad[16] = {};
+    std::memcpy(pad, row + fast_end * Bits, Bits);
+    _mm256_storeu_ps(dst + (fast_end - c0) * kLanes, _mm256_cvtepi32_ps(unpack8<Bits>(pad)));
+  }
 }
 
 // Many rows: per block of rows and tile of outputs, walk K in blocks (whole groups); each block's codes are

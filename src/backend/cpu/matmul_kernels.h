@@ -16,14 +16,30 @@ constexpr int kLanes = 8;
 #define DS_CPU_AVX2 0
 #endif
 
-// The rows of one call. xsum (affine only): per row the group sums of x, [n][ldxs] with ldxs a multiple of 8
-// and zeros past the last group.
+// The rows of one call, x already in the weight's lane order (permuted for 2/4-bit). xsum (affine only): per
+// row the group sums of x, [n][ldxs] with ldxs a multiple of 8 and zeros past the last group.
 struct MatmulRows {
   const float* x = nullptr;
   int64_t ldx = 0, n = 0;
   const float* xsum = nullptr;
   int64_t ldxs = 0;
 };
+
+// 2- and 4-bit codes are consumed in lane-permuted order: within each 8-byte span (8 * k codes, k = 8 /
+// bits), chunk t of the span has in lane l the code of element k*l + t (one byte per lane, so unpacking is
+// cheap).
+template <int Bits>
+constexpr bool kPermutedLanes = Bits == 2 || Bits == 4;
+inline bool permuted_lanes(const MatrixWeight& w) {
+  return w.encoding == MatrixEncoding::Affine && (w.bits == 2 || w.bits == 4);
+}
+
+// The column feeding lane l of chunk c of a row (8c + l unless the lanes are permuted).
+inline int64_t lane_column(int bits, int64_t c, int l) {
+  if (bits != 2 && bits != 4) return c * kLanes + l;
+  const int k = 8 / bits;
+  return (c / k) * (kLanes * k) + static_cast<int64_t>(k) * l + c % k;
+}
 
 inline int64_t padded_groups(int64_t ngroups) {
   return (ngroups + kLanes - 1) / kLanes * kLanes;
@@ -37,6 +53,9 @@ inline float hsum8(const float* a) {
 
 // Throws naming the tensor when the weight cannot be multiplied (bad encoding parameters or strides).
 void validate_matmul(const MatrixWeight& w, int64_t n_rows, int64_t ldx, int64_t ldy);
+
+// Copies rows into the weight's permuted lane order: out[r][8c + l] = x[r][lane_column(bits, c, l)].
+void permute_rows(const MatrixWeight& w, const float* x, int64_t n_rows, int64_t ldx, float* out);
 
 // Group sums of each row (lane-wise adds over the group's chunks, then hsum8), zero-padded to ldxs.
 void group_sums(const MatrixWeight& w, const float* x, int64_t n_rows, int64_t ldx, float* xsum,

@@ -71,15 +71,18 @@ float dense_dot(const MatrixWeight& w, const uint8_t* row, const float* x) {
   return hsum8(a);
 }
 
-// Affine: per group D = fma(x_c, q_c, D) from zero, A = fma(s_g, D, A); B = fma(b_h, X_h, B) over groups in
-// chunks of 8 (zero-padded); y = hsum8(A + B).
+// Affine: per group D = fma(x_c, q_c, D) from zero (chunk lanes as lane_column says), A = fma(s_g, D, A); B =
+// fma(b_h, X_h, B) over groups in chunks of 8 (zero-padded); y = hsum8(A + B).
 float affine_dot(const MatrixWeight& w, int64_t o, const uint8_t* row, const float* x, const float* xsum) {
   const int64_t ngroups = w.cols / w.group;
   float a[kLanes] = {};
   for (int64_t g = 0; g < ngroups; ++g) {
     float d[kLanes] = {};
-    for (int64_t i0 = g * w.group; i0 < (g + 1) * w.group; i0 += kLanes)
-      for (int l = 0; l < kLanes; ++l) d[l] = std::fma(x[i0 + l], code_at(row, i0 + l, w.bits), d[l]);
+    for (int64_t c = g * w.group / kLanes; c < (g + 1) * w.group / kLanes; ++c)
+      for (int l = 0; l < kLanes; ++l) {
+        const int64_t i = lane_column(w.bits, c, l);
+        d[l] = std::fma(x[i], code_at(row, i, w.bits), d[l]);
+      }
     const float s = scale_at(w.scale_dtype, w.scales, o * ngroups + g);
     for (int l = 0; l < kLanes; ++l) a[l] = std::fma(s, d[l], a[l]);
   }
