@@ -26,17 +26,6 @@ void validate_matmul(const MatrixWeight& w, int64_t n_rows, int64_t ldx, int64_t
     fail("matmul: '{}' has unsupported scale dtype {}", w.name, dtype_name(w.scale_dtype));
 }
 
-void permute_rows(const MatrixWeight& w, const float* x, int64_t n_rows, int64_t ldx, float* out) {
-  const int k = 8 / w.bits;  // chunks per 8-byte span
-  for (int64_t r = 0; r < n_rows; ++r) {
-    const float* xr = x + r * ldx;
-    float* o = out + r * w.cols;
-    for (int64_t e0 = 0; e0 < w.cols; e0 += kLanes * k)
-      for (int t = 0; t < k; ++t)
-        for (int l = 0; l < kLanes; ++l) o[e0 + t * kLanes + l] = xr[e0 + k * l + t];
-  }
-}
-
 void group_sums(const MatrixWeight& w, const float* x, int64_t n_rows, int64_t ldx, float* xsum,
                 int64_t ldxs) {
   const int64_t ngroups = w.cols / w.group;
@@ -61,11 +50,13 @@ namespace {
 cpu::MatmulRows prepare_rows(const MatrixWeight& w, const float* x, int64_t n_rows, int64_t ldx,
                              std::vector<float>& xsum, std::vector<float>& xperm, bool permute) {
   cpu::MatmulRows in{x, ldx, n_rows, nullptr, 0};
+#if DS_CPU_AVX2
   if (permute && cpu::permuted_lanes(w)) {
     xperm.resize(static_cast<size_t>(n_rows * w.cols));
     cpu::permute_rows(w, x, n_rows, ldx, xperm.data());
     in.x = xperm.data(), in.ldx = w.cols;
   }
+#endif
   if (w.encoding == MatrixEncoding::Affine) {
     in.ldxs = cpu::padded_groups(w.cols / w.group);
     xsum.resize(static_cast<size_t>(n_rows * in.ldxs));

@@ -263,6 +263,27 @@ void affine_outputs(const MatrixWeight& w, const MatmulRows& in, float* y, int64
 
 }  // namespace
 
+void permute_rows(const MatrixWeight& w, const float* x, int64_t n_rows, int64_t ldx, float* out) {
+  for (int64_t r = 0; r < n_rows; ++r) {
+    const float* xr = x + r * ldx;
+    float* o = out + r * w.cols;
+    if (w.bits == 4) {
+      // Spans of 16: the even columns, then the odd ones.
+      for (int64_t e0 = 0; e0 < w.cols; e0 += 16) {
+        const __m256 a = _mm256_loadu_ps(xr + e0), b = _mm256_loadu_ps(xr + e0 + 8);
+        const __m256 even = _mm256_shuffle_ps(a, b, _MM_SHUFFLE(2, 0, 2, 0));
+        const __m256 odd = _mm256_shuffle_ps(a, b, _MM_SHUFFLE(3, 1, 3, 1));
+        _mm256_storeu_ps(o + e0, _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(even), 0xD8)));
+        _mm256_storeu_ps(o + e0 + 8, _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(odd), 0xD8)));
+      }
+    } else {
+      for (int64_t e0 = 0; e0 < w.cols; e0 += 32)
+        for (int t = 0; t < 4; ++t)
+          for (int l = 0; l < kLanes; ++l) o[e0 + t * kLanes + l] = xr[e0 + 4 * l + t];
+    }
+  }
+}
+
 void affine_outputs_avx2(const MatrixWeight& w, const MatmulRows& in, float* y, int64_t ldy, int64_t o0,
                          int64_t o1) {
   switch (w.bits) {

@@ -54,9 +54,6 @@ inline float hsum8(const float* a) {
 // Throws naming the tensor when the weight cannot be multiplied (bad encoding parameters or strides).
 void validate_matmul(const MatrixWeight& w, int64_t n_rows, int64_t ldx, int64_t ldy);
 
-// Copies rows into the weight's permuted lane order: out[r][8c + l] = x[r][lane_column(bits, c, l)].
-void permute_rows(const MatrixWeight& w, const float* x, int64_t n_rows, int64_t ldx, float* out);
-
 // Group sums of each row (lane-wise adds over the group's chunks, then hsum8), zero-padded to ldxs.
 void group_sums(const MatrixWeight& w, const float* x, int64_t n_rows, int64_t ldx, float* xsum,
                 int64_t ldxs);
@@ -69,6 +66,8 @@ void dense_outputs_avx2(const MatrixWeight& w, const MatmulRows& in, float* y, i
                         int64_t o1);
 void affine_outputs_avx2(const MatrixWeight& w, const MatmulRows& in, float* y, int64_t ldy, int64_t o0,
                          int64_t o1);
+// Copies rows into the weight's permuted lane order: out[r][8c + l] = x[r][lane_column(bits, c, l)].
+void permute_rows(const MatrixWeight& w, const float* x, int64_t n_rows, int64_t ldx, float* out);
 // Row `row` dequantized with the reference's arithmetic (s * q then + b), vectorized.
 void dequantize_row_avx2(const MatrixWeight& w, int64_t row, float* out);
 #endif
