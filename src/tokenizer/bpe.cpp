@@ -10,7 +10,6 @@ namespace ds {
 namespace {
 
 constexpr uint32_t kNoRank = UINT32_MAX;
-constexpr size_t kSmallWord = 48;       // below this the quadratic scan beats the heap
 constexpr size_t kCacheWords = 65536;   // per model and thread; cleared when full
 constexpr size_t kCacheMaxBytes = 256;  // HF caches only words shorter than this too
 
@@ -33,6 +32,16 @@ struct WordCache {
   uint64_t uid = 0;
   std::unordered_map<std::string, std::vector<int32_t>, StringHash, std::equal_to<>> words;
 };
+
+// Scratch for merge_small, reused per thread.
+std::vector<uint32_t>& small_ranks() {
+  thread_local std::vector<uint32_t> v;
+  return v;
+}
+std::vector<int32_t>& small_merged() {
+  thread_local std::vector<int32_t> v;
+  return v;
+}
 
 WordCache& cache_for(uint64_t uid) {
   thread_local std::vector<WordCache> caches(4);
@@ -67,7 +76,8 @@ const BpeModel::Merge* BpeModel::MergeTable::find(uint64_t key) const {
   }
 }
 
-BpeModel::BpeModel(const BpeSpec& spec) : ignore_merges_(spec.ignore_merges), uid_(next_uid++) {
+BpeModel::BpeModel(const BpeSpec& spec, size_t small_word)
+    : ignore_merges_(spec.ignore_merges), small_word_(small_word), uid_(next_uid++) {
   vocab_.reserve(spec.vocab.size());
   for (const auto& [bytes, id] : spec.vocab) vocab_[bytes] = id;
   for (int b = 0; b < 256; ++b) byte_id_[b] = id_of(std::string(1, static_cast<char>(b)));
@@ -99,9 +109,11 @@ int32_t BpeModel::id_of(std::string_view bytes) const {
 
 void BpeModel::merge_small(std::vector<int32_t>& s) const {
   // ranks[i] and merged[i] describe the merge of s[i] with s[i + 1] (kNoRank when there is none).
-  uint32_t ranks[kSmallWord];
-  int32_t merged[kSmallWord];
   size_t n = s.size();
+  std::vector<uint32_t>& ranks = small_ranks();
+  std::vector<int32_t>& merged = small_merged();
+  ranks.resize(n);
+  merged.resize(n);
   auto update = [&](size_t i) {
     const Merge* m = merge_of(s[i], s[i + 1]);
     ranks[i] = m ? m->rank : kNoRank;
@@ -202,7 +214,7 @@ void BpeModel::encode_word(std::string_view word, std::vector<int32_t>& out) con
   for (char c : word) {
     if (int32_t id = byte_id_[static_cast<uint8_t>(c)]; id >= 0) symbols.push_back(id);
   }
-  if (symbols.size() <= kSmallWord) {
+  if (symbols.size() <= small_word_) {
     merge_small(symbols);
   } else {
     merge_large(symbols);

@@ -19,7 +19,9 @@ struct BpeSpec {
 class BpeModel {
  public:
   BpeModel() = default;
-  explicit BpeModel(const BpeSpec& spec);
+  // Words of up to small_word bytes merge by a quadratic scan, longer ones with a heap; both give HF's
+  // result.
+  explicit BpeModel(const BpeSpec& spec, size_t small_word = 48);
 
   // Appends the ids of one pre-tokenized word (raw bytes).
   void encode_word(std::string_view word, std::vector<int32_t>& out) const;
@@ -56,6 +58,7 @@ class BpeModel {
   int32_t byte_id_[256];
   MergeTable merges_;
   bool ignore_merges_ = false;
+  size_t small_word_ = 48;
   uint64_t uid_ = 0;  // tells this model's entries apart in the per-thread word cache
 };
 
