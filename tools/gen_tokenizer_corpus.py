@@ -5,7 +5,7 @@ Faker version (both are recorded in the file's header line).
 Parts: Python stdlib sources (code), Faker prose in many scripts (Latin, Cyrillic, Greek, CJK, Arabic,
 Hebrew, Armenian, Thai, Bengali, Devanagari, Hangul), and hand-made edge cases (special-token strings inside
 text, contractions, white space runs, long numbers, emoji with ZWJ, combining marks in NFD, letters new in
-Unicode 15/16, very long words, control characters, invalid UTF-8 bytes).
+Unicode 15/16, very long words, control characters, invalid UTF-8 bytes), and random code points.
 
 Format: one header line (JSON), then for each chunk a 4-byte little-endian length and the raw bytes.
 Run: python3 tools/gen_tokenizer_corpus.py --out corpus.bin
@@ -38,6 +38,12 @@ PROSE_LOCALES = [
 NAME_LOCALES = ["hi_IN", "ne_NP", "ko_KR", "ka_GE", "ta_IN", "ja_JP", "ru_RU", "el_GR", "ar_AA"]
 PROSE_BYTES = 1_350_000
 EDGE_BYTES = 320_000
+FUZZ_BYTES = 200_000
+# Code point ranges for the random-text part: marks (old and new), Hangul jamo, CJK, the astral planes.
+FUZZ_RANGES = [(0x0, 0x7F), (0x80, 0x36F), (0x300, 0x36F), (0x1AB0, 0x1AFF), (0x1DC0, 0x1DFF), (0x20D0, 0x20FF),
+               (0x590, 0x8FF), (0x900, 0xDFF), (0x1100, 0x11FF), (0xAC00, 0xD7A3), (0x2000, 0x2BFF), (0x3000, 0x30FF),
+               (0x3400, 0x9FFF), (0xF900, 0xFFFF), (0x10000, 0x1FFFF), (0x20000, 0x323AF), (0xE0000, 0xE01EF),
+               (0xF0000, 0x10FFFF)]
 
 SPECIALS = ["<|im_start|>", "<|im_end|>", "<|endoftext|>", "<think>", "</think>", "<tool_call>", "</tool_call>",
             "<|vision_start|>", "<|image_pad|>", "<|fim_prefix|>", "<tts_pad>", "<|audio_start|>"]
@@ -154,12 +160,34 @@ def edge_chunks(rng):
     return chunks
 
 
+def fuzz_chunks(rng):
+    # Random code points, white space and token strings: what no prose reaches (new marks, NFC corner cases).
+    chunks, total = [], 0
+    while total < FUZZ_BYTES:
+        parts = []
+        for _ in range(rng.randint(1, 30)):
+            r = rng.random()
+            if r < 0.2:
+                parts.append(rng.choice(SPACES) * rng.choice([1, 1, 2, 5]))
+            elif r < 0.3:
+                parts.append(rng.choice(SPECIALS + FLAG_TOKENS + CONTRACTIONS))
+            else:
+                lo, hi = rng.choice(FUZZ_RANGES)
+                cp = rng.randint(lo, hi)
+                if not 0xD800 <= cp <= 0xDFFF:
+                    parts.append(chr(cp))
+        chunk = "".join(parts).encode()
+        chunks.append(chunk)
+        total += len(chunk)
+    return chunks
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
     rng = random.Random(SEED)
-    chunks = code_chunks(rng) + prose_chunks(rng) + edge_chunks(rng)
+    chunks = code_chunks(rng) + prose_chunks(rng) + edge_chunks(rng) + fuzz_chunks(rng)
     random.Random(SEED + 1).shuffle(chunks)
     header = {"format": "ds-tokenizer-corpus-1", "python": sys.version.split()[0], "faker": faker.VERSION,
               "seed": SEED, "chunks": len(chunks), "bytes": sum(map(len, chunks))}

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "tokenizer/unicode_classes.h"
 #include "tokenizer/utf8.h"
 
 namespace ds {
@@ -58,8 +59,10 @@ bool nfc_quick_check(std::string_view text) {
   return true;
 }
 
-std::string nfc(std::string_view text) {
-  if (nfc_quick_check(text)) return std::string(text);
+namespace {
+
+std::string utf8proc_nfc(std::string_view text) {
+  if (text.empty()) return {};
   utf8proc_uint8_t* out = nullptr;
   utf8proc_ssize_t n = utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(text.data()),
                                     static_cast<utf8proc_ssize_t>(text.size()), &out,
@@ -67,6 +70,27 @@ std::string nfc(std::string_view text) {
   if (n < 0) fail("NFC normalization of a {}-byte text failed: {}", text.size(), utf8proc_errmsg(n));
   std::unique_ptr<utf8proc_uint8_t, decltype(&std::free)> owned(out, &std::free);
   return std::string(reinterpret_cast<const char*>(out), static_cast<size_t>(n));
+}
+
+}  // namespace
+
+std::string nfc(std::string_view text) {
+  if (nfc_quick_check(text)) return std::string(text);
+  // HF's tables predate some marks and composites; to HF they are plain starters that block reordering and
+  // composition, so the text is normalized piecewise between them and they are kept as they are.
+  std::string out;
+  size_t piece = 0;
+  for (size_t i = 0; i < text.size();) {
+    size_t at = i;
+    char32_t cp = utf8::next(text, i);
+    if (cp >= 0x300 && unicode::contains(unicode::CodepointClass::nfc_inert, cp)) {
+      out += utf8proc_nfc(text.substr(piece, at - piece));
+      out.append(text.substr(at, i - at));
+      piece = i;
+    }
+  }
+  out += utf8proc_nfc(text.substr(piece));
+  return out;
 }
 
 }  // namespace ds

@@ -1,5 +1,6 @@
 #pragma once
-// Unicode NFC (HF's "NFC" normalizer) on utf8proc, skipping the library call for text that NFC cannot change.
+// Unicode NFC as HF's "NFC" normalizer does it: utf8proc, skipped for text NFC cannot change, and cut at the
+// code points HF's older tables do not know (unicode_classes' nfc_inert).
 #include <string>
 #include <string_view>
 

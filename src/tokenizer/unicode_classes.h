@@ -11,12 +11,13 @@ struct CodepointRange {
 };
 
 enum class CodepointClass {
-  letter,      // Oniguruma \p{L}
-  number,      // Oniguruma \p{N}
-  mark,        // Oniguruma \p{M}
-  space,       // Oniguruma \s
-  word,        // Rust regex \w (added tokens' single_word)
-  strip_space  // Rust regex \s (added tokens' lstrip/rstrip)
+  letter,       // Oniguruma \p{L}
+  number,       // Oniguruma \p{N}
+  mark,         // Oniguruma \p{M}
+  space,        // Oniguruma \s
+  word,         // Rust regex \w (added tokens' single_word)
+  strip_space,  // Rust regex \s (added tokens' lstrip/rstrip)
+  nfc_inert     // left alone by HF's NFC (older Unicode tables) though utf8proc would change them
 };
 
 // Sorted, disjoint ranges.

@@ -90,6 +90,12 @@ TEST(Nfc, ComposesLikeHf) {
   EXPECT_EQ(nfc("\xcd\x84"), "\xcc\x88\xcc\x81");               // U+0344 decomposes for good
   EXPECT_EQ(nfc("\xef\xac\x81"), "\xef\xac\x81");               // U+FB01 is only a compatibility mapping
   EXPECT_EQ(nfc("\xef\xa4\x80"), "\xe8\xb1\x88");               // U+F900 -> U+8C48
+  // Marks and composites newer than HF's tables stay as they are, and cut the text around them.
+  EXPECT_EQ(nfc("a\xe0\xa2\x99\xcc\xb4"), "a\xe0\xa2\x99\xcc\xb4");  // U+0899 then a ccc-1 mark: no reorder
+  EXPECT_EQ(nfc("\xf0\x91\xa4\xb5\xf0\x91\xa4\xb0"), "\xf0\x91\xa4\xb5\xf0\x91\xa4\xb0");  // no U+11938
+  EXPECT_EQ(nfc("e\xcc\x81\xe0\xa2\x99"
+                "e\xcc\x81"),
+            "\xc3\xa9\xe0\xa2\x99\xc3\xa9");
   EXPECT_TRUE(nfc_quick_check("plain ASCII, caf\xc3\xa9, \xe6\x9d\xb1\xe4\xba\xac"));
   EXPECT_FALSE(nfc_quick_check("e\xcc\x81"));
 }
