@@ -5,13 +5,12 @@
 
 #include "core/error.h"
 #include "tokenizer/byte_level.h"
+#include "tokenizer/word_cache.h"
 
 namespace ds {
 namespace {
 
 constexpr uint32_t kNoRank = UINT32_MAX;
-constexpr size_t kCacheWords = 65536;   // per model and thread; cleared when full
-constexpr size_t kCacheMaxBytes = 256;  // HF caches only words shorter than this too
 
 uint64_t mix(uint64_t k) {
   k ^= k >> 33;
@@ -21,17 +20,6 @@ uint64_t mix(uint64_t k) {
 }
 
 std::atomic<uint64_t> next_uid{1};
-
-struct StringHash {
-  using is_transparent = void;
-  size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
-};
-
-// Per-thread caches for the few models a thread uses, keyed by model uid.
-struct WordCache {
-  uint64_t uid = 0;
-  std::unordered_map<std::string, std::vector<int32_t>, StringHash, std::equal_to<>> words;
-};
 
 // Scratch for merge_small, reused per thread.
 std::vector<uint32_t>& small_ranks() {
@@ -43,36 +31,22 @@ std::vector<int32_t>& small_merged() {
   return v;
 }
 
-WordCache& cache_for(uint64_t uid) {
-  thread_local std::vector<WordCache> caches(4);
-  thread_local size_t victim = 0;
-  for (auto& c : caches) {
-    if (c.uid == uid) return c;
-  }
-  WordCache& c = caches[victim];
-  victim = (victim + 1) % caches.size();
-  c.uid = uid;
-  c.words.clear();
-  return c;
-}
-
 }  // namespace
 
 void BpeModel::MergeTable::insert(uint64_t key, Merge value) {
   for (uint64_t slot = mix(key) & mask;; slot = (slot + 1) & mask) {
-    if (keys[slot] == UINT64_MAX || keys[slot] == key) {
-      keys[slot] = key;
-      values[slot] = value;  // a repeated pair keeps its last rank, as HF's map does
+    if (slots[slot].key == UINT64_MAX || slots[slot].key == key) {
+      slots[slot] = {key, value};  // a repeated pair keeps its last rank, as HF's map does
       return;
     }
   }
 }
 
 const BpeModel::Merge* BpeModel::MergeTable::find(uint64_t key) const {
-  if (keys.empty()) return nullptr;
+  if (slots.empty()) return nullptr;
   for (uint64_t slot = mix(key) & mask;; slot = (slot + 1) & mask) {
-    if (keys[slot] == key) return &values[slot];
-    if (keys[slot] == UINT64_MAX) return nullptr;
+    if (slots[slot].key == key) return &slots[slot].value;
+    if (slots[slot].key == UINT64_MAX) return nullptr;
   }
 }
 
@@ -84,8 +58,7 @@ BpeModel::BpeModel(const BpeSpec& spec, size_t small_word)
 
   size_t capacity = 16;
   while (capacity < spec.merges.size() * 2 + 1) capacity *= 2;
-  merges_.keys.assign(capacity, UINT64_MAX);
-  merges_.values.resize(capacity);
+  merges_.slots.assign(capacity, MergeTable::Slot{});
   merges_.mask = capacity - 1;
   std::string joined;
   for (size_t rank = 0; rank < spec.merges.size(); ++rank) {
@@ -199,12 +172,13 @@ void BpeModel::encode_word(std::string_view word, std::vector<int32_t>& out) con
       return;
     }
   }
-  bool cacheable = word.size() < kCacheMaxBytes;
-  WordCache* cache = cacheable ? &cache_for(uid_) : nullptr;
+  bool cacheable = word.size() <= WordCache::kMaxWordBytes;
+  WordCache* cache = cacheable ? &word_cache_for(uid_) : nullptr;
+  uint64_t hash = cacheable ? WordCache::hash(word) : 0;
   if (cache) {
-    auto it = cache->words.find(word);
-    if (it != cache->words.end()) {
-      out.insert(out.end(), it->second.begin(), it->second.end());
+    size_t count = 0;
+    if (const int32_t* ids = cache->find(word, hash, count)) {
+      out.insert(out.end(), ids, ids + count);
       return;
     }
   }
@@ -220,10 +194,7 @@ void BpeModel::encode_word(std::string_view word, std::vector<int32_t>& out) con
     merge_large(symbols);
   }
   out.insert(out.end(), symbols.begin(), symbols.end());
-  if (cache) {
-    if (cache->words.size() >= kCacheWords) cache->words.clear();
-    cache->words.emplace(std::string(word), std::move(symbols));
-  }
+  if (cache) cache->insert(word, hash, symbols);
 }
 
 }  // namespace ds

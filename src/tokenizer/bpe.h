@@ -34,10 +34,14 @@ class BpeModel {
     uint32_t rank;
     int32_t id;
   };
-  // Open addressing over (left id, right id) keys; ~2x the merge count.
+  // Open addressing over (left id, right id) keys, ~2x the merge count; key and value share a slot so that a
+  // lookup touches one cache line.
   struct MergeTable {
-    std::vector<uint64_t> keys;
-    std::vector<Merge> values;
+    struct Slot {
+      uint64_t key = UINT64_MAX;
+      Merge value{};
+    };
+    std::vector<Slot> slots;
     uint64_t mask = 0;
     void insert(uint64_t key, Merge value);
     const Merge* find(uint64_t key) const;

@@ -6,8 +6,8 @@
 
 namespace ds {
 
-// True when NFC(text) == text is certain from a per-code-point check (no decomposition, no nonzero combining
-// class, nothing that composes with a preceding character). Text must be valid UTF-8.
+// True when NFC(text) == text is certain from UAX #15's quick check (every code point NFC_QC=Yes, combining
+// classes in order). Text must be valid UTF-8.
 bool nfc_quick_check(std::string_view text);
 
 // NFC of valid UTF-8 text.
