@@ -56,7 +56,7 @@ struct Reader {
   std::vector<int32_t> ids() {
     uint32_t n = u32();
     std::vector<int32_t> v(n);
-    std::memcpy(v.data(), data.data() + pos, n * 4);
+    if (n > 0) std::memcpy(v.data(), data.data() + pos, n * 4);
     pos += n * 4;
     return v;
   }
