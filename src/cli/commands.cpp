@@ -2,6 +2,8 @@
 
 namespace ds::cli {
 
-void register_commands(CLI::App& app) { register_model_commands(app); }
+void register_commands(CLI::App& app) {
+  register_model_commands(app);
+}
 
 }  // namespace ds::cli

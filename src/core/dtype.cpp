@@ -6,38 +6,64 @@ namespace ds {
 
 size_t dtype_size(DType t) {
   switch (t) {
-    case DType::F64: case DType::I64: case DType::U64: return 8;
-    case DType::F32: case DType::I32: case DType::U32: return 4;
-    case DType::F16: case DType::BF16: case DType::I16: case DType::U16: return 2;
-    case DType::I8: case DType::U8: case DType::Bool: return 1;
+    case DType::F64:
+    case DType::I64:
+    case DType::U64:
+      return 8;
+    case DType::F32:
+    case DType::I32:
+    case DType::U32:
+      return 4;
+    case DType::F16:
+    case DType::BF16:
+    case DType::I16:
+    case DType::U16:
+      return 2;
+    case DType::I8:
+    case DType::U8:
+    case DType::Bool:
+      return 1;
   }
   return 0;
 }
 
 std::string_view dtype_name(DType t) {
   switch (t) {
-    case DType::F64: return "F64";
-    case DType::F32: return "F32";
-    case DType::F16: return "F16";
-    case DType::BF16: return "BF16";
-    case DType::I64: return "I64";
-    case DType::I32: return "I32";
-    case DType::I16: return "I16";
-    case DType::I8: return "I8";
-    case DType::U64: return "U64";
-    case DType::U32: return "U32";
-    case DType::U16: return "U16";
-    case DType::U8: return "U8";
-    case DType::Bool: return "BOOL";
+    case DType::F64:
+      return "F64";
+    case DType::F32:
+      return "F32";
+    case DType::F16:
+      return "F16";
+    case DType::BF16:
+      return "BF16";
+    case DType::I64:
+      return "I64";
+    case DType::I32:
+      return "I32";
+    case DType::I16:
+      return "I16";
+    case DType::I8:
+      return "I8";
+    case DType::U64:
+      return "U64";
+    case DType::U32:
+      return "U32";
+    case DType::U16:
+      return "U16";
+    case DType::U8:
+      return "U8";
+    case DType::Bool:
+      return "BOOL";
   }
   return "?";
 }
 
 DType dtype_from_safetensors(std::string_view name) {
   static const std::pair<std::string_view, DType> table[] = {
-      {"F64", DType::F64}, {"F32", DType::F32}, {"F16", DType::F16}, {"BF16", DType::BF16},
-      {"I64", DType::I64}, {"I32", DType::I32}, {"I16", DType::I16}, {"I8", DType::I8},
-      {"U64", DType::U64}, {"U32", DType::U32}, {"U16", DType::U16}, {"U8", DType::U8},
+      {"F64", DType::F64},  {"F32", DType::F32}, {"F16", DType::F16}, {"BF16", DType::BF16},
+      {"I64", DType::I64},  {"I32", DType::I32}, {"I16", DType::I16}, {"I8", DType::I8},
+      {"U64", DType::U64},  {"U32", DType::U32}, {"U16", DType::U16}, {"U8", DType::U8},
       {"BOOL", DType::Bool}};
   for (const auto& [n, t] : table)
     if (n == name) return t;

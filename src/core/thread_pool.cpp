@@ -1,14 +1,18 @@
 #include "core/thread_pool.h"
 
 #include <algorithm>
-#include <atomic>
 #include <memory>
 
 namespace ds {
 
 namespace {
-std::atomic<int> g_default_threads{0};
+std::unique_ptr<ThreadPool>& global_pool() {
+  static std::unique_ptr<ThreadPool> pool;
+  return pool;
 }
+// Set inside pool work: a nested parallel_for runs inline instead of re-entering the pool.
+thread_local bool t_inside_pool = false;
+}  // namespace
 
 ThreadPool::ThreadPool(int threads) {
   for (int i = 1; i < std::max(1, threads); ++i) workers_.emplace_back([this, i] { worker_loop(i); });
@@ -27,11 +31,15 @@ void ThreadPool::parallel_for(int64_t n, int64_t grain, const std::function<void
   if (n <= 0) return;
   grain = std::max<int64_t>(1, grain);
   int64_t pieces = std::min<int64_t>((n + grain - 1) / grain, static_cast<int64_t>(size()) * 4);
-  if (pieces <= 1 || workers_.empty()) {
+  if (pieces <= 1 || workers_.empty() || t_inside_pool) {
     fn(0, n);
     return;
   }
-  auto run_piece = [&](int64_t p) { fn(n * p / pieces, n * (p + 1) / pieces); };
+  auto run_piece = [&](int64_t p) {
+    t_inside_pool = true;
+    fn(n * p / pieces, n * (p + 1) / pieces);
+    t_inside_pool = false;
+  };
   std::unique_lock<std::mutex> lock(mutex_);
   job_ = &fn;
   job_n_ = n;
@@ -63,7 +71,9 @@ void ThreadPool::worker_loop(int) {
       const auto* fn = job_;
       int64_t n = job_n_, pieces = job_pieces_;
       lock.unlock();
+      t_inside_pool = true;
       (*fn)(n * p / pieces, n * (p + 1) / pieces);
+      t_inside_pool = false;
       lock.lock();
       if (++pieces_done_ == job_pieces_) done_cv_.notify_all();
     }
@@ -71,14 +81,14 @@ void ThreadPool::worker_loop(int) {
 }
 
 ThreadPool& ThreadPool::global() {
-  static std::unique_ptr<ThreadPool> pool = [] {
-    int n = g_default_threads.load();
-    if (n <= 0) n = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-    return std::make_unique<ThreadPool>(n);
-  }();
+  auto& pool = global_pool();
+  if (!pool)
+    pool = std::make_unique<ThreadPool>(static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
   return *pool;
 }
 
-void ThreadPool::set_default_threads(int threads) { g_default_threads.store(threads); }
+void ThreadPool::set_global_threads(int threads) {
+  global_pool() = std::make_unique<ThreadPool>(threads);
+}
 
 }  // namespace ds

@@ -21,9 +21,10 @@ class ThreadPool {
   // Calls fn(begin, end) over [0, n) in contiguous pieces of at least `grain` items; blocks until done.
   void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn);
 
-  // The process-wide pool used by the CPU backend (threads from set_default_threads, else hardware).
+  // The process-wide pool used by the CPU backend (hardware threads unless set).
   static ThreadPool& global();
-  static void set_default_threads(int threads);
+  // Replaces the process-wide pool; call only while no work is running on it (start-up, tests).
+  static void set_global_threads(int threads);
 
  private:
   void worker_loop(int index);

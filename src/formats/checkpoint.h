@@ -6,12 +6,12 @@
 // "layers.3.linear_attn.in_proj_qkv" or "embed_tokens"; "lm_head" is the output head.
 #include <filesystem>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
+#include "formats/affine_quantization.h"
 #include "formats/matrix_weight.h"
 #include "formats/safetensors.h"
 
@@ -32,8 +32,8 @@ class Checkpoint {
 
   // True when the module's weight exists (quantized or not).
   bool has(const std::string& module) const;
-  // The module's `.weight` as a matrix (2-D; a 3-D stacked tensor is an error here), affine when the module has
-  // `.scales`/`.biases`, with bits/group from config `quantization` (per-module override, else global);
+  // The module's `.weight` as a matrix (2-D; a 3-D stacked tensor is an error here), affine when the module
+  // has `.scales`/`.biases`, with bits/group from config `quantization` (per-module override, else global);
   // throws naming the tensor when missing or when shapes disagree with the quantization.
   MatrixWeight matrix(const std::string& module) const;
   // Expert `expert` of layer `layer`'s MoE, proj one of "gate_proj", "up_proj", "down_proj": per-expert HF
@@ -41,7 +41,8 @@ class Checkpoint {
   // `mlp.experts.gate_up_proj` [E, 2I, H] / `mlp.experts.down_proj` [E, H, I].
   MatrixWeight expert_matrix(int layer, int expert, const std::string& proj) const;
   // Any tensor (`module.weight`, or a full tensor name when `module` names a non-weight tensor such as
-  // "layers.0.linear_attn.A_log") as f32 values in row-major order, dequantized when affine.
+  // "layers.0.linear_attn.A_log") as f32 values in row-major order, dequantized when affine. Depthwise conv
+  // weights are [C, 1, K] in HF and [C, K, 1] in MLX; both flatten to c*K + k, so callers need not care.
   std::vector<float> floats(const std::string& name) const;
   // A centred RMSNorm weight as the multiplier it applies: 1 + w, whether stored around 0 or as 1 + w.
   std::vector<float> centred_norm(const std::string& module) const;
@@ -61,6 +62,18 @@ class Checkpoint {
   CheckpointLayout layout_ = CheckpointLayout::HF;
   std::vector<std::string> prefixes_;  // tried in order when resolving a logical name
   bool norms_shifted_ = false;
+  AffineQuantization quant_;
+
+  // The stored name of `name` as given, else of `name.weight`; throws naming `name` when neither exists.
+  std::string find_tensor(const std::string& name) const;
+  // The stored `.weight` of a module; "lm_head" falls back to "embed_tokens" when tie_word_embeddings is set.
+  std::optional<std::string> resolve_weight(const std::string& module) const;
+  // A stored weight as a matrix, leading dimensions folded into rows ([E, out, in] -> [E*out, in]).
+  MatrixWeight view(const std::string& stored, const std::string& logical_module) const;
+  // The stored name with its layout prefix removed (the logical name), for override lookups.
+  std::string logical_of(const std::string& stored) const;
+  std::vector<float> stored_floats(const std::string& stored) const;
+  bool detect_shifted_norms() const;
 };
 
 }  // namespace ds

@@ -25,7 +25,7 @@ TEST(DType, F16RoundTripIsExactForF16Values) {
 }
 
 TEST(DType, Bf16RoundsToNearestEven) {
-  EXPECT_EQ(f32_to_bf16(1.0f + 1.0f / 256.0f), f32_to_bf16(1.0f));           // tie -> even
+  EXPECT_EQ(f32_to_bf16(1.0f + 1.0f / 256.0f), f32_to_bf16(1.0f));  // tie -> even
   EXPECT_EQ(bf16_to_f32(f32_to_bf16(1.0f + 3.0f / 256.0f)), 1.0f + 4.0f / 256.0f);
   EXPECT_EQ(f16_to_f32(f32_to_f16(65504.0f)), 65504.0f);
 }

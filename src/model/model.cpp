@@ -1,0 +1,110 @@
+#include "model/model.h"
+
+#include "backend/cpu/matmul.h"
+#include "core/error.h"
+#include "model/layers/attention.h"
+#include "model/layers/deltanet.h"
+#include "model/layers/hyper_connection.h"
+#include "model/layers/moe.h"
+#include "model/layers/ple.h"
+#include "model/layers/row_math.h"
+
+namespace ds {
+
+Model::Model(const std::filesystem::path& dir)
+    : ckpt_(std::make_unique<Checkpoint>(dir)),
+      cfg_(ModelConfig::from_json(ckpt_->config())),
+      w_(bind_weights(*ckpt_, cfg_)),
+      rope_(std::make_unique<Rope>(cfg_.rotary_dim, cfg_.rope_theta)) {}
+
+void Model::mixer(int l, const float* x, const Batch& b, float* y) const {
+  if (cfg_.layer_kinds[l] == LayerKind::LinearAttention)
+    deltanet_forward(cfg_, w_.layers[l].deltanet, l, x, b, y);
+  else
+    attention_forward(cfg_, w_.layers[l].attention, *rope_, l, x, b, y);
+}
+
+// qwen4_exp: PLE (on listed layers), then hyper-connection around the mixer, then around the MoE.
+void Model::layer_qwen4exp(int l, const Batch& b, float* H) const {
+  const LayerWeights& lw = w_.layers[l];
+  const int64_t n = b.rows, D = cfg_.hidden;
+  if (lw.has_ple) ple_forward(cfg_, lw.ple, l, b, H);
+  std::vector<float> x(n * D), y(n * D), iota(n * cfg_.hc_count);
+  hc_mix(cfg_, lw.hc_attn, H, n, x.data(), iota.data());
+  mixer(l, x.data(), b, y.data());
+  hc_inject(cfg_, iota.data(), y.data(), n, H);
+  hc_mix(cfg_, lw.hc_mlp, H, n, x.data(), iota.data());
+  moe_forward(cfg_, lw.moe, x.data(), n, y.data());
+  hc_inject(cfg_, iota.data(), y.data(), n, H);
+}
+
+// qwen3_next / qwen3_5_moe: pre-norm residual blocks.
+void Model::layer_prenorm(int l, const Batch& b, float* h) const {
+  const LayerWeights& lw = w_.layers[l];
+  const int64_t n = b.rows, D = cfg_.hidden;
+  std::vector<float> x(n * D), y(n * D);
+  for (int64_t r = 0; r < n; ++r)
+    rowmath::rms_norm(h + r * D, lw.input_norm.data(), D, cfg_.rms_eps, x.data() + r * D);
+  mixer(l, x.data(), b, y.data());
+  for (int64_t i = 0; i < n * D; ++i) h[i] += y[i];
+  for (int64_t r = 0; r < n; ++r)
+    rowmath::rms_norm(h + r * D, lw.post_attention_norm.data(), D, cfg_.rms_eps, x.data() + r * D);
+  moe_forward(cfg_, lw.moe, x.data(), n, y.data());
+  for (int64_t i = 0; i < n * D; ++i) h[i] += y[i];
+}
+
+std::vector<float> Model::forward(std::span<const ForwardSegment> segments) const {
+  Batch batch;
+  std::vector<int32_t> tokens;
+  for (const auto& s : segments) {
+    if (s.tokens.empty()) fail("forward: a segment has no tokens");
+    for (int32_t t : s.tokens)
+      if (t < 0 || t >= cfg_.vocab_size) fail("token id {} is out of range [0, {})", t, cfg_.vocab_size);
+    batch.segments.push_back({s.state, s.tokens.data(), batch.rows, static_cast<int64_t>(s.tokens.size()),
+                              s.state->position, s.prompt});
+    batch.rows += static_cast<int64_t>(s.tokens.size());
+    tokens.insert(tokens.end(), s.tokens.begin(), s.tokens.end());
+  }
+  const int64_t n = batch.rows, D = cfg_.hidden, S = cfg_.hc_count;
+  std::vector<float> e(n * D);
+  cpu::gather_rows(w_.embed, tokens.data(), n, e.data());
+
+  std::vector<float> x(n * D);
+  if (cfg_.family == ModelFamily::Qwen4Exp) {
+    // The hidden state is S copies of the embedding.
+    std::vector<float> H(n * S * D);
+    for (int64_t r = 0; r < n; ++r)
+      for (int64_t s = 0; s < S; ++s)
+        std::copy(e.begin() + r * D, e.begin() + (r + 1) * D, H.begin() + (r * S + s) * D);
+    for (int l = 0; l < cfg_.layers; ++l) layer_qwen4exp(l, batch, H.data());
+    hc_mix(cfg_, w_.final_mixer, H.data(), n, x.data(), nullptr);
+  } else {
+    for (int l = 0; l < cfg_.layers; ++l) layer_prenorm(l, batch, e.data());
+    for (int64_t r = 0; r < n; ++r)
+      rowmath::rms_norm(e.data() + r * D, w_.final_norm.data(), D, cfg_.rms_eps, x.data() + r * D);
+  }
+
+  for (size_t i = 0; i < segments.size(); ++i) {
+    auto& seg = batch.segments[i];
+    if (!cfg_.ple_layer_ids.empty()) ple_advance_context(seg.state->ple_context, seg.tokens, seg.count);
+    seg.state->position += seg.count;
+  }
+
+  // lm_head on the rows that want logits.
+  std::vector<int64_t> want;
+  for (size_t i = 0; i < segments.size(); ++i) {
+    const auto& seg = batch.segments[i];
+    if (segments[i].all_logits)
+      for (int64_t t = 0; t < seg.count; ++t) want.push_back(seg.row0 + t);
+    else
+      want.push_back(seg.row0 + seg.count - 1);
+  }
+  std::vector<float> xs(want.size() * D);
+  for (size_t j = 0; j < want.size(); ++j)
+    std::copy(x.begin() + want[j] * D, x.begin() + (want[j] + 1) * D, xs.begin() + j * D);
+  std::vector<float> logits(want.size() * cfg_.vocab_size);
+  cpu::matmul(w_.lm_head, xs.data(), static_cast<int64_t>(want.size()), D, logits.data(), cfg_.vocab_size);
+  return logits;
+}
+
+}  // namespace ds

@@ -1,0 +1,37 @@
+#pragma once
+// Everything one stream carries between forward calls. A plain value: copying it snapshots the stream,
+// assigning a copy back restores it (the prompt cache and draft rollback build on this).
+#include <cstdint>
+#include <vector>
+
+#include "model/model_config.h"
+
+namespace ds {
+
+struct DeltaNetState {
+  std::vector<float> conv;   // last K-1 pre-conv rows, oldest first: [(K-1), conv_dim]
+  std::vector<float> state;  // per value head [dk, dv], f32
+};
+
+struct AttentionState {
+  std::vector<float> keys, values;  // [positions, n_kv * head_dim], keys normed and rotated
+  std::vector<float> index_keys;    // raw indexer keys [positions, idx_hd]
+  std::vector<float> index_blocks;  // pooled, normed, rotated block keys [complete blocks, idx_hd]
+};
+
+struct PleState {
+  std::vector<float> conv;  // last (K-1)*dilation normed gated rows: [(K-1)*dil, S*D], oldest first
+};
+
+struct StreamState {
+  int64_t position = 0;                 // tokens consumed so far
+  std::vector<int32_t> ple_context;     // the last ngram_size-1 tokens (EOS before the start), oldest first
+  std::vector<DeltaNetState> deltanet;  // per layer (empty for attention layers)
+  std::vector<AttentionState> attention;
+  std::vector<PleState> ple;
+
+  static StreamState fresh(const ModelConfig& cfg);
+  size_t bytes() const;  // memory held, for accounting
+};
+
+}  // namespace ds

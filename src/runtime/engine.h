@@ -1,0 +1,85 @@
+#pragma once
+// The runtime's public face: requests in, token events out. Many streams share each forward round; a reply
+// never depends on what else runs, on drafting, or on the prompt cache (../shared/design/exactness.md).
+// Contract between runtime/ (implements it) and server/ + cli/ (use it).
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "runtime/sampling_params.h"
+#include "runtime/token_logprobs.h"
+
+namespace ds {
+
+class Model;
+
+enum class FinishReason { None, Stop, Length, Cancelled, Error };
+
+struct GenerationRequest {
+  std::vector<int32_t> prompt;             // token ids (the server tokenizes and applies templates)
+  SamplingParams sampling;                 // seed already chosen (SamplingParams::seed)
+  int32_t max_tokens = 256;                // generated tokens at most
+  bool ignore_eos = false;
+  std::vector<int32_t> stop_token_ids;     // besides the model's EOS ids
+  int32_t top_logprobs = -1;               // -1: no logprobs; 0..20: chosen token's logprob plus this many alternatives
+  bool use_drafts = true;                  // "draft": false runs the plain decode path (same tokens)
+  bool use_prompt_cache = true;
+};
+
+// One event per generated token, then a final event (finished = true; token may be -1 when nothing new).
+struct TokenEvent {
+  int32_t token = -1;
+  std::optional<LogprobReport> logprobs;
+  bool finished = false;
+  FinishReason reason = FinishReason::None;
+  std::string error;                        // set when reason == Error
+  // Filled on the final event:
+  int64_t prompt_tokens = 0, completion_tokens = 0, cached_tokens = 0;
+  int64_t drafted_tokens = 0, accepted_tokens = 0;
+  double prefill_seconds = 0, decode_seconds = 0;
+};
+
+using TokenCallback = std::function<void(const TokenEvent&)>;  // called from the engine thread; must not block
+
+struct EngineOptions {
+  int parallel = 4;                  // streams decoded together
+  int64_t context = 0;               // max tokens per stream (prompt + reply); 0 = model's max positions
+  double prompt_cache_gib = 1.0;     // 0 disables the prompt cache
+  double memory_limit_gib = 0;       // 0 = no limit beyond the machine's
+  int64_t max_queue = 256;           // queued requests beyond this are refused (server answers 503)
+  bool drafts = true;                // --no-drafts turns them off for every request
+};
+
+struct EngineStats {
+  int64_t running = 0, queued = 0;
+  int64_t requests_total = 0, prompt_tokens_total = 0, completion_tokens_total = 0;
+  int64_t cache_hits = 0, cached_tokens_total = 0, drafted_total = 0, accepted_total = 0;
+  int64_t prompt_cache_bytes = 0, state_bytes = 0;
+};
+
+class Engine {
+ public:
+  Engine(const Model& model, const EngineOptions& options);
+  ~Engine();  // cancels everything and joins the engine thread
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // Thread-safe. Validates (prompt length vs context, token ids, params) and throws ds::Error naming the problem
+  // before anything is queued; returns the request id. Refuses with ds::Error starting "queue full" when the
+  // queue is at max_queue (the server maps that to 503 + Retry-After).
+  uint64_t submit(GenerationRequest request, TokenCallback on_event);
+  // Thread-safe; the request ends at the next round with FinishReason::Cancelled and frees its slot.
+  void cancel(uint64_t id);
+  EngineStats stats() const;
+  const EngineOptions& options() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace ds
