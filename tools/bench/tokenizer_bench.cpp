@@ -1,5 +1,6 @@
 // Encode speed of the C++ tokenizer on the parity corpus, one thread: best of N passes over all chunks, each
-// chunk one encode() call (as tools/tokenizer_reference.py bench times HF).
+// chunk one encode() call (as tools/tokenizer_reference.py bench times HF). A plain main, not Google Benchmark:
+// the corpus pass is the unit, and the output is a JSON line for docs/receipts/tokenizer-encode.md.
 // Usage: tokenizer_bench TOKENIZER_JSON CORPUS_BIN [PASSES] [ascii]   (ascii: only the chunks that are pure
 // ASCII)
 #include <fmt/format.h>
