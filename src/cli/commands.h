@@ -6,5 +6,6 @@ namespace ds::cli {
 
 void register_commands(CLI::App& app);
 void register_model_commands(CLI::App& app);  // logits, generate, info
+void register_run_command(CLI::App& app);     // run
 
 }  // namespace ds::cli

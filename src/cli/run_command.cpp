@@ -1,0 +1,133 @@
+// `deltaserve run MODEL_DIR -p "prompt" [--chat]`: tokenizes (through the checkpoint's chat template with
+// --chat), streams the reply as it decodes, and reports tokens/s.
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "cli/commands.h"
+#include "core/error.h"
+#include "core/thread_pool.h"
+#include "model/model.h"
+#include "runtime/keyed_sampler.h"
+#include "runtime/sampling_params.h"
+#include "tokenizer/chat_template.h"
+#include "tokenizer/tokenizer.h"
+
+namespace ds::cli {
+
+namespace {
+
+struct RunOptions {
+  std::string model, prompt, system;
+  bool chat = false, no_think = false, ignore_eos = false;
+  int max_tokens = 256, threads = 0;
+  SamplingParams sampling;
+  int64_t seed = -1;
+};
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+// The ids that end a reply: the config's EOS ids, the tokenizer's EOS, and ChatML's end of turn.
+std::vector<int32_t> stop_ids(const ModelConfig& cfg, const Tokenizer& tok) {
+  std::vector<int32_t> ids = cfg.eos_ids;
+  if (auto e = tok.eos_id()) ids.push_back(*e);
+  for (const char* t : {"<|im_end|>", "<|endoftext|>"})
+    if (int32_t id = tok.token_id(t); id >= 0) ids.push_back(id);
+  return ids;
+}
+
+void run(const RunOptions& o) {
+  if (o.threads > 0) ThreadPool::set_global_threads(o.threads);
+  const bool tty = isatty(STDERR_FILENO);
+  auto t_load = Clock::now();
+  if (tty) std::fprintf(stderr, "loading %s ...", o.model.c_str());
+  Model model(o.model);
+  Tokenizer tok = Tokenizer::load(o.model);
+  if (tty) std::fprintf(stderr, "\rloaded %s in %.2f s\n", o.model.c_str(), seconds_since(t_load));
+  const ModelConfig& cfg = model.config();
+
+  std::string text = o.prompt;
+  if (o.chat) {
+    nlohmann::ordered_json messages = nlohmann::ordered_json::array();
+    if (!o.system.empty()) messages.push_back({{"role", "system"}, {"content", o.system}});
+    messages.push_back({{"role", "user"}, {"content", o.prompt}});
+    nlohmann::ordered_json extra = {{"enable_thinking", !o.no_think}};
+    text = ChatTemplate::from_model_dir(o.model).apply(messages, nullptr, true, extra);
+  }
+  std::vector<int32_t> prompt = tok.encode(text);
+  if (prompt.empty()) fail("the prompt encodes to no tokens");
+  if (static_cast<int64_t>(prompt.size()) + o.max_tokens > cfg.max_positions)
+    fail("prompt of {} tokens + --max-tokens {} exceeds the model's {} positions", prompt.size(),
+         o.max_tokens, cfg.max_positions);
+
+  SamplingParams params = o.sampling;
+  params.seed = o.seed >= 0 ? static_cast<uint64_t>(o.seed) : random_seed();
+  params.validate();
+  std::vector<int32_t> stops = stop_ids(cfg, tok);
+  TokenCounts history;
+  history.add_prompt(prompt);
+  KeyedSampler sampler;
+  IncrementalDecoder decoder(tok, true);
+
+  StreamState st = model.new_state();
+  auto t_prefill = Clock::now();
+  ForwardSegment seg{&st, prompt, true, false};
+  std::vector<float> logits = model.forward({&seg, 1});
+  double prefill = seconds_since(t_prefill);
+  auto t_decode = Clock::now();
+  int generated = 0;
+  const int64_t V = cfg.vocab_size;
+  for (;;) {
+    int64_t position = static_cast<int64_t>(prompt.size()) + generated;
+    int32_t next = sampler.sample({logits.data(), static_cast<size_t>(V)}, params, position, history);
+    ++generated;
+    bool stop = std::find(stops.begin(), stops.end(), next) != stops.end();
+    if (stop && !o.ignore_eos) break;
+    std::fputs(decoder.push(next).c_str(), stdout);
+    std::fflush(stdout);
+    if (generated >= o.max_tokens) break;
+    history.add_generated(next);
+    ForwardSegment step{&st, {&next, 1}, false, false};
+    logits = model.forward({&step, 1});
+  }
+  std::fputs(decoder.flush().c_str(), stdout);
+  double decode = seconds_since(t_decode);
+  std::fprintf(stderr,
+               "\n[%zu prompt tokens in %.2f s (%.1f tok/s); %d tokens in %.2f s (%.1f tok/s); seed %llu]\n",
+               prompt.size(), prefill, prompt.size() / std::max(prefill, 1e-9), generated, decode,
+               generated / std::max(decode, 1e-9), static_cast<unsigned long long>(params.seed));
+}
+
+}  // namespace
+
+void register_run_command(CLI::App& app) {
+  auto o = std::make_shared<RunOptions>();
+  auto* cmd = app.add_subcommand("run", "stream a reply to a prompt");
+  cmd->add_option("model", o->model, "checkpoint directory (with tokenizer.json)")->required();
+  cmd->add_option("-p,--prompt", o->prompt, "the prompt text")->required();
+  cmd->add_flag("--chat", o->chat, "wrap the prompt as a user message with the checkpoint's chat template");
+  cmd->add_option("--system", o->system, "system message (with --chat)");
+  cmd->add_flag("--no-think", o->no_think, "chat_template_kwargs.enable_thinking = false");
+  cmd->add_option("-n,--max-tokens", o->max_tokens, "tokens to generate")->check(CLI::PositiveNumber);
+  cmd->add_option("--temperature", o->sampling.temperature, "0 = greedy")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--top-k", o->sampling.top_k, "0 = off");
+  cmd->add_option("--top-p", o->sampling.top_p, "1 = off");
+  cmd->add_option("--min-p", o->sampling.min_p, "0 = off");
+  cmd->add_option("--repetition-penalty", o->sampling.repetition_penalty);
+  cmd->add_option("--seed", o->seed, "sampling seed (random when absent; printed at the end)");
+  cmd->add_option("--threads", o->threads, "CPU threads (default: all cores)");
+  cmd->add_flag("--ignore-eos", o->ignore_eos, "do not stop at end-of-sequence tokens");
+  cmd->callback([o] { run(*o); });
+}
+
+}  // namespace ds::cli
