@@ -2,6 +2,8 @@
 // failing callback ends only its own request and the engine keeps serving.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "engine_test_support.h"
 #include "expect_error.h"
 
@@ -95,6 +97,35 @@ TEST_F(EngineAdmission, MemoryLimitRefusesWithAReason) {
   EngineOptions tiny;
   tiny.memory_limit_gib = 1e-6;
   EXPECT_NE(error_of([&] { Engine e(*model_, tiny); }).find("below the weights"), std::string::npos);
+}
+
+TEST_F(EngineAdmission, MemoryLimitDelaysASecondStream) {
+  EngineOptions o;
+  Engine probe(*model_, o);
+  const int64_t weights = probe.stats().weights_bytes;
+  // A 20 + 200-token stream reserves ~200 KB on this fixture: one fits the limit, two do not.
+  o.memory_limit_gib = (static_cast<double>(weights) + 300000.0) / (1024.0 * 1024.0 * 1024.0);
+  Engine engine(*model_, o);
+  std::mutex mu;
+  std::vector<std::pair<int, bool>> log;  // (request, finished) in event order
+  Collector a, b;
+  auto logged = [&](int which, Collector& c) {
+    return [&, which, cb = c.callback()](const TokenEvent& ev) {
+      {
+        std::lock_guard lock(mu);
+        log.emplace_back(which, ev.finished);
+      }
+      cb(ev);
+    };
+  };
+  engine.submit(request(20, 200), logged(0, a));
+  engine.submit(request(20, 200), logged(1, b));
+  EXPECT_EQ(a.wait().tokens, b.wait().tokens);
+  std::lock_guard lock(mu);
+  auto first_b = std::find_if(log.begin(), log.end(), [](const auto& e) { return e.first == 1; });
+  ASSERT_NE(first_b, log.end());
+  EXPECT_TRUE(std::none_of(first_b, log.end(), [](const auto& e) { return e.first == 0; }))
+      << "the second stream started before the first freed its memory";
 }
 
 TEST_F(EngineAdmission, StateBytesAreReportedWhileRunning) {
