@@ -142,80 +142,94 @@ void Engine::Impl::publish_stats() {
   stats.warm_pending = static_cast<int64_t>(warm.size());
 }
 
+// One pass of the engine thread: cancels, admission, one round. False once the engine is stopping.
+bool Engine::Impl::step() {
+  std::vector<PendingRequest> admitted, refused, dropped;
+  std::unordered_set<uint64_t> cancelled;
+  {
+    std::unique_lock lock(mutex);
+    wake.wait(lock, [&] {
+      return stopping || !cancels.empty() || !running.empty() || !warm.empty() ||
+             (!queue.empty() && static_cast<int64_t>(running.size()) < options.parallel);
+    });
+    if (stopping) return false;
+    cancelled.swap(cancels);
+    for (auto it = queue.begin(); it != queue.end();) {
+      if (cancelled.count(it->id)) {
+        active.erase(it->id);
+        dropped.push_back(std::move(*it));
+        it = queue.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    admit_locked(admitted, refused);
+    for (const auto& p : refused) active.erase(p.id);
+  }
+  for (auto& p : dropped) {
+    TokenEvent ev;
+    ev.finished = true;
+    ev.reason = FinishReason::Cancelled;
+    ev.prompt_tokens = static_cast<int64_t>(p.request.prompt.size());
+    try {
+      p.on_event(ev);
+    } catch (...) {
+    }
+  }
+  for (auto& p : refused) {
+    TokenEvent ev;
+    ev.finished = true;
+    ev.reason = FinishReason::Error;
+    ev.error = fmt::format(
+        "memory: the request needs {:.3f} GiB of stream state; with {:.3f} GiB of weights and the prompt "
+        "cache "
+        "emptied it still exceeds memory_limit_gib {}",
+        gib(p.reserve_bytes), gib(weights_bytes), options.memory_limit_gib);
+    ev.prompt_tokens = static_cast<int64_t>(p.request.prompt.size());
+    try {
+      p.on_event(ev);
+    } catch (...) {
+    }
+  }
+  for (auto& s : running)
+    if (cancelled.count(s->id)) finish(*s, FinishReason::Cancelled);
+  sweep_done();
+  for (auto& p : admitted) {
+    try {
+      start_stream(std::move(p));
+    } catch (const std::exception& e) {
+      Stream s;
+      s.id = p.id;
+      s.on_event = std::move(p.on_event);
+      finish(s, FinishReason::Error, e.what());
+    }
+  }
+  try {
+    cache.set_capacity(cache_budget());
+    cache.evict_to(cache.capacity());
+    run_round();
+  } catch (const std::exception& e) {
+    // Nothing may kill the engine thread: the streams of a failed round end with the error.
+    for (auto& s : running)
+      if (!s->done) finish(*s, FinishReason::Error, fmt::format("engine round failed: {}", e.what()));
+    warm.clear();
+  }
+  sweep_done();
+  publish_stats();
+  return true;
+}
+
 void Engine::Impl::loop() {
   for (;;) {
-    std::vector<PendingRequest> admitted, refused, dropped;
-    std::unordered_set<uint64_t> cancelled;
-    {
-      std::unique_lock lock(mutex);
-      wake.wait(lock, [&] {
-        return stopping || !cancels.empty() || !running.empty() || !warm.empty() ||
-               (!queue.empty() && static_cast<int64_t>(running.size()) < options.parallel);
-      });
-      if (stopping) break;
-      cancelled.swap(cancels);
-      for (auto it = queue.begin(); it != queue.end();) {
-        if (cancelled.count(it->id)) {
-          active.erase(it->id);
-          dropped.push_back(std::move(*it));
-          it = queue.erase(it);
-        } else {
-          ++it;
-        }
-      }
-      admit_locked(admitted, refused);
-      for (const auto& p : refused) active.erase(p.id);
-    }
-    for (auto& p : dropped) {
-      TokenEvent ev;
-      ev.finished = true;
-      ev.reason = FinishReason::Cancelled;
-      ev.prompt_tokens = static_cast<int64_t>(p.request.prompt.size());
-      try {
-        p.on_event(ev);
-      } catch (...) {
-      }
-    }
-    for (auto& p : refused) {
-      TokenEvent ev;
-      ev.finished = true;
-      ev.reason = FinishReason::Error;
-      ev.error = fmt::format(
-          "memory: the request needs {:.3f} GiB of stream state; with {:.3f} GiB of weights and the prompt "
-          "cache "
-          "emptied it still exceeds memory_limit_gib {}",
-          gib(p.reserve_bytes), gib(weights_bytes), options.memory_limit_gib);
-      ev.prompt_tokens = static_cast<int64_t>(p.request.prompt.size());
-      try {
-        p.on_event(ev);
-      } catch (...) {
-      }
-    }
-    for (auto& s : running)
-      if (cancelled.count(s->id)) finish(*s, FinishReason::Cancelled);
-    sweep_done();
-    for (auto& p : admitted) {
-      try {
-        start_stream(std::move(p));
-      } catch (const std::exception& e) {
-        Stream s;
-        s.id = p.id;
-        s.on_event = std::move(p.on_event);
-        finish(s, FinishReason::Error, e.what());
-      }
-    }
     try {
-      cache.set_capacity(cache_budget());
-      cache.evict_to(cache.capacity());
-      run_round();
+      if (!step()) break;
     } catch (const std::exception& e) {
-      // Nothing may kill the engine thread: the streams of a failed round end with the error.
+      // Nothing may kill the engine thread (an allocation failing in admission, say): running streams end.
       for (auto& s : running)
-        if (!s->done) finish(*s, FinishReason::Error, fmt::format("engine round failed: {}", e.what()));
+        if (!s->done) finish(*s, FinishReason::Error, fmt::format("engine failed: {}", e.what()));
+      running.clear();
       warm.clear();
     }
-    sweep_done();
-    publish_stats();
   }
   // Shutting down: everything still queued or running ends as cancelled.
   std::deque<PendingRequest> left;

@@ -62,6 +62,7 @@ struct Engine::Impl {
 
   // engine.cpp
   void loop();
+  bool step();
   void admit_locked(std::vector<PendingRequest>& admitted, std::vector<PendingRequest>& refused);
   int64_t reserved_bytes() const;
   int64_t cache_budget() const;
