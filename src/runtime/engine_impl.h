@@ -1,0 +1,105 @@
+#pragma once
+// Engine internals shared by engine.cpp (API, thread, admission) and engine_round.cpp (rounds, sampling,
+// cache). Everything below `engine thread only` is touched by the engine thread alone; the rest is guarded by
+// `mutex`.
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <thread>
+#include <unordered_set>
+#include <vector>
+
+#include "model/model.h"
+#include "runtime/engine.h"
+#include "runtime/keyed_sampler.h"
+#include "runtime/prompt_cache.h"
+#include "runtime/token_counts.h"
+
+namespace ds {
+
+using EngineClock = std::chrono::steady_clock;
+
+// A request waiting for a slot.
+struct PendingRequest {
+  uint64_t id = 0;
+  GenerationRequest request;
+  TokenCallback on_event;
+  int64_t reserve_bytes = 0;  // its state at full length (prompt + max_tokens), for admission
+};
+
+// A request holding a slot: prefilling while state.position < prompt size, then decoding.
+struct Stream {
+  uint64_t id = 0;
+  GenerationRequest request;
+  TokenCallback on_event;
+  StreamState state;
+  TokenCounts history;             // prompt + generated, for penalties
+  std::vector<int32_t> generated;  // tokens drawn so far
+  std::vector<int32_t> window;     // decode rows for the next round: the last drawn token (later + drafts)
+  bool caching = false;            // takes and uses prompt-cache snapshots
+  int64_t cached_tokens = 0;
+  int64_t reserve_bytes = 0;
+  EngineClock::time_point admitted, first_token;
+  bool done = false;
+  bool counted = false;  // in stats.running
+
+  int64_t prompt_len() const { return static_cast<int64_t>(request.prompt.size()); }
+  bool prefilling() const { return state.position < prompt_len(); }
+};
+
+// Low-priority prompt pass over a finished conversation (prompt + reply) that stores its grid marks.
+struct WarmJob {
+  std::vector<int32_t> tokens;
+  int64_t target = 0;  // the last grid mark within tokens
+  StreamState state;
+};
+
+struct Engine::Impl {
+  Impl(const Model& model, const EngineOptions& options);
+
+  // engine.cpp
+  void loop();
+  bool step();
+  void admit_locked(std::vector<PendingRequest>& admitted, std::vector<PendingRequest>& refused);
+  int64_t reserved_bytes() const;
+  int64_t cache_budget() const;
+  void start_stream(PendingRequest&& p);
+  void publish_stats();
+
+  // engine_round.cpp
+  void run_round();
+  void draw(Stream& s, std::span<const float> row);
+  void emit(Stream& s, const TokenEvent& ev);
+  void finish(Stream& s, FinishReason reason, const std::string& error = {},
+              const TokenEvent* last = nullptr);
+  void snapshot(std::span<const int32_t> tokens, const StreamState& state);
+  void queue_warm_pass(const Stream& s);
+  void sweep_done();
+
+  const Model& model;
+  EngineOptions options;
+  int64_t context = 0;
+  int64_t weights_bytes = 0, limit_bytes = 0;  // limit 0 = none
+  int64_t fresh_state_bytes = 0, token_state_bytes = 0;
+  int64_t round_prompt_rows = 256;  // prompt rows per round, so long prompts interleave with decoding
+
+  mutable std::mutex mutex;
+  std::condition_variable wake;
+  std::deque<PendingRequest> queue;
+  std::unordered_set<uint64_t> active, cancels;
+  bool stopping = false;
+  uint64_t next_id = 1;
+  EngineStats stats;
+
+  // engine thread only
+  PromptCache cache;
+  KeyedSampler sampler;
+  std::vector<std::unique_ptr<Stream>> running;
+  std::deque<WarmJob> warm;
+  std::thread thread;
+};
+
+}  // namespace ds

@@ -1,0 +1,199 @@
+// One round: a single Model::forward over every running stream's decode window, prompt pieces of streams
+// still prefilling, and warm-pass pieces, then the draws, the cache marks and the events.
+#include <algorithm>
+#include <mutex>
+
+#include "core/error.h"
+#include "runtime/engine_impl.h"
+
+namespace ds {
+namespace {
+
+constexpr int64_t kGrid = PromptCache::kGrid;
+
+double seconds(EngineClock::time_point a, EngineClock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+// The end of the next prompt piece from `pos` (always on the grid): the prompt end, or a grid point. With the
+// cache on, a piece is one grid chunk so that every grid point is a mark; `pos` when nothing fits the budget.
+int64_t piece_end(int64_t pos, int64_t len, int64_t budget, bool one_chunk) {
+  if (one_chunk) {
+    const int64_t end = std::min(len, (pos / kGrid + 1) * kGrid);
+    return end - pos <= budget ? end : pos;
+  }
+  if (len - pos <= budget) return len;
+  return std::max(pos, (pos + budget) / kGrid * kGrid);
+}
+
+enum class RowKind { Decode, Prompt, Warm };
+
+struct RowOwner {
+  RowKind kind;
+  Stream* stream = nullptr;
+  WarmJob* warm = nullptr;
+  int64_t rows = 1;  // logits rows this segment returns
+};
+
+}  // namespace
+
+void Engine::Impl::run_round() {
+  std::vector<ForwardSegment> segs;
+  std::vector<RowOwner> owners;
+  for (auto& s : running)
+    if (!s->done && !s->prefilling()) {
+      segs.push_back({&s->state, s->window, false, false});
+      owners.push_back({RowKind::Decode, s.get()});
+    }
+  int64_t budget = round_prompt_rows;
+  for (auto& s : running) {
+    if (s->done || !s->prefilling()) continue;
+    const int64_t pos = s->state.position, end = piece_end(pos, s->prompt_len(), budget, s->caching);
+    if (end == pos) continue;
+    segs.push_back(
+        {&s->state, std::span<const int32_t>(s->request.prompt).subspan(pos, end - pos), true, false});
+    owners.push_back({RowKind::Prompt, s.get()});
+    budget -= end - pos;
+  }
+  // Warm passes only take what prompts left over: they never delay a reply.
+  for (auto& w : warm) {
+    const int64_t pos = w.state.position, end = piece_end(pos, w.target, budget, true);
+    if (end == pos) break;
+    segs.push_back({&w.state, std::span<const int32_t>(w.tokens).subspan(pos, end - pos), true, false});
+    owners.push_back({RowKind::Warm, nullptr, &w});
+    budget -= end - pos;
+  }
+  if (segs.empty()) return;
+
+  std::vector<float> logits;
+  try {
+    // The CPU thread pool runs one job at a time: engines sharing a process take turns.
+    static std::mutex forward_mutex;
+    std::lock_guard lock(forward_mutex);
+    logits = model.forward(segs);
+  } catch (const std::exception& e) {
+    // States of this round's streams may be half advanced: they end; warm passes are dropped.
+    for (auto& o : owners)
+      if (o.stream) finish(*o.stream, FinishReason::Error, fmt::format("forward failed: {}", e.what()));
+    warm.clear();
+    return;
+  }
+
+  const int64_t V = model.config().vocab_size;
+  size_t row = 0;
+  for (size_t i = 0; i < owners.size(); ++i) {
+    const RowOwner& o = owners[i];
+    std::span<const float> last(logits.data() + (row + o.rows - 1) * V, static_cast<size_t>(V));
+    row += o.rows;
+    if (o.kind == RowKind::Warm) {
+      snapshot(std::span<const int32_t>(o.warm->tokens).first(o.warm->state.position), o.warm->state);
+      continue;
+    }
+    Stream& s = *o.stream;
+    if (s.done) continue;
+    try {
+      if (o.kind == RowKind::Prompt) {
+        if (s.caching && s.state.position % kGrid == 0)
+          snapshot(std::span<const int32_t>(s.request.prompt).first(s.state.position), s.state);
+        if (s.prefilling()) continue;
+        s.first_token = EngineClock::now();
+      }
+      draw(s, last);
+    } catch (const std::exception& e) {
+      finish(s, FinishReason::Error, e.what());
+    }
+  }
+  std::erase_if(warm, [](const WarmJob& w) { return w.state.position >= w.target; });
+}
+
+void Engine::Impl::draw(Stream& s, std::span<const float> row) {
+  const GenerationRequest& r = s.request;
+  // The drawn token occupies absolute position prompt_len + its index in the reply.
+  const int64_t position = s.prompt_len() + static_cast<int64_t>(s.generated.size());
+  const int32_t t = sampler.sample(row, r.sampling, position, s.history);
+  s.history.add_generated(t);
+  s.generated.push_back(t);
+  s.window.assign(1, t);
+  {
+    std::lock_guard lock(mutex);
+    ++stats.completion_tokens_total;
+  }
+  TokenEvent ev;
+  ev.token = t;
+  if (r.top_logprobs >= 0) ev.logprobs = raw_logprobs(row, {}, t, r.top_logprobs);
+  const auto& eos = model.config().eos_ids;
+  const bool stop = (!r.ignore_eos && std::find(eos.begin(), eos.end(), t) != eos.end()) ||
+                    std::find(r.stop_token_ids.begin(), r.stop_token_ids.end(), t) != r.stop_token_ids.end();
+  if (stop || static_cast<int64_t>(s.generated.size()) >= r.max_tokens) {
+    // The last token travels on the final event.
+    finish(s, stop ? FinishReason::Stop : FinishReason::Length, {}, &ev);
+    return;
+  }
+  emit(s, ev);
+}
+
+void Engine::Impl::emit(Stream& s, const TokenEvent& ev) {
+  try {
+    s.on_event(ev);
+  } catch (const std::exception& e) {
+    if (!ev.finished) finish(s, FinishReason::Error, fmt::format("the event callback threw: {}", e.what()));
+  } catch (...) {
+    if (!ev.finished) finish(s, FinishReason::Error, "the event callback threw");
+  }
+}
+
+void Engine::Impl::finish(Stream& s, FinishReason reason, const std::string& error, const TokenEvent* last) {
+  if (s.done) return;
+  s.done = true;
+  TokenEvent ev = last ? *last : TokenEvent{};
+  ev.finished = true;
+  ev.reason = reason;
+  ev.error = error;
+  ev.prompt_tokens = s.prompt_len();
+  ev.completion_tokens = static_cast<int64_t>(s.generated.size());
+  ev.cached_tokens = s.cached_tokens;
+  const auto now = EngineClock::now();
+  const bool started = !s.generated.empty();
+  ev.prefill_seconds = seconds(s.admitted, started ? s.first_token : now);
+  ev.decode_seconds = started ? seconds(s.first_token, now) : 0;
+  if (s.caching && (reason == FinishReason::Stop || reason == FinishReason::Length)) {
+    try {
+      queue_warm_pass(s);
+    } catch (const std::exception&) {
+      // A warm pass is only an optimisation; the reply is already complete.
+    }
+  }
+  {
+    // Published before the final event, so a caller that saw it also sees the slot free and the warm pass.
+    std::lock_guard lock(mutex);
+    active.erase(s.id);
+    if (s.counted) --stats.running;
+    stats.warm_pending = static_cast<int64_t>(warm.size());
+  }
+  emit(s, ev);
+}
+
+void Engine::Impl::snapshot(std::span<const int32_t> tokens, const StreamState& state) {
+  cache.set_capacity(cache_budget());
+  cache.insert(tokens, state);
+}
+
+// Re-runs prompt + reply as a prompt pass from the longest cached mark, so the next chat turn resumes from
+// the states a fresh server would compute (decode-path states never enter the cache).
+void Engine::Impl::queue_warm_pass(const Stream& s) {
+  WarmJob w;
+  w.tokens = s.request.prompt;
+  w.tokens.insert(w.tokens.end(), s.generated.begin(), s.generated.end());
+  w.target = static_cast<int64_t>(w.tokens.size()) / kGrid * kGrid;
+  if (w.target == 0) return;
+  auto hit = cache.find(w.tokens, w.target);
+  if (hit && hit->length == w.target) return;
+  w.state = hit ? *hit->state : model.new_state();
+  warm.push_back(std::move(w));
+}
+
+void Engine::Impl::sweep_done() {
+  std::erase_if(running, [](const std::unique_ptr<Stream>& s) { return s->done; });
+}
+
+}  // namespace ds

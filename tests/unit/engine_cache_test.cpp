@@ -1,0 +1,111 @@
+// resumed == fresh: prompt-cache hits and warm passes never change a reply (greedy and sampled).
+#include <gtest/gtest.h>
+
+#include "engine_test_support.h"
+
+namespace ds {
+namespace {
+
+using test::Reply;
+
+struct CacheCase {
+  std::string fixture;
+  bool sampled;
+};
+
+class EngineCache : public ::testing::TestWithParam<CacheCase> {
+ protected:
+  void SetUp() override { model_ = std::make_unique<Model>(test::fixture(GetParam().fixture)); }
+  GenerationRequest request(std::vector<int32_t> prompt, int32_t max_tokens) const {
+    return test::make_request(std::move(prompt), max_tokens, GetParam().sampled, 99);
+  }
+  std::vector<int32_t> prompt(size_t n, uint32_t seed) const {
+    return test::random_prompt(n, model_->config().vocab_size, seed);
+  }
+  std::unique_ptr<Model> model_;
+};
+
+TEST_P(EngineCache, ResumedEqualsFresh) {
+  const Model& m = *model_;
+  Engine engine(m, EngineOptions{});
+  auto r = request(prompt(200, 1), 20);
+  const Reply fresh = test::run_alone(m, r);
+  const Reply first = test::run_on(engine, r), second = test::run_on(engine, r);
+  EXPECT_EQ(first.final.cached_tokens, 0);
+  EXPECT_EQ(second.final.cached_tokens, 192);  // the last mark at or before token 199
+  EXPECT_EQ(first.tokens, fresh.tokens);
+  EXPECT_EQ(second.tokens, fresh.tokens);
+
+  // A prompt sharing 150 tokens resumes from the mark at 128.
+  auto other = r;
+  auto tail = prompt(40, 2);
+  other.prompt.resize(150);
+  other.prompt.insert(other.prompt.end(), tail.begin(), tail.end());
+  const Reply shared = test::run_on(engine, other);
+  EXPECT_EQ(shared.final.cached_tokens, 128);
+  EXPECT_EQ(shared.tokens, test::run_alone(m, other).tokens);
+
+  // A prompt of exactly 128 tokens must still run one chunk: it resumes from 64, not 128.
+  auto exact = r;
+  exact.prompt.resize(128);
+  const Reply e = test::run_on(engine, exact);
+  EXPECT_EQ(e.final.cached_tokens, 64);
+  EXPECT_EQ(e.tokens, test::run_alone(m, exact).tokens);
+
+  const EngineStats s = engine.stats();
+  EXPECT_EQ(s.cache_hits, 3);
+  EXPECT_EQ(s.cached_tokens_total, 192 + 128 + 64);
+  EXPECT_GT(s.prompt_cache_bytes, 0);
+  EXPECT_GT(s.weights_bytes, 0);
+}
+
+TEST_P(EngineCache, SecondChatTurnAfterWarmPassEqualsFresh) {
+  const Model& m = *model_;
+  Engine engine(m, EngineOptions{});
+  auto turn1 = request(prompt(100, 3), 40);
+  const Reply reply1 = test::run_on(engine, turn1);
+  ASSERT_EQ(reply1.tokens.size(), 40u);
+  test::wait_warm(engine);  // the warm pass stores marks over prompt + reply (140 tokens: marks 64, 128)
+
+  auto turn2 = turn1;
+  turn2.prompt.insert(turn2.prompt.end(), reply1.tokens.begin(), reply1.tokens.end());
+  auto more = prompt(30, 4);
+  turn2.prompt.insert(turn2.prompt.end(), more.begin(), more.end());
+  const Reply reply2 = test::run_on(engine, turn2);
+  EXPECT_EQ(reply2.final.cached_tokens, 128);  // 128 > 100: the mark came from the warm pass
+  EXPECT_EQ(reply2.tokens, test::run_alone(m, turn2).tokens);
+}
+
+TEST_P(EngineCache, TinyCacheEvictsAndStaysExact) {
+  const Model& m = *model_;
+  EngineOptions o;
+  o.prompt_cache_gib = 1e-9;  // a few bytes: every snapshot is refused or evicted at once
+  Engine engine(m, o);
+  auto r = request(prompt(150, 5), 10);
+  const Reply a = test::run_on(engine, r), b = test::run_on(engine, r);
+  EXPECT_EQ(b.final.cached_tokens, 0);
+  EXPECT_EQ(a.tokens, b.tokens);
+  EXPECT_EQ(engine.stats().prompt_cache_bytes, 0);
+}
+
+TEST_P(EngineCache, OptOutSkipsTheCache) {
+  const Model& m = *model_;
+  Engine engine(m, EngineOptions{});
+  auto r = request(prompt(150, 6), 8);
+  r.use_prompt_cache = false;
+  test::run_on(engine, r);
+  const Reply b = test::run_on(engine, r);
+  EXPECT_EQ(b.final.cached_tokens, 0);
+  EXPECT_EQ(engine.stats().prompt_cache_bytes, 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, EngineCache,
+                         ::testing::Values(CacheCase{"qwen4exp_base", false},
+                                           CacheCase{"qwen4exp_base", true}, CacheCase{"qwen3next", true},
+                                           CacheCase{"qwen4exp_mlx_mixed", false}),
+                         [](const auto& info) {
+                           return info.param.fixture + (info.param.sampled ? "_Sampled" : "_Greedy");
+                         });
+
+}  // namespace
+}  // namespace ds

@@ -1,0 +1,99 @@
+#pragma once
+// Shared helpers for engine tests: collect a request's events, run a request alone, random prompts.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "model_test_support.h"
+#include "runtime/engine.h"
+
+namespace ds::test {
+
+struct Reply {
+  std::vector<int32_t> tokens;
+  TokenEvent final;
+};
+
+// Gathers the events of one request; wait() blocks until its final event.
+class Collector {
+ public:
+  TokenCallback callback() {
+    return [this](const TokenEvent& ev) {
+      std::lock_guard lock(mutex_);
+      if (ev.token >= 0) reply_.tokens.push_back(ev.token);
+      if (ev.finished) {
+        reply_.final = ev;
+        done_ = true;
+        cv_.notify_all();
+      }
+      cv_.notify_all();
+    };
+  }
+  Reply wait() {
+    std::unique_lock lock(mutex_);
+    if (!cv_.wait_for(lock, std::chrono::seconds(60), [&] { return done_; }))
+      ADD_FAILURE() << "no final event";
+    return reply_;
+  }
+  // Blocks until at least n tokens arrived (or the request finished).
+  void wait_tokens(size_t n) {
+    std::unique_lock lock(mutex_);
+    cv_.wait_for(lock, std::chrono::seconds(60), [&] { return done_ || reply_.tokens.size() >= n; });
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  Reply reply_;
+  bool done_ = false;
+};
+
+inline std::vector<int32_t> random_prompt(size_t n, int64_t vocab, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<int32_t> t(n);
+  // Ids from 3 up: no EOS (2) inside prompts, so replies are not cut short by a copied EOS.
+  for (auto& x : t) x = 3 + static_cast<int32_t>(rng() % static_cast<uint32_t>(vocab - 3));
+  return t;
+}
+
+inline GenerationRequest make_request(std::vector<int32_t> prompt, int32_t max_tokens, bool sampled,
+                                      uint64_t seed) {
+  GenerationRequest r;
+  r.prompt = std::move(prompt);
+  r.max_tokens = max_tokens;
+  r.ignore_eos = true;
+  r.sampling.temperature = sampled ? 0.8f : 0.0f;
+  r.sampling.top_p = sampled ? 0.9f : 1.0f;
+  r.sampling.seed = seed;
+  return r;
+}
+
+inline Reply run_on(Engine& engine, const GenerationRequest& r) {
+  Collector c;
+  engine.submit(r, c.callback());
+  return c.wait();
+}
+
+// The reference: a fresh engine with one slot and no prompt cache.
+inline Reply run_alone(const Model& model, const GenerationRequest& r) {
+  EngineOptions o;
+  o.parallel = 1;
+  o.prompt_cache_gib = 0;
+  Engine engine(model, o);
+  return run_on(engine, r);
+}
+
+// Polls until the engine has no warm pass left (they run in later rounds).
+inline void wait_warm(const Engine& engine) {
+  for (int i = 0; i < 6000 && engine.stats().warm_pending > 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  ASSERT_EQ(engine.stats().warm_pending, 0);
+}
+
+}  // namespace ds::test
