@@ -69,7 +69,7 @@ std::vector<float> Model::forward(std::span<const ForwardSegment> segments) cons
   }
   const int64_t n = batch.rows, D = cfg_.hidden, S = cfg_.hc_count;
   std::vector<float> e(n * D);
-  cpu::gather_rows(w_.embed, tokens.data(), n, e.data());
+  gather_rows(w_.embed, tokens.data(), n, e.data());
 
   std::vector<float> x(n * D);
   if (cfg_.family == ModelFamily::Qwen4Exp) {
@@ -105,7 +105,7 @@ std::vector<float> Model::forward(std::span<const ForwardSegment> segments) cons
   for (size_t j = 0; j < want.size(); ++j)
     std::copy(x.begin() + want[j] * D, x.begin() + (want[j] + 1) * D, xs.begin() + j * D);
   std::vector<float> logits(want.size() * cfg_.vocab_size);
-  cpu::matmul(w_.lm_head, xs.data(), static_cast<int64_t>(want.size()), D, logits.data(), cfg_.vocab_size);
+  matmul(w_.lm_head, xs.data(), static_cast<int64_t>(want.size()), D, logits.data(), cfg_.vocab_size);
   return logits;
 }
 

@@ -70,15 +70,15 @@ void attention_forward(const ModelConfig& c, const AttentionWeights& w, const Ro
   const int64_t n = batch.rows, D = c.hidden, nh = c.n_heads, nkv = c.n_kv_heads, hd = c.head_dim;
   const int64_t qw = nh * hd * 2, kvw = nkv * hd;
   std::vector<float> qg(n * qw), k(n * kvw), v(n * kvw);
-  cpu::matmul(w.q, x, n, D, qg.data(), qw);
-  cpu::matmul(w.k, x, n, D, k.data(), kvw);
-  cpu::matmul(w.v, x, n, D, v.data(), kvw);
+  matmul(w.q, x, n, D, qg.data(), qw);
+  matmul(w.k, x, n, D, k.data(), kvw);
+  matmul(w.v, x, n, D, v.data(), kvw);
 
   const int64_t ihd = c.indexer_head_dim, idx_w = (c.indexer_heads + 1) * ihd;
   std::vector<float> idx;
   if (w.has_indexer) {
     idx.resize(n * idx_w);
-    cpu::matmul(w.indexer.qk, x, n, D, idx.data(), idx_w);
+    matmul(w.indexer.qk, x, n, D, idx.data(), idx_w);
   }
 
   // Per row: norms and RoPE at the row's absolute position; cache keys, values and raw indexer keys in order.
@@ -151,7 +151,7 @@ void attention_forward(const ModelConfig& c, const AttentionWeights& w, const Ro
       }
     }
   });
-  cpu::matmul(w.o, attn.data(), n, nh * hd, out, D);
+  matmul(w.o, attn.data(), n, nh * hd, out, D);
 }
 
 }  // namespace ds

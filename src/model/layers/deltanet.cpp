@@ -59,14 +59,14 @@ void deltanet_forward(const ModelConfig& c, const DeltaNetWeights& w, int layer,
   std::vector<float> mixed(n * cd), z(n * vd), b(n * nv), a(n * nv);
   if (c.family == ModelFamily::Qwen3Next) {
     std::vector<float> qkvz(n * (2 * kd + 2 * vd)), ba(n * 2 * nv);
-    cpu::matmul(w.qkvz, x, n, D, qkvz.data(), 2 * kd + 2 * vd);
-    cpu::matmul(w.ba, x, n, D, ba.data(), 2 * nv);
+    matmul(w.qkvz, x, n, D, qkvz.data(), 2 * kd + 2 * vd);
+    matmul(w.ba, x, n, D, ba.data(), 2 * nv);
     unpack_qwen3next(c, qkvz.data(), ba.data(), n, mixed.data(), z.data(), b.data(), a.data());
   } else {
-    cpu::matmul(w.qkv, x, n, D, mixed.data(), cd);
-    cpu::matmul(w.z, x, n, D, z.data(), vd);
-    cpu::matmul(w.b, x, n, D, b.data(), nv);
-    cpu::matmul(w.a, x, n, D, a.data(), nv);
+    matmul(w.qkv, x, n, D, mixed.data(), cd);
+    matmul(w.z, x, n, D, z.data(), vd);
+    matmul(w.b, x, n, D, b.data(), nv);
+    matmul(w.a, x, n, D, a.data(), nv);
   }
   for (const auto& seg : batch.segments)
     causal_conv(c, w.conv, seg.state->deltanet[layer].conv, mixed.data() + seg.row0 * cd, seg.count);
@@ -136,7 +136,7 @@ void deltanet_forward(const ModelConfig& c, const DeltaNetWeights& w, int layer,
       for (int64_t i = 0; i < dv; ++i)
         o[i] *= c.output_gate_sigmoid ? rowmath::sigmoid(zz[i]) : rowmath::silu(zz[i]);
     }
-  cpu::matmul(w.out, core.data(), n, vd, out, D);
+  matmul(w.out, core.data(), n, vd, out, D);
 }
 
 }  // namespace ds

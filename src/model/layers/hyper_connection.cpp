@@ -13,10 +13,10 @@ void hc_mix(const ModelConfig& c, const HyperConnectionWeights& w, const float* 
   std::vector<float> normed(n * SD), low(n * R), mix(n * SD);
   for (int64_t r = 0; r < n; ++r)
     rowmath::grouped_rms_norm(H + r * SD, w.norm.data(), S, D, c.rms_eps, normed.data() + r * SD);
-  cpu::matmul(w.down, normed.data(), n, SD, low.data(), R);
+  matmul(w.down, normed.data(), n, SD, low.data(), R);
   const float inv_s = 1.0f / static_cast<float>(S);
   for (auto& v : low) v = rowmath::silu(v * inv_s);
-  cpu::matmul(w.up, low.data(), n, R, mix.data(), SD);
+  matmul(w.up, low.data(), n, R, mix.data(), SD);
   for (int64_t r = 0; r < n; ++r)
     for (int64_t d = 0; d < D; ++d) {
       float s = 0.0f;
@@ -25,7 +25,7 @@ void hc_mix(const ModelConfig& c, const HyperConnectionWeights& w, const float* 
       x[r * D + d] = s * inv_s;
     }
   if (iota != nullptr) {
-    cpu::matmul(w.inject, normed.data(), n, SD, iota, S);
+    matmul(w.inject, normed.data(), n, SD, iota, S);
     for (int64_t i = 0; i < n * S; ++i) iota[i] = 2.0f * rowmath::sigmoid(iota[i] * inv_s);
   }
 }

@@ -13,10 +13,10 @@ namespace ds {
 void mlp_forward(const MlpWeights& w, const float* x, int64_t n, float* out) {
   int64_t inter = w.gate.rows, D = w.gate.cols;
   std::vector<float> g(n * inter), u(n * inter);
-  cpu::matmul(w.gate, x, n, D, g.data(), inter);
-  cpu::matmul(w.up, x, n, D, u.data(), inter);
+  matmul(w.gate, x, n, D, g.data(), inter);
+  matmul(w.up, x, n, D, u.data(), inter);
   for (int64_t i = 0; i < n * inter; ++i) g[i] = rowmath::silu(g[i]) * u[i];
-  cpu::matmul(w.down, g.data(), n, inter, out, D);
+  matmul(w.down, g.data(), n, inter, out, D);
 }
 
 void route_row(const float* logits, int64_t E, int64_t k, bool renormalise, int32_t* ids, float* weights) {
@@ -45,7 +45,7 @@ void moe_forward(const ModelConfig& c, const MoeWeights& w, const float* x, int6
   }
   const int64_t E = c.n_experts, K = c.experts_per_tok;
   std::vector<float> logits(n * E);
-  cpu::matmul(w.router, x, n, D, logits.data(), E);
+  matmul(w.router, x, n, D, logits.data(), E);
   std::vector<int32_t> ids(n * K);
   std::vector<float> weights(n * K);
   for (int64_t r = 0; r < n; ++r)
@@ -74,7 +74,7 @@ void moe_forward(const ModelConfig& c, const MoeWeights& w, const float* x, int6
     shared.resize(n * D);
     gate.resize(n);
     mlp_forward(w.shared, x, n, shared.data());
-    cpu::matmul(w.shared_gate, x, n, D, gate.data(), 1);
+    matmul(w.shared_gate, x, n, D, gate.data(), 1);
   }
   for (int64_t r = 0; r < n; ++r) {
     float* o = out + r * D;

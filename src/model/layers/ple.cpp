@@ -60,12 +60,12 @@ void ple_forward(const ModelConfig& c, const PleWeights& w, int layer, const Bat
         size_t shard = w.shard_first_row.size() - 1;
         while (w.shard_first_row[shard] > row) --shard;
         int32_t local = static_cast<int32_t>(row - w.shard_first_row[shard]);
-        cpu::gather_rows(w.table_shards[shard], &local, 1, emb.data() + (seg.row0 + t) * E + h * hw);
+        gather_rows(w.table_shards[shard], &local, 1, emb.data() + (seg.row0 + t) * E + h * hw);
       }
   }
   std::vector<float> key(n * SD), value(n * D);
-  cpu::matmul(w.key, emb.data(), n, E, key.data(), SD);
-  cpu::matmul(w.value, emb.data(), n, E, value.data(), D);
+  matmul(w.key, emb.data(), n, E, key.data(), SD);
+  matmul(w.value, emb.data(), n, E, value.data(), D);
   std::vector<float> gated(n * SD), gated_normed(n * SD), q(SD);
   const double inv_sqrt_d = 1.0 / std::sqrt(static_cast<double>(D));
   for (int64_t r = 0; r < n; ++r) {
