@@ -156,7 +156,7 @@ json bench_decode(const Model& m, const BenchOptions& o, int streams, const Deco
 
 void print_table(const json& r) {
   std::printf(
-      "model: %s, %.3f GiB of weights (%s), seed %s\n", r["model"]["architecture"].get<std::string>().c_str(),
+      "model: %s, %.3f GiB of weights (%s), %s\n", r["model"]["architecture"].get<std::string>().c_str(),
       r["model"]["weight_bytes"].get<double>() / (1u << 30),
       r["model"]["quantization"].get<std::string>().c_str(), r["model"]["source"].get<std::string>().c_str());
   std::printf("threads: %d; load average before %s, after %s\n", r["threads"].get<int>(),
