@@ -252,12 +252,15 @@ std::unique_ptr<Checkpoint> dummy_checkpoint(const json& config, uint64_t seed) 
     std::fprintf(stderr, "warning: dummy PLE n-gram tables take %.1f GiB of the %.1f GiB of weights\n",
                  ple / kGiB, total / kGiB);
   const uint64_t avail = available_memory_bytes();
-  if (avail > 0 && total > avail - avail / 10)
+  const uint64_t usable = avail - avail / 10;
+  if (avail > 0 && total > usable)
     fail(
         "dummy weights need {:.1f} GiB ({:.1f} GiB of them PLE n-gram tables) but only {:.1f} GiB of memory "
-        "is available; PLE tables in host mmap are not supported yet, so use a config with fewer or smaller "
-        "PLE layers (ple_layer_ids, ngram_vocab_size_base)",
-        total / kGiB, ple / kGiB, avail / kGiB);
+        "is available; {}",
+        total / kGiB, ple / kGiB, avail / kGiB,
+        total - ple <= usable ? "PLE tables in host mmap are not supported yet, so use fewer or smaller PLE "
+                                "layers (ple_layer_ids, ngram_vocab_size_base)"
+                              : "use a smaller config (fewer layers or experts, or a quantization block)");
   std::vector<MemoryTensor> tensors;
   tensors.reserve(specs.size());
   for (const Spec& s : specs) {
