@@ -7,5 +7,6 @@ namespace ds::cli {
 void register_commands(CLI::App& app);
 void register_model_commands(CLI::App& app);  // logits, generate, info
 void register_run_command(CLI::App& app);     // run
+void register_bench_command(CLI::App& app);   // bench
 
 }  // namespace ds::cli

@@ -81,7 +81,17 @@ Checkpoint::Checkpoint(const fs::path& dir) : dir_(dir) {
   config_ = read_config(config_file);
   quant_ = AffineQuantization(config_, config_file.string());
   store_ = std::make_unique<TensorStore>(dir);
+  detect_layout();
+}
 
+Checkpoint::Checkpoint(json config, std::unique_ptr<TensorStore> store)
+    : dir_(store->dir()), config_(std::move(config)), store_(std::move(store)) {
+  if (!config_.is_object()) fail("{}: config is not a JSON object", dir_.string());
+  quant_ = AffineQuantization(config_, dir_.string() + " config");
+  detect_layout();
+}
+
+void Checkpoint::detect_layout() {
   bool mlx_vlm = false, multimodal = false, mlx_marks = false;
   for (const auto& name : store_->names()) {
     mlx_vlm |= starts_with(name, "language_model.");

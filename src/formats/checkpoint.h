@@ -23,6 +23,9 @@ class Checkpoint {
  public:
   // Reads DIR/config.json and the tensors; throws ds::Error naming the file on failure.
   explicit Checkpoint(const std::filesystem::path& dir);
+  // A checkpoint over tensors built elsewhere (dummy weights in memory); `config` is its config.json and
+  // the store's dir() names it in errors. Layout, prefixes and norm convention are detected as for files.
+  Checkpoint(nlohmann::json config, std::unique_ptr<TensorStore> store);
 
   const nlohmann::json& config() const { return config_; }
   // The text model's config: config["text_config"] when nested, else config itself.
@@ -74,6 +77,8 @@ class Checkpoint {
   std::string logical_of(const std::string& stored) const;
   std::vector<float> stored_floats(const std::string& stored) const;
   bool detect_shifted_norms() const;
+  // Layout and prefixes from the stored names, then the norm convention; both constructors end here.
+  void detect_layout();
 };
 
 }  // namespace ds

@@ -210,6 +210,26 @@ TensorStore::TensorStore(const fs::path& dir) : dir_(dir) {
   }
 }
 
+TensorStore::TensorStore(const std::string& label, std::vector<MemoryTensor> tensors)
+    : dir_(label), owned_(std::move(tensors)) {
+  owned_infos_.reserve(owned_.size());
+  for (const auto& t : owned_) {
+    TensorInfo info;
+    info.name = t.name;
+    info.dtype = t.dtype;
+    info.shape = t.shape;
+    info.data = t.bytes.get();
+    info.nbytes = t.nbytes;
+    info.file = label;
+    if (static_cast<size_t>(info.numel()) * dtype_size(t.dtype) != t.nbytes)
+      fail("{}: in-memory tensor '{}' holds {} bytes but its shape needs {}", label, t.name, t.nbytes,
+           static_cast<size_t>(info.numel()) * dtype_size(t.dtype));
+    owned_infos_.push_back(std::move(info));
+    if (!index_.emplace(t.name, &owned_infos_.back()).second)
+      fail("{}: in-memory tensor '{}' given twice", label, t.name);
+  }
+}
+
 const TensorInfo& TensorStore::get(const std::string& name) const {
   auto it = index_.find(name);
   if (it == index_.end()) fail("tensor '{}' not found in {}", name, dir_.string());

@@ -24,6 +24,15 @@ struct TensorInfo {
 
 class MappedFile;  // owns one mmap
 
+// A tensor built in memory (dummy weights); a TensorStore built from these owns the bytes.
+struct MemoryTensor {
+  std::string name;
+  DType dtype = DType::F32;
+  std::vector<int64_t> shape;
+  std::unique_ptr<uint8_t[]> bytes;
+  size_t nbytes = 0;  // must equal numel * dtype size
+};
+
 class SafetensorsFile {
  public:
   // Maps the file and validates the header (JSON, dtypes, shapes * sizes == byte ranges, ranges in bounds,
@@ -46,6 +55,9 @@ class SafetensorsFile {
 class TensorStore {
  public:
   explicit TensorStore(const std::filesystem::path& dir);
+  // Tensors held in memory, no files; `label` stands for the directory in error messages. Throws naming the
+  // tensor when a buffer's size disagrees with its shape or a name repeats.
+  TensorStore(const std::string& label, std::vector<MemoryTensor> tensors);
   bool has(const std::string& name) const { return index_.count(name) != 0; }
   // Throws ds::Error "tensor 'NAME' not found in DIR" when absent.
   const TensorInfo& get(const std::string& name) const;
@@ -55,6 +67,8 @@ class TensorStore {
  private:
   std::filesystem::path dir_;
   std::vector<std::unique_ptr<SafetensorsFile>> files_;
+  std::vector<MemoryTensor> owned_;      // in-memory stores only
+  std::vector<TensorInfo> owned_infos_;  // sized once, so index_ pointers stay valid
   std::map<std::string, const TensorInfo*> index_;
 };
 

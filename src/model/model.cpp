@@ -11,8 +11,10 @@
 
 namespace ds {
 
-Model::Model(const std::filesystem::path& dir)
-    : ckpt_(std::make_unique<Checkpoint>(dir)),
+Model::Model(const std::filesystem::path& dir) : Model(std::make_unique<Checkpoint>(dir)) {}
+
+Model::Model(std::unique_ptr<Checkpoint> checkpoint)
+    : ckpt_(std::move(checkpoint)),
       cfg_(ModelConfig::from_json(ckpt_->config())),
       w_(bind_weights(*ckpt_, cfg_)),
       rope_(std::make_unique<Rope>(cfg_.rotary_dim, cfg_.rope_theta)) {}

@@ -24,8 +24,11 @@ struct ForwardSegment {
 class Model {
  public:
   explicit Model(const std::filesystem::path& dir);
+  // A model over an already built checkpoint (dummy weights), bound by the same path as a directory.
+  explicit Model(std::unique_ptr<Checkpoint> checkpoint);
   const ModelConfig& config() const { return cfg_; }
   const Checkpoint& checkpoint() const { return *ckpt_; }
+  const ModelWeights& weights() const { return w_; }
   StreamState new_state() const { return StreamState::fresh(cfg_); }
 
   // Runs every segment's tokens through the model in one pass, advancing each stream's state. Returns logits

@@ -1,0 +1,105 @@
+// Dummy weights bind through the real path and run; the same seed gives the same logits; `deltaserve bench`
+// runs end to end on a tiny config and prints parseable JSON.
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cmath>
+#include <cstdio>
+#include <memory>
+#include <string>
+
+#include "core/error.h"
+#include "model/decode_traffic.h"
+#include "model/dummy_weights.h"
+#include "model_test_support.h"
+
+namespace ds {
+namespace {
+
+const std::vector<int32_t> kTokens = {3, 17, 2, 40, 5, 11, 9};
+
+std::vector<float> logits_for(const nlohmann::json& config, uint64_t seed) {
+  Model m(dummy_checkpoint(config, seed));
+  StreamState st = m.new_state();
+  return test::run(m, st, kTokens, true);
+}
+
+class DummyWeights : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(DummyWeights, BuildRunAndRepeatPerSeed) {
+  const nlohmann::json config = test::read_json(test::fixture(GetParam()) / "config.json");
+  const std::vector<float> a = logits_for(config, 7);
+  const std::vector<float> b = logits_for(config, 7);
+  const std::vector<float> c = logits_for(config, 8);
+  ASSERT_FALSE(a.empty());
+  for (float v : a) ASSERT_TRUE(std::isfinite(v));
+  EXPECT_TRUE(test::same_bits(a, b)) << "same seed, different logits";
+  EXPECT_FALSE(test::same_bits(a, c)) << "different seeds, same logits";
+}
+
+TEST_P(DummyWeights, PlanMatchesBoundWeightsAndDecodeTraffic) {
+  const nlohmann::json config = test::read_json(test::fixture(GetParam()) / "config.json");
+  const DummyWeightsPlan plan = plan_dummy_weights(config);
+  Model m(dummy_checkpoint(config, 1));
+  uint64_t stored = 0;
+  for (const auto& name : m.checkpoint().store().names()) stored += m.checkpoint().store().get(name).nbytes;
+  EXPECT_EQ(plan.total_bytes, stored);
+  const DecodeTraffic t = decode_traffic(m);
+  EXPECT_GT(t.dense_bytes, 0u);
+  EXPECT_GT(t.expert_bytes, 0u);
+  // Once every expert is touched, more streams add only lookup rows and state.
+  const int64_t all = (t.experts + t.experts_per_tok - 1) / t.experts_per_tok;
+  EXPECT_EQ(t.per_round(all + 1, 0) - t.per_round(all, 0), t.lookup_row_bytes);
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, DummyWeights,
+                         ::testing::Values("qwen4exp_base", "qwen4exp_hc2_sigmoid", "qwen4exp_multimodal",
+                                           "qwen4exp_mlx_8bit_g128", "qwen4exp_mlx_2bit_g32",
+                                           "qwen4exp_mlx_mixed", "qwen3next", "qwen35moe"));
+
+TEST(DummyWeights, QuantizationBlockGivesAffineWeights) {
+  nlohmann::json config = test::read_json(test::fixture("qwen4exp_base") / "config.json");
+  config["quantization"] = {{"bits", 4}, {"group_size", 32}};
+  Model m(dummy_checkpoint(config, 3));
+  EXPECT_EQ(m.weights().layers[0].moe.experts[0].gate.encoding, MatrixEncoding::Affine);
+  EXPECT_EQ(m.weights().layers[0].moe.experts[0].gate.bits, 4);
+  StreamState st = m.new_state();
+  for (float v : test::run(m, st, kTokens, true)) ASSERT_TRUE(std::isfinite(v));
+}
+
+TEST(DummyWeights, RefusesWeightsLargerThanMemory) {
+  nlohmann::json config = test::read_json(test::fixture("qwen4exp_base") / "config.json");
+  config["ngram_vocab_size_base"] = int64_t{1} << 40;  // PLE tables of petabytes
+  try {
+    dummy_checkpoint(config, 0);
+    FAIL() << "expected a refusal";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("PLE"), std::string::npos) << e.what();
+  }
+}
+
+TEST(BenchCommand, TinyConfigPrintsJson) {
+  const std::string cmd = std::string(DELTASERVE_BINARY) + " bench --load-format dummy --config " +
+                          (test::fixture("qwen4exp_base") / "config.json").string() +
+                          " --prompt-lengths 8,16 --streams 1,3 --decode-tokens 4 --repeats 1"
+                          " --bandwidth-mib 8 --threads 2 --json 2>/dev/null";
+  std::unique_ptr<FILE, int (*)(FILE*)> pipe(popen(cmd.c_str(), "r"), pclose);
+  ASSERT_TRUE(pipe);
+  std::string out;
+  std::array<char, 4096> buf{};
+  while (size_t n = fread(buf.data(), 1, buf.size(), pipe.get())) out.append(buf.data(), n);
+  ASSERT_EQ(pclose(pipe.release()), 0) << out;
+  const nlohmann::json r = nlohmann::json::parse(out);
+  EXPECT_GT(r["bandwidth_gbs"].get<double>(), 0);
+  ASSERT_EQ(r["prompt"].size(), 2u);
+  EXPECT_EQ(r["prompt"][1]["tokens"], 16);
+  ASSERT_EQ(r["decode"].size(), 2u);
+  EXPECT_EQ(r["decode"][1]["streams"], 3);
+  EXPECT_GT(r["decode"][1]["tokens_per_s"].get<double>(), 0);
+  EXPECT_GT(r["decode"][1]["bytes_per_round"].get<uint64_t>(),
+            r["decode"][0]["bytes_per_round"].get<uint64_t>());
+  EXPECT_GT(r["decode"][0]["fraction_of_bound"].get<double>(), 0);
+}
+
+}  // namespace
+}  // namespace ds
