@@ -35,6 +35,8 @@ void ThreadPool::parallel_for(int64_t n, int64_t grain, const std::function<void
     fn(0, n);
     return;
   }
+  // One job at a time: callers on different threads (two engines, a bench beside a server) queue here.
+  std::lock_guard<std::mutex> one_job(job_mutex_);
   auto run_piece = [&](int64_t p) {
     t_inside_pool = true;
     fn(n * p / pieces, n * (p + 1) / pieces);

@@ -31,6 +31,7 @@ class ThreadPool {
 
   std::vector<std::thread> workers_;
   std::mutex mutex_;
+  std::mutex job_mutex_;  // serialises parallel_for calls from different threads
   std::condition_variable start_cv_, done_cv_;
   const std::function<void(int64_t, int64_t)>* job_ = nullptr;
   int64_t job_n_ = 0, job_pieces_ = 0;
