@@ -46,6 +46,7 @@ struct ApiRequest {
   bool echo = false;          // completions: the prompt text before the reply
   bool use_drafts = true;     // extension "draft"
   bool skip_special_tokens = true;
+  bool return_token_ids = false;  // vLLM's extension: list the reply's token ids
 };
 
 // Throw ApiError (400) naming the field for every malformed or unsupported input.

@@ -118,6 +118,7 @@ void read_common(const Json& j, const ModelLimits& limits, ApiRequest& r) {
   }
   r.use_drafts = read_bool(j, "draft").value_or(true);
   r.skip_special_tokens = read_bool(j, "skip_special_tokens").value_or(true);
+  r.return_token_ids = read_bool(j, "return_token_ids").value_or(false);
   for (const char* unsupported :
        {"guided_json", "guided_regex", "guided_choice", "guided_grammar", "logit_bias"})
     if (field(j, unsupported))
