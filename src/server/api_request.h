@@ -12,6 +12,8 @@
 
 namespace ds::server {
 
+using Json = nlohmann::ordered_json;
+
 enum class Endpoint { Chat, Completions };
 
 // What the served model allows; requests are checked against it before anything is tokenized.

@@ -43,8 +43,9 @@ ReplyDelta ReplyState::push(int32_t token, std::string_view text,
   return d;
 }
 
-ReplyDelta ReplyState::finish() {
-  return route(stop_.flush(), true);
+ReplyDelta ReplyState::finish(std::string_view tail) {
+  std::string text = stop_.push(tail);
+  return route(text + stop_.flush(), true);
 }
 
 std::string ReplyState::token_hash() const {

@@ -43,8 +43,8 @@ class ReplyState {
 
   // A generated token and the text it completes ("" for tokens that show nothing). Ignored once stopped.
   ReplyDelta push(int32_t token, std::string_view text, const std::optional<LogprobReport>& logprobs);
-  // The reply ended: held-back text comes out.
-  ReplyDelta finish();
+  // The reply ended: `tail` (the decoder's last bytes) and held-back text come out.
+  ReplyDelta finish(std::string_view tail = {});
   // A stop string matched; the engine request should be cancelled and the reply finished.
   bool stopped() const { return stop_.stopped(); }
 
