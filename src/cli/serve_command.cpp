@@ -41,7 +41,6 @@ std::optional<ChatTemplate> load_template(const std::filesystem::path& dir) {
 }
 
 void serve(const ServeOptions& o) {
-  if (o.threads > 0) ThreadPool::set_global_threads(o.threads);
   // SIGTERM / SIGINT are taken by a waiting thread, so shutdown runs outside a signal handler.
   sigset_t signals;
   sigemptyset(&signals);
@@ -49,6 +48,7 @@ void serve(const ServeOptions& o) {
   sigaddset(&signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   signal(SIGPIPE, SIG_IGN);  // a vanished client is a failed write, not a dead server
+  if (o.threads > 0) ThreadPool::set_global_threads(o.threads);  // after the mask: threads inherit it
 
   std::filesystem::path dir(o.model);
   Model model(dir);
