@@ -78,7 +78,9 @@ class Server:
 
     def stop(self):
         self.proc.send_signal(signal.SIGTERM)
-        return self.proc.wait(timeout=30)
+        code = self.proc.wait(timeout=30)
+        self.proc.stderr.close()
+        return code
 
 
 def extension(resp):
