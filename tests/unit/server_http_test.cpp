@@ -31,6 +31,7 @@ class ScriptedBackend : public GenerationBackend {
   std::chrono::milliseconds gap{1};
   bool forever = false;  // repeat the script until cancelled
   std::string refuse;
+  std::string error;  // ends the script with an engine error
   GenerationRequest last;
 
   ~ScriptedBackend() override {
@@ -60,6 +61,10 @@ class ScriptedBackend : public GenerationBackend {
           break;
         }
         std::this_thread::sleep_for(gap);
+      }
+      if (!error.empty() && end.reason != FinishReason::Cancelled) {
+        end.reason = FinishReason::Error;
+        end.error = error;
       }
       end.prefill_seconds = 0.5;
       on_event(end);
@@ -94,7 +99,7 @@ class ServerHttp : public ::testing::Test {
     prompts_ = std::make_unique<PromptBuilder>(*tokenizer_, ChatTemplate::from_model_dir(kModelDir));
   }
   void start(const std::string& api_key = "") {
-    state_.reset(new ServerState{backend_, *prompts_, {{"tiny"}, 320}, 64, {2}, {}});
+    state_.reset(new ServerState{backend_, *prompts_, {{"tiny"}, 320}, 128, {2}, {}});
     http_ = std::make_unique<HttpServer>(*state_, HttpOptions{"127.0.0.1", 0, api_key, 16});
     port_ = http_->bind();
     thread_ = std::thread([this] { http_->serve(); });
@@ -237,10 +242,10 @@ TEST_F(ServerHttp, ErrorsAreOpenAIShaped) {
   EXPECT_EQ(e["param"], "n");
   auto malformed = client().Post("/v1/completions", "{nope", "application/json");
   EXPECT_EQ(malformed->status, 400);
-  auto long_prompt = post("/v1/completions", {{"prompt", std::vector<int>(70, 5)}});
+  auto long_prompt = post("/v1/completions", {{"prompt", std::vector<int>(130, 5)}});
   ASSERT_EQ(long_prompt->status, 400);
   EXPECT_EQ(json::parse(long_prompt->body)["error"]["code"], "context_length_exceeded");
-  auto too_many = post("/v1/completions", {{"prompt", {5}}, {"max_tokens", 64}});
+  auto too_many = post("/v1/completions", {{"prompt", {5}}, {"max_tokens", 128}});
   EXPECT_EQ(json::parse(too_many->body)["error"]["param"], "max_tokens");
   backend_.refuse = "queue full (3 requests waiting)";
   auto full = post("/v1/completions", {{"prompt", "x"}});
@@ -271,7 +276,7 @@ TEST_F(ServerHttp, TokenizeDetokenizeAndMetrics) {
   ASSERT_EQ(tok->status, 200);
   json t = json::parse(tok->body);
   EXPECT_EQ(t["tokens"].get<std::vector<int32_t>>(), ids("Hello world"));
-  EXPECT_EQ(t["max_model_len"], 64);
+  EXPECT_EQ(t["max_model_len"], 128);
   auto chat_tok = post("/tokenize", {{"messages", kChat["messages"]}});
   EXPECT_EQ(json::parse(chat_tok->body)["tokens"].get<std::vector<int32_t>>(),
             ids("<|im_start|>user\nHello<|im_end|>\n<|im_start|>assistant\n<think>\n"));
@@ -284,6 +289,38 @@ TEST_F(ServerHttp, TokenizeDetokenizeAndMetrics) {
        {"deltaserve_requests_total", "deltaserve_time_to_first_token_seconds_bucket",
         "deltaserve_inter_token_seconds_count", "deltaserve_queue_depth", "deltaserve_drafted_tokens_total"})
     EXPECT_NE(metrics->body.find(name), std::string::npos) << name;
+}
+
+TEST_F(ServerHttp, ToolCallsFinishWithToolCalls) {
+  backend_.script = ids(
+      "</think><tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\"}}\n</tool_call>");
+  backend_.script.push_back(2);
+  start();
+  json body = kChat;
+  body["tools"] = {
+      {{"type", "function"}, {"function", {{"name", "get_weather"}, {"parameters", json::object()}}}}};
+  auto res = post("/v1/chat/completions", body);
+  ASSERT_EQ(res->status, 200) << res->body;
+  json j = json::parse(res->body);
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "tool_calls");
+  EXPECT_TRUE(j["choices"][0]["message"]["content"].is_null());
+  const json& call = j["choices"][0]["message"]["tool_calls"][0];
+  EXPECT_EQ(call["function"]["name"], "get_weather");
+  EXPECT_EQ(json::parse(call["function"]["arguments"].get<std::string>())["city"], "Oslo");
+}
+
+TEST_F(ServerHttp, EngineErrorMidStreamIsAnErrorEvent) {
+  backend_.script = ids("ab");
+  backend_.error = "out of state memory";
+  start();
+  auto res = post("/v1/completions", {{"prompt", "x"}, {"stream", true}});
+  ASSERT_EQ(res->status, 200);
+  std::vector<std::string> events = sse(res->body);
+  ASSERT_GE(events.size(), 2u);
+  EXPECT_EQ(events.back(), "[DONE]");
+  json e = json::parse(events[events.size() - 2]);
+  EXPECT_EQ(e["error"]["message"], "out of state memory");
+  EXPECT_EQ(e["error"]["type"], "server_error");
 }
 
 TEST_F(ServerHttp, ClientDisconnectCancels) {
