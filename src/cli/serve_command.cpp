@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "model/model.h"
+#include "runtime/engine.h"
 #include "server/http_server.h"
 #include "server/serial_backend.h"
 #include "tokenizer/chat_template.h"
@@ -28,6 +29,7 @@ struct ServeOptions {
   int64_t context = 0, max_queue = 256;
   double prompt_cache_gib = 1.0;
   bool no_drafts = false;
+  bool reference = false;
 };
 
 std::optional<ChatTemplate> load_template(const std::filesystem::path& dir) {
@@ -57,12 +59,22 @@ void serve(const ServeOptions& o) {
   const ModelConfig& cfg = model.config();
   int64_t context = o.context > 0 ? o.context : cfg.max_positions;
   if (context <= 1) fail("--context: the model names no max_position_embeddings; give --context");
-  if (o.parallel != 1 || o.prompt_cache_gib > 0 || !o.no_drafts)
-    std::fprintf(
-        stderr,
-        "note: serving with the serial reference decode (one request at a time) until the "
-        "batched runtime engine is wired in; --parallel, --prompt-cache-gib and drafts are not used\n");
-  server::SerialBackend backend(model, context, o.max_queue);
+  // --reference: the serial plain decode, the baseline the batched engine's replies must equal.
+  std::unique_ptr<Engine> engine;
+  std::unique_ptr<server::GenerationBackend> backend_ptr;
+  if (o.reference) {
+    backend_ptr = std::make_unique<server::SerialBackend>(model, context, o.max_queue);
+  } else {
+    EngineOptions options;
+    options.parallel = o.parallel;
+    options.context = context;
+    options.prompt_cache_gib = o.prompt_cache_gib;
+    options.max_queue = o.max_queue;
+    options.drafts = !o.no_drafts;
+    engine = std::make_unique<Engine>(model, options);
+    backend_ptr = std::make_unique<server::EngineBackend<Engine>>(*engine);
+  }
+  server::GenerationBackend& backend = *backend_ptr;
   std::string name = dir.filename().empty() ? dir.parent_path().filename().string() : dir.filename().string();
   server::ServerState state{backend, prompts, {{name, o.model}, cfg.vocab_size}, context, cfg.eos_ids, {}};
   server::HttpServer http(state, {o.host, o.port, o.api_key, 64});
@@ -104,6 +116,8 @@ void register_serve_command(CLI::App& app) {
   cmd->add_option("--max-queue", o->max_queue, "queued requests beyond this get 503 + Retry-After");
   cmd->add_option("--threads", o->threads, "CPU threads (default: all cores)");
   cmd->add_flag("--no-drafts", o->no_drafts, "never draft (the plain decode for every request)");
+  cmd->add_flag("--reference", o->reference,
+                "serve with the serial reference decode instead of the batched engine");
   cmd->callback([o] { serve(*o); });
 }
 
