@@ -11,3 +11,7 @@ if [ -n "$(echo $missing)" ]; then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq $PKGS
 fi
+# The server end-to-end test (ctest server_openai_e2e) drives the server with the official OpenAI SDK.
+if ! python3 -c "import openai" 2>/dev/null; then
+  python3 -m pip install -q openai 2>/dev/null || python3 -m pip install -q --break-system-packages openai
+fi

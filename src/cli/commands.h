@@ -8,5 +8,6 @@ void register_commands(CLI::App& app);
 void register_model_commands(CLI::App& app);  // logits, generate, info
 void register_run_command(CLI::App& app);     // run
 void register_bench_command(CLI::App& app);   // bench
+void register_serve_command(CLI::App& app);   // serve
 
 }  // namespace ds::cli

@@ -1,0 +1,190 @@
+#include "server/completion_session.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+
+#include "server/api_error.h"
+#include "server/reply_state.h"
+#include "server/response_json.h"
+
+namespace ds::server {
+
+// Engine thread -> HTTP thread. Shared with the engine's callback, which may outlive the session.
+struct EventChannel {
+  std::mutex mutex;
+  std::condition_variable ready;
+  std::deque<TokenEvent> events;
+
+  void push(const TokenEvent& e) {
+    {
+      std::lock_guard lock(mutex);
+      events.push_back(e);
+    }
+    ready.notify_one();
+  }
+  bool pop(TokenEvent& out, std::chrono::milliseconds timeout) {
+    std::unique_lock lock(mutex);
+    if (!ready.wait_for(lock, timeout, [&] { return !events.empty(); })) return false;
+    out = std::move(events.front());
+    events.pop_front();
+    return true;
+  }
+};
+
+namespace {
+
+bool contains(const std::vector<int32_t>& ids, int32_t id) {
+  return std::find(ids.begin(), ids.end(), id) != ids.end();
+}
+
+}  // namespace
+
+CompletionSession::CompletionSession(ServerState& state, ApiRequest request, PreparedPrompt prompt)
+    : state_(state),
+      request_(std::move(request)),
+      prompt_(std::move(prompt)),
+      channel_(std::make_shared<EventChannel>()),
+      start_(std::chrono::steady_clock::now()) {
+  const int64_t prompt_len = static_cast<int64_t>(prompt_.ids.size());
+  const char* param = request_.endpoint == Endpoint::Chat ? "messages" : "prompt";
+  if (prompt_len >= state_.context)
+    throw ApiError(400,
+                   fmt::format("This model's maximum context length is {} tokens; the prompt has {} tokens",
+                               state_.context, prompt_len),
+                   param, "context_length_exceeded");
+  int64_t max_tokens = request_.max_tokens < 0 ? state_.context - prompt_len : request_.max_tokens;
+  if (prompt_len + max_tokens > state_.context)
+    throw ApiError(
+        400,
+        fmt::format("This model's maximum context length is {} tokens; the prompt has {} tokens and "
+                    "max_tokens asks for {} more",
+                    state_.context, prompt_len, max_tokens),
+        "max_tokens", "context_length_exceeded");
+  GenerationRequest g;
+  g.prompt = prompt_.ids;
+  g.sampling = request_.sampling;
+  g.max_tokens = static_cast<int32_t>(max_tokens);
+  g.ignore_eos = request_.ignore_eos;
+  g.stop_token_ids = request_.stop_token_ids;
+  g.top_logprobs = request_.top_logprobs;
+  g.use_drafts = request_.use_drafts;
+  std::weak_ptr<EventChannel> channel = channel_;
+  try {
+    engine_id_ = state_.backend.submit(std::move(g), [channel](const TokenEvent& e) {
+      if (auto c = channel.lock()) c->push(e);
+    });
+  } catch (const ApiError&) {
+    throw;
+  } catch (const Error& e) {
+    std::string message = e.what();
+    if (message.starts_with("queue full"))
+      throw ApiError(503, message + "; retry shortly", "", "queue_full", "server_error");
+    throw ApiError(400, message, "", "");
+  }
+  const bool chat = request_.endpoint == Endpoint::Chat;
+  id_ = fmt::format("{}-{:x}{:08x}", chat ? "chatcmpl" : "cmpl", state_.next_id++,
+                    request_.sampling.seed & 0xffffffff);
+  created_ =
+      std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch())
+          .count();
+}
+
+CompletionSession::~CompletionSession() {
+  if (!done_) state_.backend.cancel(engine_id_);
+}
+
+void CompletionSession::run(const Write& write, std::chrono::milliseconds keepalive) {
+  const Tokenizer& tokenizer = state_.prompts.tokenizer();
+  IncrementalDecoder decoder(tokenizer, request_.skip_special_tokens);
+  ReplyConfig config{request_.stop, prompt_.reasoning, prompt_.starts_in_reasoning,
+                     !request_.tools.is_null()};
+  ReplyState reply(config);
+  const ResponseMeta meta{request_.endpoint, id_, request_.model, created_};
+  const bool with_logprobs = request_.top_logprobs >= 0;
+  const TokenText token_text = [&](int32_t id) { return std::string(tokenizer.token_bytes(id)); };
+  size_t text_offset = request_.echo ? prompt_.text.size() : 0;
+  auto gone = [&] {
+    state_.backend.cancel(engine_id_);
+    state_.metrics.disconnect();
+    done_ = true;
+  };
+
+  if (request_.stream) {
+    ReplyDelta opening;
+    if (request_.echo) opening.content = prompt_.text;
+    bool chat = request_.endpoint == Endpoint::Chat;
+    if ((chat || request_.echo) &&
+        !write(sse_data(chunk_json(meta, opening, false, "", chat, token_text, text_offset))))
+      return gone();
+  }
+  auto last = start_;
+  bool first = true;
+  for (;;) {
+    TokenEvent e;
+    if (!channel_->pop(e, keepalive)) {
+      if (!write(request_.stream ? ": keep-alive\n\n" : " ")) return gone();
+      continue;
+    }
+    if (e.token >= 0 && !reply.stopped()) {
+      auto now = std::chrono::steady_clock::now();
+      std::chrono::duration<double> gap = now - last;
+      first ? state_.metrics.first_token(gap.count()) : state_.metrics.inter_token(gap.count());
+      first = false;
+      last = now;
+      bool hidden = contains(request_.stop_token_ids, e.token) ||
+                    (!request_.ignore_eos && contains(state_.eos_ids, e.token));
+      std::string text = hidden ? std::string() : decoder.push(e.token);
+      ReplyDelta delta = reply.push(e.token, text, e.logprobs);
+      if (request_.stream && !delta.empty() &&
+          !write(sse_data(chunk_json(meta, delta, with_logprobs, "", false, token_text, text_offset))))
+        return gone();
+      // A stop string ends the reply here; the engine's final (cancelled) event still brings the timings.
+      if (reply.stopped()) state_.backend.cancel(engine_id_);
+    }
+    if (!e.finished) continue;
+    done_ = true;
+    if (e.reason == FinishReason::Error || (e.reason == FinishReason::Cancelled && !reply.stopped())) {
+      std::string why =
+          e.reason == FinishReason::Error ? e.error : "the request was cancelled (server shutting down)";
+      std::string body =
+          error_body(why, "server_error", "", e.reason == FinishReason::Error ? "engine_error" : "cancelled");
+      write(request_.stream ? "data: " + body + "\n\n" + kSseDone : body);
+      return;
+    }
+    ReplyDelta tail = reply.finish(decoder.flush());
+    std::string finish = e.reason == FinishReason::Length && !reply.stopped() ? "length" : "stop";
+    if (!reply.total().tool_calls.empty() && finish == "stop") finish = "tool_calls";
+    Usage usage{static_cast<int64_t>(prompt_.ids.size()), static_cast<int64_t>(reply.tokens().size()),
+                e.cached_tokens, reply.reasoning_tokens()};
+    std::string hash = reply.token_hash();
+    Extension ext{request_.sampling.seed,
+                  e.drafted_tokens,
+                  e.accepted_tokens,
+                  e.prefill_seconds,
+                  e.decode_seconds,
+                  hash,
+                  request_.return_token_ids ? &reply.tokens() : nullptr};
+    state_.metrics.tokens(usage.prompt_tokens, usage.completion_tokens);
+    if (!request_.stream) {
+      write(dump_json(response_json(meta, reply.total(), with_logprobs, finish, usage, ext, token_text,
+                                    request_.echo ? prompt_.text : "")));
+      return;
+    }
+    std::string out;
+    if (!tail.empty())
+      out += sse_data(chunk_json(meta, tail, with_logprobs, "", false, token_text, text_offset));
+    Json last_chunk = chunk_json(meta, {}, false, finish, false, token_text, text_offset);
+    last_chunk["extension"] = extension_json(ext);
+    out += sse_data(last_chunk);
+    if (request_.include_usage) out += sse_data(usage_chunk_json(meta, usage, ext));
+    out += kSseDone;
+    write(out);
+    return;
+  }
+}
+
+}  // namespace ds::server

@@ -1,0 +1,268 @@
+#!/usr/bin/env python3
+"""End to end: a real `deltaserve serve` process on the tiny fixture model, driven by the official OpenAI SDK.
+
+Run by ctest (server_openai_e2e): server_openai_test.py --binary build/deltaserve --source .
+Exits 77 (ctest: skipped) only when the `openai` package is not installed; scripts/setup.sh installs it."""
+import argparse
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import unittest
+import urllib.error
+import urllib.request
+
+try:
+    import openai
+except ImportError:
+    print("SKIP: the openai Python package is not installed (scripts/setup.sh installs it)")
+    sys.exit(77)
+
+ARGS = None
+
+
+def make_model_dir(source):
+    """The qwen4exp_base fixture's weights plus the 320-token test tokenizer with a ChatML thinking template."""
+    out = tempfile.mkdtemp(prefix="deltaserve-e2e-")
+    fixture = os.path.join(source, "tests", "fixtures", "qwen4exp_base")
+    for name in ("config.json", "model.safetensors", "generation_config.json"):
+        shutil.copy(os.path.join(fixture, name), out)
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(os.path.join(source, "tests", "data", "server_model", name), out)
+    return out
+
+
+class Server:
+    def __init__(self, model_dir, *extra):
+        self.proc = subprocess.Popen([ARGS.binary, "serve", model_dir, "--port", "0", "--threads", "2", *extra],
+                                     stderr=subprocess.PIPE, text=True)
+        self.log = []
+        deadline = time.time() + 60
+        self.port = None
+        while time.time() < deadline and self.port is None:
+            line = self.proc.stderr.readline()
+            if not line:
+                raise RuntimeError("server exited: " + "".join(self.log))
+            self.log.append(line)
+            m = re.search(r"http://[^:]+:(\d+)", line)
+            if m:
+                self.port = int(m.group(1))
+        threading.Thread(target=lambda: [self.log.append(l) for l in self.proc.stderr], daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.port}"
+
+    def client(self, key="none"):
+        return openai.OpenAI(base_url=self.url + "/v1", api_key=key, max_retries=0, timeout=120)
+
+    def get(self, path, headers=None):
+        req = urllib.request.Request(self.url + path, headers=headers or {})
+        try:
+            with urllib.request.urlopen(req, timeout=30) as r:
+                return r.status, r.read().decode()
+        except urllib.error.HTTPError as e:
+            return e.code, e.read().decode()
+
+    def post(self, path, body):
+        data = body if isinstance(body, bytes) else json.dumps(body).encode()
+        req = urllib.request.Request(self.url + path, data=data, headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=60) as r:
+                return r.status, json.loads(r.read())
+        except urllib.error.HTTPError as e:
+            return e.code, json.loads(e.read())
+
+    def stop(self):
+        self.proc.send_signal(signal.SIGTERM)
+        code = self.proc.wait(timeout=30)
+        self.proc.stderr.close()
+        return code
+
+
+def extension(resp):
+    return resp.model_dump()["extension"]
+
+
+class OpenAISdk(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.model_dir = make_model_dir(ARGS.source)
+        cls.server = Server(cls.model_dir)
+        cls.client = cls.server.client()
+        cls.model = os.path.basename(cls.model_dir)
+
+    @classmethod
+    def tearDownClass(cls):
+        code = cls.server.stop()
+        shutil.rmtree(cls.model_dir, ignore_errors=True)
+        assert code == 0, f"server exit code {code} after SIGTERM"
+
+    def test_models_and_health(self):
+        self.assertEqual([m.id for m in self.client.models.list()], [self.model])
+        status, body = self.server.get("/health")
+        self.assertEqual(status, 200)
+        self.assertEqual(json.loads(body)["status"], "ok")
+        status, text = self.server.get("/metrics")
+        self.assertIn("deltaserve_time_to_first_token_seconds_bucket", text)
+
+    def test_chat(self):
+        r = self.client.chat.completions.create(model=self.model, messages=[{"role": "user", "content": "Hello"}],
+                                                max_tokens=6, seed=3)
+        self.assertEqual(r.object, "chat.completion")
+        self.assertEqual(r.choices[0].finish_reason, "length")
+        self.assertEqual(r.usage.completion_tokens, 6)
+        self.assertEqual(r.usage.total_tokens, r.usage.prompt_tokens + 6)
+        self.assertEqual(r.usage.prompt_tokens_details.cached_tokens, 0)
+        self.assertIsNotNone(r.usage.completion_tokens_details.reasoning_tokens)
+        self.assertEqual(extension(r)["seed"], 3)
+
+    def test_completions_text_and_token_prompts(self):
+        r = self.client.completions.create(model=self.model, prompt="Once upon a time", max_tokens=5,
+                                           temperature=0, echo=True)
+        self.assertTrue(r.choices[0].text.startswith("Once upon a time"))
+        ids = self.client.completions.create(model=self.model, prompt=[10, 20, 30], max_tokens=5, temperature=0,
+                                             extra_body={"return_token_ids": True})
+        self.assertEqual(len(extension(ids)["token_ids"]), ids.usage.completion_tokens)
+        self.assertEqual(ids.usage.prompt_tokens, 3)
+
+    def test_streaming_with_usage(self):
+        stream = self.client.chat.completions.create(model=self.model, messages=[{"role": "user", "content": "Hi"}],
+                                                     max_tokens=7, stream=True, stream_options={"include_usage": True},
+                                                     temperature=0)
+        chunks = list(stream)
+        self.assertEqual(chunks[0].choices[0].delta.role, "assistant")
+        self.assertEqual(chunks[-1].choices, [])
+        self.assertEqual(chunks[-1].usage.completion_tokens, 7)
+        finishes = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
+        self.assertEqual(finishes, ["length"])
+        plain = self.client.chat.completions.create(model=self.model, messages=[{"role": "user", "content": "Hi"}],
+                                                    max_tokens=7, temperature=0)
+        text = "".join((c.choices[0].delta.content or "") for c in chunks if c.choices)
+        reasoning = "".join((c.choices[0].delta.model_extra.get("reasoning_content") or "") for c in chunks
+                            if c.choices)
+        self.assertEqual(text, plain.choices[0].message.content or "")
+        self.assertEqual(reasoning, plain.choices[0].message.model_extra.get("reasoning_content") or "")
+
+    def test_stop_string(self):
+        base = self.client.completions.create(model=self.model, prompt="Hello", max_tokens=16, temperature=0,
+                                              extra_body={"ignore_eos": True})
+        text = base.choices[0].text
+        cut = next((i for i in range(2, len(text) - 1) if text[i].isprintable() and text[i] != "\ufffd"), None)
+        if cut is None:
+            self.skipTest("greedy text has no printable character to stop on")
+        stop = text[cut]
+        r = self.client.completions.create(model=self.model, prompt="Hello", max_tokens=16, temperature=0,
+                                           stop=[stop], extra_body={"ignore_eos": True})
+        self.assertEqual(r.choices[0].text, text[:text.index(stop)])
+        self.assertEqual(r.choices[0].finish_reason, "stop")
+
+    def test_logprobs(self):
+        r = self.client.chat.completions.create(model=self.model, messages=[{"role": "user", "content": "Hi"}],
+                                                max_tokens=4, logprobs=True, top_logprobs=3, temperature=0)
+        content = r.choices[0].logprobs.content
+        self.assertEqual(len(content), 4)
+        for entry in content:
+            self.assertEqual(len(entry.top_logprobs), 3)
+            self.assertLessEqual(entry.logprob, 0)
+            self.assertAlmostEqual(entry.logprob, entry.top_logprobs[0].logprob, places=5)  # greedy: the best
+        c = self.client.completions.create(model=self.model, prompt="Hi", max_tokens=3, logprobs=2, temperature=0)
+        self.assertEqual(len(c.choices[0].logprobs.token_logprobs), 3)
+        self.assertEqual(len(c.choices[0].logprobs.top_logprobs[0]), 2)
+
+    def test_errors(self):
+        with self.assertRaises(openai.BadRequestError) as e:
+            self.client.chat.completions.create(model=self.model, messages=[{"role": "user", "content": "x"}], n=2)
+        self.assertEqual(e.exception.body["param"], "n")
+        with self.assertRaises(openai.BadRequestError) as e:
+            self.client.chat.completions.create(model="gpt-4", messages=[{"role": "user", "content": "x"}])
+        self.assertEqual(e.exception.body["code"], "model_not_found")
+        with self.assertRaises(openai.BadRequestError) as e:
+            self.client.completions.create(model=self.model, prompt=[1, 99999])
+        self.assertEqual(e.exception.body["param"], "prompt")
+        with self.assertRaises(openai.BadRequestError) as e:
+            self.client.chat.completions.create(model=self.model, messages=[{"role": "user", "content": "x"}],
+                                                logprobs=True, top_logprobs=21)
+        self.assertEqual(e.exception.body["param"], "top_logprobs")
+        status, body = self.server.post("/v1/chat/completions", b"{not json")
+        self.assertEqual(status, 400)
+        self.assertEqual(body["error"]["type"], "invalid_request_error")
+        status, body = self.server.post("/v1/completions", {"prompt": [5] * 5000})
+        self.assertEqual(body["error"]["code"], "context_length_exceeded")
+
+    def test_tokenize_round_trip(self):
+        status, tok = self.server.post("/tokenize", {"prompt": "Hello world"})
+        self.assertEqual(status, 200)
+        status, detok = self.server.post("/detokenize", {"tokens": tok["tokens"]})
+        self.assertEqual(detok["prompt"], "Hello world")
+
+    def test_disconnect_frees_the_slot(self):
+        stream = self.client.completions.create(model=self.model, prompt="Go", max_tokens=3000, stream=True,
+                                                extra_body={"ignore_eos": True})
+        for i, _ in enumerate(stream):
+            if i == 2:
+                break
+        stream.close()
+        deadline = time.time() + 30
+        while time.time() < deadline:
+            health = json.loads(self.server.get("/health")[1])
+            if health["requests_running"] == 0 and health["requests_queued"] == 0:
+                break
+            time.sleep(0.1)
+        self.assertEqual(health["requests_running"], 0)
+        self.assertIn("deltaserve_client_disconnects_total 1", self.server.get("/metrics")[1])
+
+    def test_same_tokens_alone_beside_others_and_without_drafts(self):
+        def ask(seed, prompt, **extra):
+            r = self.client.completions.create(model=self.model, prompt=prompt, max_tokens=20, seed=seed,
+                                               temperature=0.8, extra_body={"return_token_ids": True,
+                                                                            "ignore_eos": True, **extra})
+            return extension(r)["token_ids"], extension(r)["token_hash"]
+
+        alone = ask(11, "The quick brown fox")
+        results = {}
+
+        def other(i):
+            results[i] = ask(100 + i, f"Request {i} says hello", top_p=0.9)
+
+        threads = [threading.Thread(target=other, args=(i,)) for i in range(7)]
+        for t in threads:
+            t.start()
+        beside = ask(11, "The quick brown fox")
+        for t in threads:
+            t.join()
+        self.assertEqual(len(results), 7)
+        plain = ask(11, "The quick brown fox", draft=False)
+        self.assertEqual(alone, beside)
+        self.assertEqual(alone, plain)
+        greedy = [self.client.completions.create(model=self.model, prompt="abc", max_tokens=12, temperature=0,
+                                                 extra_body={"return_token_ids": True, "draft": d})
+                  for d in (True, False)]
+        self.assertEqual(extension(greedy[0])["token_ids"], extension(greedy[1])["token_ids"])
+
+
+class ApiKey(unittest.TestCase):
+    def test_key_required_except_health(self):
+        model_dir = make_model_dir(ARGS.source)
+        server = Server(model_dir, "--api-key", "sekret")
+        try:
+            with self.assertRaises(openai.AuthenticationError):
+                server.client("wrong").models.list()
+            self.assertEqual(len(server.client("sekret").models.list().data), 1)
+            self.assertEqual(server.get("/health")[0], 200)
+            status, _ = server.get("/v1/models")
+            self.assertEqual(status, 401)
+        finally:
+            self.assertEqual(server.stop(), 0)
+            shutil.rmtree(model_dir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--binary", required=True)
+    parser.add_argument("--source", required=True)
+    ARGS, rest = parser.parse_known_args()
+    unittest.main(argv=[sys.argv[0], "-v", *rest])

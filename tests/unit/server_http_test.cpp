@@ -1,0 +1,348 @@
+// The HTTP routes against a scripted backend: shapes, SSE, stop strings, auth, 503, disconnect -> cancel.
+#include <gtest/gtest.h>
+#include <httplib.h>
+
+#include <atomic>
+#include <chrono>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <thread>
+
+#include "core/error.h"
+#include "server/http_server.h"
+#include "server/serial_backend.h"
+#include "tokenizer/chat_template.h"
+#include "tokenizer/tokenizer.h"
+
+namespace ds::server {
+namespace {
+
+using nlohmann::json;
+using namespace std::chrono_literals;
+
+const std::filesystem::path kModelDir =
+    std::filesystem::path(DELTASERVE_SOURCE_DIR) / "tests/data/server_model";
+
+// Replies with a fixed token script (one token per `gap`), honouring cancel; `refuse` makes submit throw.
+class ScriptedBackend : public GenerationBackend {
+ public:
+  std::vector<int32_t> script;
+  std::chrono::milliseconds gap{1};
+  bool forever = false;  // repeat the script until cancelled
+  std::string refuse;
+  std::string error;  // ends the script with an engine error
+  GenerationRequest last;
+
+  ~ScriptedBackend() override {
+    for (auto& t : threads_) t.join();
+  }
+  uint64_t submit(GenerationRequest request, TokenCallback on_event) override {
+    if (!refuse.empty()) fail("{}", refuse);
+    uint64_t id = next_++;
+    last = request;
+    threads_.emplace_back([this, id, request, on_event] {
+      TokenEvent end;
+      end.finished = true;
+      end.reason = FinishReason::Length;
+      for (int32_t i = 0;; ++i) {
+        if (is_cancelled(id)) {
+          end.reason = FinishReason::Cancelled;
+          break;
+        }
+        if (!forever && (i >= static_cast<int32_t>(script.size()) || i >= request.max_tokens)) break;
+        TokenEvent e;
+        e.token = script[i % script.size()];
+        if (request.top_logprobs >= 0) e.logprobs = LogprobReport{-0.25f, {{e.token, -0.25f}}};
+        on_event(e);
+        end.completion_tokens++;
+        if (e.token == 2 && !request.ignore_eos) {
+          end.reason = FinishReason::Stop;
+          break;
+        }
+        std::this_thread::sleep_for(gap);
+      }
+      if (!error.empty() && end.reason != FinishReason::Cancelled) {
+        end.reason = FinishReason::Error;
+        end.error = error;
+      }
+      end.prefill_seconds = 0.5;
+      on_event(end);
+    });
+    return id;
+  }
+  void cancel(uint64_t id) override {
+    std::lock_guard lock(mutex_);
+    cancelled_.insert(id);
+  }
+  EngineStats stats() const override { return {}; }
+  bool is_cancelled(uint64_t id) {
+    std::lock_guard lock(mutex_);
+    return cancelled_.count(id) > 0;
+  }
+  size_t cancelled_count() {
+    std::lock_guard lock(mutex_);
+    return cancelled_.size();
+  }
+
+ private:
+  std::mutex mutex_;
+  std::set<uint64_t> cancelled_;
+  std::vector<std::thread> threads_;
+  uint64_t next_ = 1;
+};
+
+class ServerHttp : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    tokenizer_ = std::make_unique<Tokenizer>(Tokenizer::load(kModelDir));
+    prompts_ = std::make_unique<PromptBuilder>(*tokenizer_, ChatTemplate::from_model_dir(kModelDir));
+  }
+  void start(const std::string& api_key = "") {
+    state_.reset(new ServerState{backend_, *prompts_, {{"tiny"}, 320}, 128, {2}, {}});
+    http_ = std::make_unique<HttpServer>(*state_, HttpOptions{"127.0.0.1", 0, api_key, 16});
+    port_ = http_->bind();
+    thread_ = std::thread([this] { http_->serve(); });
+  }
+  void TearDown() override {
+    if (http_) http_->stop();
+    if (thread_.joinable()) thread_.join();
+  }
+  std::vector<int32_t> ids(const std::string& text) { return tokenizer_->encode(text); }
+  httplib::Client client() {
+    httplib::Client c("127.0.0.1", port_);
+    c.set_read_timeout(10, 0);
+    return c;
+  }
+  httplib::Result post(const std::string& path, const json& body, const httplib::Headers& headers = {}) {
+    return client().Post(path, headers, body.dump(), "application/json");
+  }
+  // The data payloads of an SSE body, [DONE] included.
+  static std::vector<std::string> sse(const std::string& body) {
+    std::vector<std::string> out;
+    size_t at = 0;
+    while ((at = body.find("data: ", at)) != std::string::npos) {
+      size_t end = body.find("\n\n", at);
+      out.push_back(body.substr(at + 6, end - at - 6));
+      at = end;
+    }
+    return out;
+  }
+
+  ScriptedBackend backend_;
+  std::unique_ptr<Tokenizer> tokenizer_;
+  std::unique_ptr<PromptBuilder> prompts_;
+  std::unique_ptr<ServerState> state_;
+  std::unique_ptr<HttpServer> http_;
+  std::thread thread_;
+  int port_ = 0;
+};
+
+const json kChat = {{"model", "tiny"}, {"messages", {{{"role", "user"}, {"content", "Hello"}}}}};
+
+TEST_F(ServerHttp, ChatSplitsReasoningAndCountsUsage) {
+  backend_.script = ids("Hmm</think>\n\nHello world");
+  backend_.script.push_back(2);
+  start();
+  json body = kChat;
+  body["seed"] = 7;
+  body["return_token_ids"] = true;
+  auto res = post("/v1/chat/completions", body);
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  json j = json::parse(res->body);
+  EXPECT_EQ(j["object"], "chat.completion");
+  EXPECT_EQ(j["choices"][0]["message"]["reasoning_content"], "Hmm");
+  EXPECT_EQ(j["choices"][0]["message"]["content"], "Hello world");
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "stop");
+  EXPECT_EQ(j["usage"]["completion_tokens"], backend_.script.size());
+  EXPECT_EQ(j["usage"]["prompt_tokens"], backend_.last.prompt.size());
+  EXPECT_GT(j["usage"]["completion_tokens_details"]["reasoning_tokens"], 0);
+  EXPECT_EQ(j["extension"]["seed"], 7);
+  EXPECT_EQ(j["extension"]["token_ids"].get<std::vector<int32_t>>(), backend_.script);
+  EXPECT_EQ(backend_.last.sampling.seed, 7u);
+  // The template opened <think> in the prompt.
+  EXPECT_EQ(tokenizer_->decode(backend_.last.prompt),
+            "<|im_start|>user\nHello<|im_end|>\n<|im_start|>assistant\n<think>\n");
+}
+
+TEST_F(ServerHttp, StreamingChatWithUsage) {
+  backend_.script = ids("</think>Hi there, friend");
+  start();
+  json body = kChat;
+  body["stream"] = true;
+  body["stream_options"] = {{"include_usage", true}};
+  body["max_tokens"] = 5;
+  body["logprobs"] = true;
+  auto res = post("/v1/chat/completions", body);
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200);
+  EXPECT_EQ(res->get_header_value("Content-Type"), "text/event-stream");
+  std::vector<std::string> events = sse(res->body);
+  ASSERT_GE(events.size(), 4u);
+  EXPECT_EQ(events.back(), "[DONE]");
+  std::string content;
+  int logprob_entries = 0;
+  for (size_t i = 0; i + 2 < events.size(); ++i) {
+    json c = json::parse(events[i]);
+    EXPECT_EQ(c["object"], "chat.completion.chunk");
+    const json& choice = c["choices"][0];
+    if (i == 0) {
+      EXPECT_EQ(choice["delta"]["role"], "assistant");
+    }
+    content += choice["delta"].value("content", "");
+    if (!choice["logprobs"].is_null()) logprob_entries += choice["logprobs"]["content"].size();
+  }
+  EXPECT_EQ(content, tokenizer_->decode(
+                         std::vector<int32_t>(backend_.script.begin() + 1, backend_.script.begin() + 5)));
+  EXPECT_EQ(logprob_entries, 5);
+  json finish = json::parse(events[events.size() - 3]);
+  EXPECT_EQ(finish["choices"][0]["finish_reason"], "length");
+  json usage = json::parse(events[events.size() - 2]);
+  EXPECT_TRUE(usage["choices"].empty());
+  EXPECT_EQ(usage["usage"]["completion_tokens"], 5);
+}
+
+TEST_F(ServerHttp, CompletionsStopStringCancelsTheEngine) {
+  backend_.script = ids("one two STOP three four five six");
+  backend_.gap = 5ms;
+  start();
+  json body = {{"prompt", "count:"}, {"max_tokens", 40}, {"stop", {"STOP"}}, {"echo", true}};
+  auto res = post("/v1/completions", body);
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  json j = json::parse(res->body);
+  EXPECT_EQ(j["object"], "text_completion");
+  EXPECT_EQ(j["choices"][0]["text"], "count:one two ");
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "stop");
+  EXPECT_EQ(backend_.cancelled_count(), 1u);
+  EXPECT_EQ(backend_.last.max_tokens, 40);
+}
+
+TEST_F(ServerHttp, TokenPromptsAndStreamingCompletions) {
+  backend_.script = ids("abc");
+  start();
+  auto res = post("/v1/completions", {{"prompt", {5, 6, 7}}, {"stream", true}, {"logprobs", 1}});
+  ASSERT_EQ(res->status, 200);
+  EXPECT_EQ(backend_.last.prompt, (std::vector<int32_t>{5, 6, 7}));
+  EXPECT_EQ(backend_.last.top_logprobs, 1);
+  std::vector<std::string> events = sse(res->body);
+  std::string text;
+  for (size_t i = 0; i + 1 < events.size(); ++i)
+    text += json::parse(events[i])["choices"][0]["text"].get<std::string>();
+  EXPECT_EQ(text, "abc");
+}
+
+TEST_F(ServerHttp, ErrorsAreOpenAIShaped) {
+  start();
+  auto bad = post("/v1/chat/completions", {{"messages", kChat["messages"]}, {"n", 2}});
+  ASSERT_EQ(bad->status, 400);
+  json e = json::parse(bad->body)["error"];
+  EXPECT_EQ(e["type"], "invalid_request_error");
+  EXPECT_EQ(e["param"], "n");
+  auto malformed = client().Post("/v1/completions", "{nope", "application/json");
+  EXPECT_EQ(malformed->status, 400);
+  auto long_prompt = post("/v1/completions", {{"prompt", std::vector<int>(130, 5)}});
+  ASSERT_EQ(long_prompt->status, 400);
+  EXPECT_EQ(json::parse(long_prompt->body)["error"]["code"], "context_length_exceeded");
+  auto too_many = post("/v1/completions", {{"prompt", {5}}, {"max_tokens", 128}});
+  EXPECT_EQ(json::parse(too_many->body)["error"]["param"], "max_tokens");
+  backend_.refuse = "queue full (3 requests waiting)";
+  auto full = post("/v1/completions", {{"prompt", "x"}});
+  ASSERT_EQ(full->status, 503);
+  EXPECT_EQ(full->get_header_value("Retry-After"), "1");
+  EXPECT_EQ(json::parse(full->body)["error"]["code"], "queue_full");
+}
+
+TEST_F(ServerHttp, ApiKeyGuardsEverythingButHealth) {
+  start("sekret");
+  auto health = client().Get("/health");
+  ASSERT_EQ(health->status, 200);
+  EXPECT_EQ(json::parse(health->body)["status"], "ok");
+  auto denied = client().Get("/v1/models");
+  ASSERT_EQ(denied->status, 401);
+  EXPECT_EQ(denied->get_header_value("WWW-Authenticate"), "Bearer");
+  EXPECT_EQ(json::parse(denied->body)["error"]["code"], "invalid_api_key");
+  auto wrong = client().Get("/v1/models", {{"Authorization", "Bearer nope"}});
+  EXPECT_EQ(wrong->status, 401);
+  auto models = client().Get("/v1/models", {{"Authorization", "Bearer sekret"}});
+  ASSERT_EQ(models->status, 200);
+  EXPECT_EQ(json::parse(models->body)["data"][0]["id"], "tiny");
+}
+
+TEST_F(ServerHttp, TokenizeDetokenizeAndMetrics) {
+  start();
+  auto tok = post("/tokenize", {{"prompt", "Hello world"}});
+  ASSERT_EQ(tok->status, 200);
+  json t = json::parse(tok->body);
+  EXPECT_EQ(t["tokens"].get<std::vector<int32_t>>(), ids("Hello world"));
+  EXPECT_EQ(t["max_model_len"], 128);
+  auto chat_tok = post("/tokenize", {{"messages", kChat["messages"]}});
+  EXPECT_EQ(json::parse(chat_tok->body)["tokens"].get<std::vector<int32_t>>(),
+            ids("<|im_start|>user\nHello<|im_end|>\n<|im_start|>assistant\n<think>\n"));
+  auto detok = post("/detokenize", {{"tokens", t["tokens"]}});
+  EXPECT_EQ(json::parse(detok->body)["prompt"], "Hello world");
+  EXPECT_EQ(post("/detokenize", {{"tokens", {999}}})->status, 400);
+  auto metrics = client().Get("/metrics");
+  ASSERT_EQ(metrics->status, 200);
+  for (const char* name :
+       {"deltaserve_requests_total", "deltaserve_time_to_first_token_seconds_bucket",
+        "deltaserve_inter_token_seconds_count", "deltaserve_queue_depth", "deltaserve_drafted_tokens_total"})
+    EXPECT_NE(metrics->body.find(name), std::string::npos) << name;
+}
+
+TEST_F(ServerHttp, ToolCallsFinishWithToolCalls) {
+  backend_.script = ids(
+      "</think><tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\"}}\n</tool_call>");
+  backend_.script.push_back(2);
+  start();
+  json body = kChat;
+  body["tools"] = {
+      {{"type", "function"}, {"function", {{"name", "get_weather"}, {"parameters", json::object()}}}}};
+  auto res = post("/v1/chat/completions", body);
+  ASSERT_EQ(res->status, 200) << res->body;
+  json j = json::parse(res->body);
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "tool_calls");
+  EXPECT_TRUE(j["choices"][0]["message"]["content"].is_null());
+  const json& call = j["choices"][0]["message"]["tool_calls"][0];
+  EXPECT_EQ(call["function"]["name"], "get_weather");
+  EXPECT_EQ(json::parse(call["function"]["arguments"].get<std::string>())["city"], "Oslo");
+}
+
+TEST_F(ServerHttp, EngineErrorMidStreamIsAnErrorEvent) {
+  backend_.script = ids("ab");
+  backend_.error = "out of state memory";
+  start();
+  auto res = post("/v1/completions", {{"prompt", "x"}, {"stream", true}});
+  ASSERT_EQ(res->status, 200);
+  std::vector<std::string> events = sse(res->body);
+  ASSERT_GE(events.size(), 2u);
+  EXPECT_EQ(events.back(), "[DONE]");
+  json e = json::parse(events[events.size() - 2]);
+  EXPECT_EQ(e["error"]["message"], "out of state memory");
+  EXPECT_EQ(e["error"]["type"], "server_error");
+}
+
+TEST_F(ServerHttp, ClientDisconnectCancels) {
+  backend_.script = ids("more ");
+  backend_.forever = true;
+  backend_.gap = 10ms;
+  start();
+  json body = {{"prompt", "go"}, {"stream", true}, {"max_tokens", 50}};
+  httplib::Client c = client();
+  httplib::Request req;
+  req.method = "POST";
+  req.path = "/v1/completions";
+  req.body = body.dump();
+  req.headers = {{"Content-Type", "application/json"}};
+  int chunks = 0;
+  req.content_receiver = [&](const char*, size_t, uint64_t, uint64_t) {
+    return ++chunks < 3;
+  };  // then hang up
+  EXPECT_FALSE(c.send(req));
+  for (int i = 0; i < 300 && backend_.cancelled_count() == 0; ++i) std::this_thread::sleep_for(10ms);
+  EXPECT_EQ(backend_.cancelled_count(), 1u);
+}
+
+}  // namespace
+}  // namespace ds::server
