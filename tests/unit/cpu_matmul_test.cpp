@@ -254,8 +254,10 @@ void check_row_invariance(const Spec& spec, int64_t rows, int64_t cols) {
 TEST_P(CpuMatmul, RowsAloneEqualWindowsPromptsThreadsAndSplits) {
   const Spec spec = GetParam();
   const bool affine = spec.enc == MatrixEncoding::Affine;
-  // Output tiles, K blocks and the dense tail all cut unevenly; then a single group (or a sub-chunk row).
+  // Output steps and the dense tail cut unevenly; 65 rows cross a row block (64 rows at these widths, 16 at
+  // 4096 columns); then a single group (or a row shorter than one chunk).
   check_row_invariance(spec, 37, affine ? 640 : 643);
+  check_row_invariance(spec, 11, affine ? 4096 : 4099);
   check_row_invariance(spec, 13, affine ? spec.group : 7);
 }
 

@@ -3,6 +3,7 @@
 // the unpacking of MLX affine codes. Included only where DS_CPU_AVX2 is set.
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <utility>
@@ -66,17 +67,11 @@ inline V in_reg(V v) {
   return v;
 }
 
-// Weight sources: chunk c (8 values) of a row as floats, every conversion exact. For the affine kernel a
-// source also reads a span of kSub chunks at once (span) and yields its chunks in order (sub<t>).
+// Weight sources: chunk c (8 values) of a row as floats, every conversion exact. Affine code sources read a
+// span of kSub chunks at once (span) and yield its chunks in order (sub<t>).
 struct F32Src {
-  static constexpr int kSub = 1;
   static __m256 load(const uint8_t* row, int64_t c) {
     return _mm256_loadu_ps(reinterpret_cast<const float*>(row) + c * kLanes);
-  }
-  static __m256 span(const uint8_t* row, int64_t s) { return load(row, s); }
-  template <int T>
-  static __m256 sub(__m256 v) {
-    return v;
   }
 };
 struct BF16Src {
@@ -154,9 +149,13 @@ inline float* scratch(std::vector<float>& v, int64_t n) {
   return v.data();
 }
 
-// Kernel block sizes: rows per block, outputs per tile and columns per K block (prompt path only).
-constexpr int64_t kRowBlock = 64, kOutTile = 16, kColBlock = 512;
-// Up to this many rows the weights are unpacked in registers; beyond, into a cached tile reused by all rows.
-constexpr int64_t kSmallRows = 4;
+// Outputs per step of the drivers (one weight row each, reused by every row of a block).
+constexpr int kStep = 8;
+
+// Rows per block: as many as keep the block's x rows within 256 KB (L2), in quads, 4 to 64.
+constexpr int kMaxRowBlock = 64;
+inline int64_t row_block(int64_t cols) {
+  return std::clamp<int64_t>((int64_t{256} * 1024 / (cols * 4)) / 4 * 4, 4, kMaxRowBlock);
+}
 
 }  // namespace ds::cpu

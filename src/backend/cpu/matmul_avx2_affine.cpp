@@ -121,7 +121,7 @@ float affine_finish(const float* a, const float* bias, const float* xsum, int64_
   return hsum8(s);
 }
 
-thread_local std::vector<float> t_scales, t_qbuf, t_acc;
+thread_local std::vector<float> t_scales, t_acc;
 
 // Scales [no, ngroups] and biases [no, ldxs] (zero-padded) of outputs [o, o + no), as floats.
 void load_scales(const MatrixWeight& w, int64_t o, int no, int64_t ldxs, float* s, float* b) {
@@ -139,22 +139,22 @@ const uint8_t* code_row(const MatrixWeight& w, int64_t o) {
   return static_cast<const uint8_t*>(w.data) + o * w.row_bytes();
 }
 
-constexpr int kStep = 8;  // outputs per step of the small path
-
-// Few rows: unpack each weight row's codes in registers once and reuse them for every row of x.
+// Outputs [o, o + no) for a block of rows, in quads; the step's weight rows stay in cache between quads.
 template <int Bits>
-void affine_small_step(const MatrixWeight& w, const MatmulRows& in, int64_t o, int no, const float* s,
-                       float* acc) {
-  const int rows = static_cast<int>(in.n);
+void affine_step(const MatrixWeight& w, const float* const* xr, int rows, int64_t o, int no, const float* s,
+                 float* acc) {
   const int64_t ngroups = w.cols / w.group, gbytes = w.group * Bits / 8;
   const uint8_t* qrow[kStep];
   const float* sc[kStep];
-  const float* xr[kSmallRows] = {};
   for (int k = 0; k < no; ++k) qrow[k] = code_row(w, o + k), sc[k] = s + k * ngroups;
-  for (int r = 0; r < rows; ++r) xr[r] = in.x + r * in.ldx;
+  auto run = [&](const float* const* x, int64_t groups) {
+    for (int q0 = 0; q0 < rows; q0 += 4)
+      affine_block<CodeSrc<Bits>>(std::min(4, rows - q0), no, qrow, sc, x + q0, groups, w.group,
+                                  acc + q0 * kStep * kLanes, kStep * kLanes);
+  };
   // Unpacking reads a few bytes past a chunk, so a row's last group is unpacked from a padded copy.
   const int64_t main = kOverread<Bits> > 0 ? ngroups - 1 : ngroups;
-  affine_block<CodeSrc<Bits>>(rows, no, qrow, sc, xr, main, w.group, acc, kStep * kLanes);
+  run(xr, main);
   if (main == ngroups) return;
   uint8_t tail[kStep][128 * Bits / 8 + 8];
   for (int k = 0; k < no; ++k) {
@@ -162,103 +162,36 @@ void affine_small_step(const MatrixWeight& w, const MatmulRows& in, int64_t o, i
     std::memset(tail[k] + gbytes, 0, 8);
     qrow[k] = tail[k], sc[k] += main;
   }
-  for (int r = 0; r < rows; ++r) xr[r] += main * w.group;
-  affine_block<CodeSrc<Bits>>(rows, no, qrow, sc, xr, 1, w.group, acc, kStep * kLanes);
+  const float* xt[kMaxRowBlock];
+  for (int r = 0; r < rows; ++r) xt[r] = xr[r] + main * w.group;
+  run(xt, 1);
 }
 
-template <int Bits>
-void affine_small(const MatrixWeight& w, const MatmulRows& in, float* y, int64_t ldy, int64_t o0,
-                  int64_t o1) {
-  const int rows = static_cast<int>(in.n);
-  const int64_t ngroups = w.cols / w.group;
-  const int step = affine_tile_outputs(rows) * (kStep / affine_tile_outputs(rows));
-  float* s = scratch(t_scales, kStep * (ngroups + in.ldxs));
-  float* b = s + kStep * ngroups;
-  float acc[kSmallRows * kStep * kLanes];
-  for (int64_t o = o0; o < o1; o += step) {
-    const int no = static_cast<int>(std::min<int64_t>(step, o1 - o));
-    load_scales(w, o, no, in.ldxs, s, b);
-    std::fill(acc, acc + rows * kStep * kLanes, 0.0f);
-    affine_small_step<Bits>(w, in, o, no, s, acc);
-    for (int r = 0; r < rows; ++r)
-      for (int k = 0; k < no; ++k)
-        y[r * ldy + o + k] =
-            affine_finish(acc + (r * kStep + k) * kLanes, b + k * in.ldxs, in.xsum + r * in.ldxs, in.ldxs);
-  }
-}
-
-// Codes of columns [k0, k0 + kc) of one row as floats, chunk by chunk in the kernel's lane order; with
-// natural lanes the row's last chunk comes from a padded copy.
-template <int Bits>
-void unpack_span(const MatrixWeight& w, const uint8_t* row, int64_t k0, int64_t kc, float* dst) {
-  const int64_t c0 = k0 / kLanes, c1 = (k0 + kc) / kLanes;
-  if constexpr (kPermutedLanes<Bits>) {
-    using Src = CodeSrc<Bits>;
-    for (int64_t sp = c0 / Src::kSub; sp < c1 / Src::kSub; ++sp) {
-      const __m256i v = Src::span(row, sp);
-      unroll<Src::kSub>([&]<int T>() {
-        _mm256_storeu_ps(dst + (sp * Src::kSub + T - c0) * kLanes, Src::template sub<T>(v));
-      });
-    }
-  } else {
-    const int64_t fast_end = kOverread<Bits> > 0 && c1 == w.cols / kLanes ? c1 - 1 : c1;
-    for (int64_t c = c0; c < fast_end; ++c)
-      _mm256_storeu_ps(dst + (c - c0) * kLanes, _mm256_cvtepi32_ps(unpack8<Bits>(row + c * Bits)));
-    if (fast_end == c1) return;
-    uint8_t pad[16] = {};
-    std::memcpy(pad, row + fast_end * Bits, Bits);
-    _mm256_storeu_ps(dst + (fast_end - c0) * kLanes, _mm256_cvtepi32_ps(unpack8<Bits>(pad)));
-  }
-}
-
-// Many rows: per block of rows and tile of outputs, walk K in blocks (whole groups); each block's codes are
-// unpacked to floats once and reused by every row. D and A follow the same sequence as the small path.
-template <int Bits>
-void affine_blocked(const MatrixWeight& w, const MatmulRows& in, float* y, int64_t ldy, int64_t o0,
-                    int64_t o1) {
-  const int64_t ngroups = w.cols / w.group;
-  const int64_t kb = std::max<int64_t>(1, kColBlock / w.group) * w.group;
-  float* s = scratch(t_scales, kOutTile * (ngroups + in.ldxs));
-  float* b = s + kOutTile * ngroups;
-  float* qbuf = scratch(t_qbuf, kOutTile * kb);
-  float* acc = scratch(t_acc, kRowBlock * kOutTile * kLanes);
-  const int64_t acc_ld = kOutTile * kLanes;
-  for (int64_t r0 = 0; r0 < in.n; r0 += kRowBlock) {
-    const int64_t nr = std::min(kRowBlock, in.n - r0);
-    for (int64_t ob = o0; ob < o1; ob += kOutTile) {
-      const int no = static_cast<int>(std::min(kOutTile, o1 - ob));
-      load_scales(w, ob, no, in.ldxs, s, b);
-      std::fill(acc, acc + nr * acc_ld, 0.0f);
-      for (int64_t k0 = 0; k0 < w.cols; k0 += kb) {
-        const int64_t kc = std::min(kb, w.cols - k0);
-        const uint8_t* qrow[kOutTile];
-        const float* sc[kOutTile];
-        for (int k = 0; k < no; ++k) {
-          unpack_span<Bits>(w, code_row(w, ob + k), k0, kc, qbuf + k * kc);
-          qrow[k] = reinterpret_cast<const uint8_t*>(qbuf + k * kc), sc[k] = s + k * ngroups + k0 / w.group;
-        }
-        for (int64_t rq = 0; rq < nr; rq += 4) {
-          const int rows = static_cast<int>(std::min<int64_t>(4, nr - rq));
-          const float* xr[4] = {};
-          for (int r = 0; r < rows; ++r) xr[r] = in.x + (r0 + rq + r) * in.ldx + k0;
-          affine_block<F32Src>(rows, no, qrow, sc, xr, kc / w.group, w.group, acc + rq * acc_ld, acc_ld);
-        }
-      }
-      for (int64_t r = 0; r < nr; ++r)
-        for (int k = 0; k < no; ++k)
-          y[(r0 + r) * ldy + ob + k] = affine_finish(acc + r * acc_ld + k * kLanes, b + k * in.ldxs,
-                                                     in.xsum + (r0 + r) * in.ldxs, in.ldxs);
-    }
-  }
-}
-
+// Unpacks each weight row's codes in registers once per block of rows and uses them for every row of the
+// block; blocks are sized so their rows stay in L2.
 template <int Bits>
 void affine_outputs(const MatrixWeight& w, const MatmulRows& in, float* y, int64_t ldy, int64_t o0,
                     int64_t o1) {
-  if (in.n <= kSmallRows)
-    affine_small<Bits>(w, in, y, ldy, o0, o1);
-  else
-    affine_blocked<Bits>(w, in, y, ldy, o0, o1);
+  const int64_t ngroups = w.cols / w.group, block = row_block(w.cols);
+  float* s = scratch(t_scales, kStep * (ngroups + in.ldxs));
+  float* b = s + kStep * ngroups;
+  float* acc = scratch(t_acc, block * kStep * kLanes);
+  const float* xr[kMaxRowBlock];
+  for (int64_t r0 = 0; r0 < in.n; r0 += block) {
+    const int rows = static_cast<int>(std::min(block, in.n - r0));
+    for (int r = 0; r < rows; ++r) xr[r] = in.x + (r0 + r) * in.ldx;
+    const int step = rows > 4 ? kStep : affine_tile_outputs(rows) * (kStep / affine_tile_outputs(rows));
+    for (int64_t o = o0; o < o1; o += step) {
+      const int no = static_cast<int>(std::min<int64_t>(step, o1 - o));
+      load_scales(w, o, no, in.ldxs, s, b);
+      std::fill(acc, acc + rows * kStep * kLanes, 0.0f);
+      affine_step<Bits>(w, xr, rows, o, no, s, acc);
+      for (int r = 0; r < rows; ++r)
+        for (int k = 0; k < no; ++k)
+          y[(r0 + r) * ldy + o + k] = affine_finish(acc + (r * kStep + k) * kLanes, b + k * in.ldxs,
+                                                    in.xsum + (r0 + r) * in.ldxs, in.ldxs);
+    }
+  }
 }
 
 }  // namespace

@@ -5,7 +5,6 @@
 #if DS_CPU_AVX2
 #include <algorithm>
 #include <cmath>
-#include <type_traits>
 
 #include "backend/cpu/matmul_avx2.h"
 
@@ -80,93 +79,36 @@ const uint8_t* weight_row(const MatrixWeight& w, int64_t o) {
   return static_cast<const uint8_t*>(w.data) + o * w.row_bytes();
 }
 
-// Few rows: stream each weight row once, converting in registers, and reuse it for every row of x.
-template <class Src>
-void dense_small(const MatrixWeight& w, const MatmulRows& in, float* y, int64_t ldy, int64_t o0, int64_t o1) {
-  const int rows = static_cast<int>(in.n);
-  const int64_t nchunks = w.cols / kLanes;
-  const float* xr[kSmallRows] = {};
-  for (int r = 0; r < rows; ++r) xr[r] = in.x + r * in.ldx;
-  constexpr int kStep = 8;
-  const int step = tile_outputs(rows) * (kStep / tile_outputs(rows));
-  float acc[kSmallRows * kStep * kLanes];
-  for (int64_t o = o0; o < o1; o += step) {
-    const int no = static_cast<int>(std::min<int64_t>(step, o1 - o));
-    const uint8_t* wrow[kStep];
-    for (int k = 0; k < no; ++k) wrow[k] = weight_row(w, o + k);
-    std::fill(acc, acc + rows * kStep * kLanes, 0.0f);
-    dense_block<Src>(rows, no, wrow, xr, nchunks, acc, kStep * kLanes);
-    for (int r = 0; r < rows; ++r)
-      for (int k = 0; k < no; ++k) {
-        float* a = acc + (r * kStep + k) * kLanes;
-        dense_tail(w, wrow[k], xr[r], a);
-        y[r * ldy + o + k] = hsum8(a);
-      }
-  }
-}
+thread_local std::vector<float> t_acc;
 
-thread_local std::vector<float> t_wbuf, t_acc;
-
-// Converts columns [k0, k0 + kc) of rows [o, o + no) to floats in buf (row stride kc); F32 needs no copy.
-template <class Src>
-void convert_tile(const MatrixWeight& w, int64_t o, int no, int64_t k0, int64_t kc, float* buf,
-                  const uint8_t** wrow) {
-  for (int k = 0; k < no; ++k) {
-    const uint8_t* row = weight_row(w, o + k);
-    if constexpr (std::is_same_v<Src, F32Src>) {
-      wrow[k] = row + k0 * 4;
-    } else {
-      float* dst = buf + k * kc;
-      for (int64_t c = 0; c < kc / kLanes; ++c)
-        _mm256_storeu_ps(dst + c * kLanes, Src::load(row, k0 / kLanes + c));
-      wrow[k] = reinterpret_cast<const uint8_t*>(dst);
-    }
-  }
-}
-
-// Many rows: per block of rows and tile of outputs, walk K in blocks so the converted weight tile and the
-// rows' K slice stay in cache; the accumulators carry across K blocks unchanged, so the arithmetic is the
-// small path's.
-template <class Src>
-void dense_blocked(const MatrixWeight& w, const MatmulRows& in, float* y, int64_t ldy, int64_t o0,
-                   int64_t o1) {
-  const int64_t kfull = w.cols / kLanes * kLanes;
-  float* wbuf = scratch(t_wbuf, kOutTile * kColBlock);
-  float* acc = scratch(t_acc, kRowBlock * kOutTile * kLanes);
-  const int64_t acc_ld = kOutTile * kLanes;
-  for (int64_t r0 = 0; r0 < in.n; r0 += kRowBlock) {
-    const int64_t nr = std::min(kRowBlock, in.n - r0);
-    for (int64_t ob = o0; ob < o1; ob += kOutTile) {
-      const int no = static_cast<int>(std::min(kOutTile, o1 - ob));
-      std::fill(acc, acc + nr * acc_ld, 0.0f);
-      for (int64_t k0 = 0; k0 < kfull; k0 += kColBlock) {
-        const int64_t kc = std::min(kColBlock, kfull - k0);
-        const uint8_t* wrow[kOutTile];
-        convert_tile<Src>(w, ob, no, k0, kc, wbuf, wrow);
-        for (int64_t rq = 0; rq < nr; rq += 4) {
-          const int rows = static_cast<int>(std::min<int64_t>(4, nr - rq));
-          const float* xr[4] = {};
-          for (int r = 0; r < rows; ++r) xr[r] = in.x + (r0 + rq + r) * in.ldx + k0;
-          dense_block<F32Src>(rows, no, wrow, xr, kc / kLanes, acc + rq * acc_ld, acc_ld);
-        }
-      }
-      for (int64_t r = 0; r < nr; ++r)
-        for (int k = 0; k < no; ++k) {
-          float* a = acc + r * acc_ld + k * kLanes;
-          dense_tail(w, weight_row(w, ob + k), in.x + (r0 + r) * in.ldx, a);
-          y[(r0 + r) * ldy + ob + k] = hsum8(a);
-        }
-    }
-  }
-}
-
+// Streams each weight row once per block of rows, converting in registers, and uses it for every row of the
+// block (in quads, while the step's weight rows stay in cache); blocks are sized so their rows stay in L2.
 template <class Src>
 void dense_outputs(const MatrixWeight& w, const MatmulRows& in, float* y, int64_t ldy, int64_t o0,
                    int64_t o1) {
-  if (in.n <= kSmallRows)
-    dense_small<Src>(w, in, y, ldy, o0, o1);
-  else
-    dense_blocked<Src>(w, in, y, ldy, o0, o1);
+  const int64_t nchunks = w.cols / kLanes, block = row_block(w.cols);
+  float* acc = scratch(t_acc, block * kStep * kLanes);
+  const float* xr[kMaxRowBlock];
+  for (int64_t r0 = 0; r0 < in.n; r0 += block) {
+    const int rows = static_cast<int>(std::min(block, in.n - r0));
+    for (int r = 0; r < rows; ++r) xr[r] = in.x + (r0 + r) * in.ldx;
+    const int step = rows > 4 ? kStep : tile_outputs(rows) * (kStep / tile_outputs(rows));
+    for (int64_t o = o0; o < o1; o += step) {
+      const int no = static_cast<int>(std::min<int64_t>(step, o1 - o));
+      const uint8_t* wrow[kStep];
+      for (int k = 0; k < no; ++k) wrow[k] = weight_row(w, o + k);
+      std::fill(acc, acc + rows * kStep * kLanes, 0.0f);
+      for (int q0 = 0; q0 < rows; q0 += 4)
+        dense_block<Src>(std::min(4, rows - q0), no, wrow, xr + q0, nchunks, acc + q0 * kStep * kLanes,
+                         kStep * kLanes);
+      for (int r = 0; r < rows; ++r)
+        for (int k = 0; k < no; ++k) {
+          float* a = acc + (r * kStep + k) * kLanes;
+          dense_tail(w, wrow[k], xr[r], a);
+          y[(r0 + r) * ldy + o + k] = hsum8(a);
+        }
+    }
+  }
 }
 
 }  // namespace
