@@ -347,10 +347,7 @@ bool Checkpoint::detect_shifted_norms() const {
   for (const auto& name : store_->names()) {
     if (!ends_with(name, ".weight") || is_vision(name)) continue;
     const std::string logical = logical_of(strip_weight(name));
-    const size_t dot = logical.rfind('.');
-    const std::string leaf = dot == std::string::npos ? logical : logical.substr(dot + 1);
-    // Only the final `norm` counts: other `*.norm` modules (linear_attn.norm) are gated norms used as stored.
-    if (logical != "norm" && kCentredNormLeaves.count(leaf) == 0) continue;
+    if (!is_centred_norm_module(logical)) continue;
     const DType dt = store_->get(name).dtype;
     if (dt != DType::F32 && dt != DType::BF16 && dt != DType::F16 && dt != DType::F64) continue;
     for (float v : stored_floats(name)) sum += v;
@@ -395,6 +392,13 @@ std::string Checkpoint::quantization_summary() const {
   std::string s = fmt::format("{}: modules {}", head, fmt::join(parts, ", "));
   if (!dense.empty()) s += "; unquantized weights " + dense_text;
   return s;
+}
+
+// Only the final `norm` counts among `*norm` modules: linear_attn.norm is a gated norm used as stored.
+bool is_centred_norm_module(const std::string& logical_module) {
+  const size_t dot = logical_module.rfind('.');
+  const std::string leaf = dot == std::string::npos ? logical_module : logical_module.substr(dot + 1);
+  return logical_module == "norm" || kCentredNormLeaves.count(leaf) != 0;
 }
 
 }  // namespace ds

@@ -81,4 +81,7 @@ class Checkpoint {
   void detect_layout();
 };
 
+// Whether a module (logical name, e.g. "layers.0.self_attn.q_norm") is a centred RMSNorm applied as 1 + w.
+bool is_centred_norm_module(const std::string& logical_module);
+
 }  // namespace ds

@@ -18,25 +18,6 @@ bool ends_with(const std::string& s, const std::string& p) {
   return s.size() >= p.size() && s.compare(s.size() - p.size(), p.size(), p) == 0;
 }
 
-// Same rule as Checkpoint's norm detection: these are applied as 1 + w.
-bool is_centred_norm(const std::string& logical_module) {
-  static const std::set<std::string> leaves = {"q_norm",
-                                               "k_norm",
-                                               "q_layernorm",
-                                               "k_layernorm",
-                                               "hc_norm",
-                                               "norm_key",
-                                               "norm_query",
-                                               "norm_conv",
-                                               "input_layernorm",
-                                               "post_attention_layernorm",
-                                               "pre_fc_norm_hidden",
-                                               "pre_fc_norm_embedding"};
-  const size_t dot = logical_module.rfind('.');
-  return logical_module == "norm" ||
-         leaves.count(dot == std::string::npos ? logical_module : logical_module.substr(dot + 1)) != 0;
-}
-
 // Dequantized rows may differ from the bf16 original by half a step, plus the bf16 rounding of scale and
 // bias.
 void expect_close_to_quantized(const MatrixWeight& q, const MatrixWeight& ref, const std::string& what) {
@@ -104,7 +85,7 @@ TEST_P(MlxFixture, DecodesToTheHfBase) {
                                 logical);
     } else if (t.dtype == DType::I64) {
       EXPECT_EQ(mlx.ints(logical), base.ints(logical)) << logical;
-    } else if (is_centred_norm(module)) {
+    } else if (is_centred_norm_module(module)) {
       std::vector<float> a = mlx.centred_norm(module), b = base.centred_norm(module);
       ASSERT_EQ(a.size(), b.size()) << logical;
       for (size_t i = 0; i < a.size(); ++i) ASSERT_NEAR(a[i], b[i], 1.0f / 128) << logical << " " << i;
