@@ -5,7 +5,8 @@
 
 Starts the server (tests/e2e/server_process.py), warms up with the same load, then runs the clients for
 --duration seconds. Each client loops over a fixed catalogue of requests: chat and completions, different prompt
-and reply lengths, some with stop strings, some sampled with seeds, all streamed with usage. Every stream is
+and reply lengths, some with stop strings, some sampled with seeds, some forcing a tool call, all streamed
+with usage. Every stream is
 checked: HTTP 200, SSE framing, one finish_reason, a usage chunk whose counts match the tokens (prompt count from
 /tokenize, completion count from the returned token ids), [DONE] last, no stop string in the text, and the same
 token hash every time the same request is sent (replies never depend on what else runs). The server's VmRSS is
@@ -27,6 +28,10 @@ WORDS = ("the quick brown fox jumps over a lazy dog while seven small birds sing
          "light in the early morning").split()
 
 
+TOOLS = [{"type": "function", "function": {"name": "lookup", "parameters": {
+    "type": "object", "properties": {"query": {"type": "string"}}}}}]
+
+
 def catalogue(count):
     """Fixed requests: kind, prompt length, reply length, stop strings and sampling all vary with the index."""
     specs = []
@@ -46,6 +51,9 @@ def catalogue(count):
             body["messages"] = [{"role": "user", "content": f"Request {i}: {words}"}]
             if i % 8 == 0:
                 body["chat_template_kwargs"] = {"enable_thinking": False}
+            if i % 12 == 6:  # a forced tool call: its name first, then argument fragments
+                body["tools"] = TOOLS
+                body["tool_choice"] = {"type": "function", "function": {"name": "lookup"}}
             specs.append(("/v1/chat/completions", body))
         else:
             body["prompt"] = f"Request {i}: {words}"
@@ -79,9 +87,8 @@ class Checker:
         self.specs = specs
         self.prompt_tokens = []
         for path, body in specs:
-            probe = {"messages": body["messages"]} if "messages" in body else {"prompt": body["prompt"]}
-            if "chat_template_kwargs" in body:
-                probe["chat_template_kwargs"] = body["chat_template_kwargs"]
+            keys = ("messages", "chat_template_kwargs", "tools", "tool_choice") if "messages" in body else ("prompt",)
+            probe = {k: body[k] for k in keys if k in body}
             status, r = server.post("/tokenize", probe)
             if status != 200:
                 raise RuntimeError(f"/tokenize failed: {r}")
@@ -101,8 +108,14 @@ class Checker:
             return "first chat chunk has no role"
         finishes = [c["choices"][0]["finish_reason"] for c in chunks if c["choices"] and
                     c["choices"][0]["finish_reason"]]
-        if len(finishes) != 1 or finishes[0] not in ("stop", "length"):
+        if len(finishes) != 1 or finishes[0] not in ("stop", "length", "tool_calls"):
             return f"finish reasons {finishes}"
+        if "tool_choice" in body:
+            pieces = [p for c in chunks if c["choices"] for p in c["choices"][0]["delta"].get("tool_calls", [])]
+            if not pieces or pieces[0].get("function", {}).get("name") != "lookup" or not pieces[0].get("id"):
+                return f"forced call: first piece {pieces[:1]}"
+            if any(p["index"] != 0 or ("id" in p) for p in pieces[1:]):
+                return "forced call: a later piece is not an argument fragment of call 0"
         usage_chunks = [c for c in chunks if not c["choices"]]
         if len(usage_chunks) != 1 or usage_chunks[0] is not chunks[-1]:
             return "usage chunk missing or not last"
