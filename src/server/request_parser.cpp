@@ -159,8 +159,8 @@ void read_tool_choice(const Json& j, ApiRequest& r) {
                          "{{\"type\": \"function\", \"function\": {{\"name\": ...}}}}, got '{}'",
                          c));
   } else if (choice->is_object()) {
-    auto type = read_string(*choice, "type");
-    if (type != "function") reject("tool_choice.type", "'tool_choice.type' must be \"function\"");
+    const Json* type = field(*choice, "type");
+    if (!type || *type != "function") reject("tool_choice.type", "'tool_choice.type' must be \"function\"");
     const Json* fn = field(*choice, "function");
     if (!fn || !fn->is_object()) reject("tool_choice.function", "'tool_choice.function' must be an object");
     const Json* name = field(*fn, "name");

@@ -168,7 +168,7 @@ TEST(ServerToolCalls, StreamsNameFirstThenArgumentFragments) {
   // Braces and </tool_call> inside strings do not end the arguments.
   EXPECT_EQ(call.arguments, R"({"city": "O}\"</tool_call>", "days": [1, {"x": 2}]})");
   EXPECT_EQ(whole.content, "ok  done");
-  // Fed one byte at a time: the first piece names the call, fragments follow, and the joined call is the same.
+  // Fed byte by byte: the first piece names the call, fragments follow, the joined call is the same.
   std::vector<std::string> bytes;
   for (char c : text) bytes.emplace_back(1, c);
   Extracted streamed = extract(bytes);

@@ -161,6 +161,7 @@ TEST(ServerRequest, ChatBadInputCatalogue) {
        {nullptr, "tool_choice", "\"required\""}},
       {"{" + u + R"(, "tool_choice": 3})", {nullptr, "tool_choice", "string or an object"}},
       {"{" + u + R"(, "tool_choice": {"type": "tool"}})", {nullptr, "tool_choice.type", "function"}},
+      {"{" + u + R"(, "tool_choice": {"type": 5}})", {nullptr, "tool_choice.type", "function"}},
       {"{" + u + R"(, "tool_choice": {"type": "function", "function": {"name": "g"}}})",
        {nullptr, "tool_choice", "needs 'tools'"}},
       {"{" + u + R"(, "tool_choice": {"type": "function"}, "tools": [{"function": {"name": "f"}}]})",
