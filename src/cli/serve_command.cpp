@@ -113,7 +113,7 @@ void register_serve_command(CLI::App& app) {
                   "tokens per stream, prompt + reply (default: the model's maximum)");
   cmd->add_option("--prompt-cache-gib", o->prompt_cache_gib, "prompt cache size; 0 disables it");
   cmd->add_option("--api-key", o->api_key, "require 'Authorization: Bearer KEY' (not on /health)");
-  cmd->add_option("--max-queue", o->max_queue, "queued requests beyond this get 503 + Retry-After");
+  cmd->add_option("--max-queue", o->max_queue, "queued requests beyond this get 429 + Retry-After");
   cmd->add_option("--threads", o->threads, "CPU threads (default: all cores)");
   cmd->add_flag("--no-drafts", o->no_drafts, "never draft (the plain decode for every request)");
   cmd->add_flag("--reference", o->reference,

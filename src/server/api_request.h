@@ -16,6 +16,9 @@ using Json = nlohmann::ordered_json;
 
 enum class Endpoint { Chat, Completions };
 
+// tool_choice: Required and Named force a call by ending the prompt with the call's opening.
+enum class ToolChoice { Auto, None, Required, Named };
+
 // What the served model allows; requests are checked against it before anything is tokenized.
 struct ModelLimits {
   std::vector<std::string> names;  // accepted "model" values (the first is reported back)
@@ -28,7 +31,10 @@ struct ApiRequest {
 
   // Chat: messages with content as a string (text parts joined), tool-call arguments parsed to objects.
   nlohmann::ordered_json messages = nlohmann::ordered_json::array();
-  nlohmann::ordered_json tools;                                               // null when absent
+  nlohmann::ordered_json tools;  // null when absent
+  ToolChoice tool_choice = ToolChoice::Auto;
+  std::string tool_name;            // ToolChoice::Named: the function the reply must call
+  bool parallel_tool_calls = true;  // false: the reply ends after its first call
   nlohmann::ordered_json template_kwargs = nlohmann::ordered_json::object();  // chat_template_kwargs
   bool add_generation_prompt = true;
 

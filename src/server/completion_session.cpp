@@ -81,8 +81,11 @@ CompletionSession::CompletionSession(ServerState& state, ApiRequest request, Pre
     throw;
   } catch (const Error& e) {
     std::string message = e.what();
-    if (message.starts_with("queue full"))
-      throw ApiError(503, message + "; retry shortly", "", "queue_full", "server_error");
+    // Too much work right now is 429 (this request is fine; retry after the header's second); a server that
+    // takes no more work at all is 503.
+    if (message.starts_with("queue full")) throw ApiError(429, message, "", "queue_full", "rate_limit_error");
+    if (message.find("shutting down") != std::string::npos)
+      throw ApiError(503, message, "", "shutting_down", "server_error");
     throw ApiError(400, message, "", "");
   }
   const bool chat = request_.endpoint == Endpoint::Chat;
@@ -100,8 +103,12 @@ CompletionSession::~CompletionSession() {
 void CompletionSession::run(const Write& write, std::chrono::milliseconds keepalive) {
   const Tokenizer& tokenizer = state_.prompts.tokenizer();
   IncrementalDecoder decoder(tokenizer, request_.skip_special_tokens);
-  ReplyConfig config{request_.stop, prompt_.reasoning, prompt_.starts_in_reasoning,
-                     !request_.tools.is_null()};
+  ReplyConfig config{request_.stop,
+                     prompt_.reasoning,
+                     prompt_.starts_in_reasoning,
+                     !request_.tools.is_null(),
+                     !request_.parallel_tool_calls,
+                     prompt_.reply_prefill};
   ReplyState reply(config);
   const ResponseMeta meta{request_.endpoint, id_, request_.model, created_};
   const bool with_logprobs = request_.top_logprobs >= 0;

@@ -19,7 +19,7 @@ class CompletionSession {
   using Write = std::function<bool(const std::string&)>;
 
   // Checks the prompt against the context and submits; throws ApiError (400 context_length_exceeded or the
-  // engine's validation, 503 when the queue is full) before anything is sent.
+  // engine's validation, 429 when the queue is full, 503 while shutting down) before anything is sent.
   CompletionSession(ServerState& state, ApiRequest request, PreparedPrompt prompt);
   ~CompletionSession();  // cancels the engine request if it is still running
   CompletionSession(const CompletionSession&) = delete;

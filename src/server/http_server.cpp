@@ -143,16 +143,15 @@ struct HttpServer::Impl {
   void tokenize(const httplib::Request& req, httplib::Response& res) {
     Json j = Json::parse(req.body, nullptr, false);
     if (j.is_discarded() || !j.is_object()) reject("", "the request body must be a JSON object");
-    std::string text;
+    std::vector<int32_t> ids;
     if (field(j, "messages")) {
-      ApiRequest r = parse_chat_request(req.body, state.limits);
-      text = state.prompts.render_chat(r.messages, r.tools, r.add_generation_prompt, r.template_kwargs);
+      // The prompt a chat request with these fields would send (a forced tool call's opening included).
+      ids = state.prompts.build(parse_chat_request(req.body, state.limits)).ids;
     } else if (auto prompt = read_string(j, "prompt")) {
-      text = *prompt;
+      ids = state.prompts.tokenizer().encode(*prompt, true);
     } else {
       reject("prompt", "'prompt' (a string) or 'messages' is required");
     }
-    std::vector<int32_t> ids = state.prompts.tokenizer().encode(text, true);
     res.set_content(dump_json(Json{{"tokens", ids}, {"count", ids.size()}, {"max_model_len", state.context}}),
                     "application/json");
   }

@@ -28,13 +28,26 @@ std::string PromptBuilder::render_chat(const Json& messages, const Json& tools, 
   }
 }
 
+std::string forced_call_prefill(const std::string& name) {
+  if (name.empty()) return "<tool_call>\n{\"name\": \"";
+  return "<tool_call>\n{\"name\": " + Json(name).dump() + ", \"arguments\": ";
+}
+
 PreparedPrompt PromptBuilder::build(const ApiRequest& r) const {
   PreparedPrompt p;
   if (r.endpoint == Endpoint::Chat) {
     p.text = render_chat(r.messages, r.tools, r.add_generation_prompt, r.template_kwargs);
-    p.ids = tokenizer_.encode(p.text, true);
     p.reasoning = thinking_template_;
     p.starts_in_reasoning = thinking_template_ && prompt_opens_reasoning(p.text);
+    if (r.tool_choice == ToolChoice::Required || r.tool_choice == ToolChoice::Named) {
+      // A forced call is the reply's whole start: the model gives the arguments (and, for required, the
+      // name).
+      p.reply_prefill = forced_call_prefill(r.tool_choice == ToolChoice::Named ? r.tool_name : "");
+      if (p.starts_in_reasoning) p.text += "\n</think>\n\n";
+      p.text += p.reply_prefill;
+      p.reasoning = p.starts_in_reasoning = false;
+    }
+    p.ids = tokenizer_.encode(p.text, true);
   } else if (r.prompt_is_ids) {
     p.ids = r.prompt_ids;
     if (r.echo) p.text = tokenizer_.decode(p.ids);

@@ -16,7 +16,12 @@ struct PreparedPrompt {
   std::string text;                  // the rendered prompt (completions' echo)
   bool reasoning = false;            // the template thinks: split <think> blocks out of the reply
   bool starts_in_reasoning = false;  // the rendered prompt ends with an open <think>
+  std::string reply_prefill;  // the reply's start the prompt already holds (a forced tool call's opening)
 };
+
+// The assistant text that forces a call: a Hermes <tool_call> opening with the named function's name (any
+// function's when `name` is empty); an open <think> is closed first.
+std::string forced_call_prefill(const std::string& name);
 
 class PromptBuilder {
  public:

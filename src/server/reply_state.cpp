@@ -2,10 +2,35 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 namespace ds::server {
 
+namespace {
+
+// Pieces of the same call are joined: consecutive ones in a delta, all of them in the whole reply.
+void add_pieces(std::vector<ToolCall>& into, const std::vector<ToolCall>& pieces, bool whole) {
+  for (const ToolCall& piece : pieces) {
+    auto same =
+        std::find_if(into.begin(), into.end(), [&](const ToolCall& c) { return c.index == piece.index; });
+    if (same != into.end() && (whole || same + 1 == into.end()) && piece.id.empty())
+      same->arguments += piece.arguments;
+    else
+      into.push_back(piece);
+  }
+}
+
+}  // namespace
+
 ReplyState::ReplyState(const ReplyConfig& config)
-    : stop_(config.stop), split_(config.reasoning, config.starts_in_reasoning), tools_(config.tools) {}
+    : single_call_(config.single_call),
+      stop_(config.stop),
+      split_(config.reasoning, config.starts_in_reasoning),
+      tools_(config.tools) {
+  // The prompt ends inside the reply's first call: its opening is parsed as if generated, and only the call
+  // it names comes out.
+  if (!config.prefill.empty()) pending_calls_ = tools_.push(config.prefill).calls;
+}
 
 ReplyDelta ReplyState::route(std::string text, bool final) {
   ReplyDelta d;
@@ -22,16 +47,20 @@ ReplyDelta ReplyState::route(std::string text, bool final) {
     tool.content += rest.content;
   }
   d.content = std::move(tool.content);
-  d.tool_calls = std::move(tool.calls);
+  add_pieces(d.tool_calls, pending_calls_, false);
+  pending_calls_.clear();
+  for (ToolCall& piece : tool.calls)
+    if (!single_call_ || piece.index == 0) add_pieces(d.tool_calls, {std::move(piece)}, false);
+  if (single_call_ && tool.closed > 0) call_done_ = true;
   total_.reasoning += d.reasoning;
   total_.content += d.content;
-  total_.tool_calls.insert(total_.tool_calls.end(), d.tool_calls.begin(), d.tool_calls.end());
+  add_pieces(total_.tool_calls, d.tool_calls, true);
   return d;
 }
 
 ReplyDelta ReplyState::push(int32_t token, std::string_view text,
                             const std::optional<LogprobReport>& logprobs) {
-  if (stop_.stopped()) return {};
+  if (stopped()) return {};
   tokens_.push_back(token);
   bool was_reasoning = split_.in_reasoning();
   ReplyDelta d = route(stop_.push(text), false);
@@ -44,6 +73,7 @@ ReplyDelta ReplyState::push(int32_t token, std::string_view text,
 }
 
 ReplyDelta ReplyState::finish(std::string_view tail) {
+  if (call_done_) return {};  // the one allowed call closed: what followed it is not part of the reply
   std::string text = stop_.push(tail);
   return route(text + stop_.flush(), true);
 }

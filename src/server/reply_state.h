@@ -35,6 +35,8 @@ struct ReplyConfig {
   bool reasoning = false;            // the template thinks: split <think> blocks out
   bool starts_in_reasoning = false;  // the prompt ended with an open <think>
   bool tools = false;                // the request offered tools: parse <tool_call> blocks
+  bool single_call = false;          // parallel_tool_calls false: the reply ends after its first call
+  std::string prefill;               // text the prompt already holds of the reply (a forced call's opening)
 };
 
 class ReplyState {
@@ -45,12 +47,12 @@ class ReplyState {
   ReplyDelta push(int32_t token, std::string_view text, const std::optional<LogprobReport>& logprobs);
   // The reply ended: `tail` (the decoder's last bytes) and held-back text come out.
   ReplyDelta finish(std::string_view tail = {});
-  // A stop string matched; the engine request should be cancelled and the reply finished.
-  bool stopped() const { return stop_.stopped(); }
+  // A stop string matched, or the one allowed tool call closed: cancel the engine request and finish.
+  bool stopped() const { return stop_.stopped() || call_done_; }
 
   const std::vector<int32_t>& tokens() const { return tokens_; }
   int64_t reasoning_tokens() const { return reasoning_tokens_; }
-  // The whole reply so far, for non-streaming responses.
+  // The whole reply so far (tool calls whole, their pieces joined), for non-streaming responses.
   const ReplyDelta& total() const { return total_; }
   // FNV-1a 64 over the token ids (little-endian int32), 16 hex digits: compares replies cheaply.
   std::string token_hash() const;
@@ -58,6 +60,9 @@ class ReplyState {
  private:
   ReplyDelta route(std::string text, bool final);
 
+  bool single_call_;
+  bool call_done_ = false;
+  std::vector<ToolCall> pending_calls_;  // the prefill's call opening, sent with the first delta
   StopStringFilter stop_;
   ReasoningSplitter split_;
   ToolCallExtractor tools_;

@@ -132,6 +132,63 @@ void read_common(const Json& j, const ModelLimits& limits, ApiRequest& r) {
   }
 }
 
+// The function names offered in 'tools', for messages.
+std::string tool_names(const Json& tools) {
+  std::string names;
+  for (const Json& t : tools)
+    names += (names.empty() ? "'" : ", '") + t["function"]["name"].get<std::string>() + "'";
+  return names;
+}
+
+// none | auto | required | {"type": "function", "function": {"name": ...}}, and parallel_tool_calls.
+void read_tool_choice(const Json& j, ApiRequest& r) {
+  r.parallel_tool_calls = read_bool(j, "parallel_tool_calls").value_or(true);
+  const Json* choice = field(j, "tool_choice");
+  if (!choice) return;
+  if (choice->is_string()) {
+    const std::string& c = choice->get_ref<const std::string&>();
+    if (c == "none")
+      r.tool_choice = ToolChoice::None;
+    else if (c == "auto")
+      r.tool_choice = ToolChoice::Auto;
+    else if (c == "required")
+      r.tool_choice = ToolChoice::Required;
+    else
+      reject("tool_choice",
+             fmt::format("'tool_choice' must be \"none\", \"auto\", \"required\" or "
+                         "{{\"type\": \"function\", \"function\": {{\"name\": ...}}}}, got '{}'",
+                         c));
+  } else if (choice->is_object()) {
+    const Json* type = field(*choice, "type");
+    if (!type || *type != "function") reject("tool_choice.type", "'tool_choice.type' must be \"function\"");
+    const Json* fn = field(*choice, "function");
+    if (!fn || !fn->is_object()) reject("tool_choice.function", "'tool_choice.function' must be an object");
+    const Json* name = field(*fn, "name");
+    if (!name || !name->is_string())
+      reject("tool_choice.function.name", "'tool_choice.function.name' must be a string");
+    r.tool_choice = ToolChoice::Named;
+    r.tool_name = name->get<std::string>();
+  } else {
+    reject("tool_choice",
+           fmt::format("'tool_choice' must be a string or an object, got {}", json_type_name(*choice)));
+  }
+  if (r.tool_choice == ToolChoice::None) {
+    r.tools = Json();  // the model is not told of tools it may not call, and nothing is parsed as a call
+    return;
+  }
+  if ((r.tool_choice == ToolChoice::Required || r.tool_choice == ToolChoice::Named) && r.tools.is_null())
+    reject("tool_choice", "'tool_choice' required or a named function needs 'tools'");
+  if (r.tool_choice == ToolChoice::Named) {
+    bool offered = std::any_of(r.tools.begin(), r.tools.end(),
+                               [&](const Json& t) { return t["function"]["name"] == r.tool_name; });
+    if (!offered)
+      reject(
+          "tool_choice.function.name",
+          fmt::format("'tool_choice.function.name' is '{}', which is not among the functions in 'tools' ({})",
+                      r.tool_name, tool_names(r.tools)));
+  }
+}
+
 void read_max_tokens(const Json& j, const char* name, ApiRequest& r) {
   if (auto m = read_int(j, name, 1, kMaxInt32)) r.max_tokens = static_cast<int32_t>(*m);
 }
@@ -147,12 +204,7 @@ ApiRequest parse_chat_request(std::string_view body, const ModelLimits& limits) 
   if (!messages) reject("messages", "'messages' is required");
   r.messages = normalize_messages(*messages);
   r.tools = normalize_tools(field(j, "tools"));
-  if (const Json* choice = field(j, "tool_choice")) {
-    if (!(choice->is_string() && (*choice == "none" || *choice == "auto")))
-      reject("tool_choice",
-             "'tool_choice' must be \"none\" or \"auto\" (forced tool calls need structured output)");
-    if (*choice == "none") r.tools = Json();
-  }
+  read_tool_choice(j, r);
   read_max_tokens(j, "max_tokens", r);
   read_max_tokens(j, "max_completion_tokens", r);  // the newer name wins
   bool logprobs = read_bool(j, "logprobs").value_or(false);

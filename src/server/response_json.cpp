@@ -17,16 +17,18 @@ Json bytes_of(const std::string& s) {
   return out;
 }
 
+// Whole calls; streamed pieces carry id, type and name only in a call's first piece, as OpenAI streams them.
 Json tool_calls_json(const std::vector<ToolCall>& calls, bool streaming) {
   Json out = Json::array();
-  for (size_t i = 0; i < calls.size(); ++i) {
-    Json call = {{"id", calls[i].id},
-                 {"type", "function"},
-                 {"function", {{"name", calls[i].name}, {"arguments", calls[i].arguments}}}};
-    if (streaming) {
-      Json indexed = {{"index", calls[i].index}};
-      indexed.update(call);
-      call = indexed;
+  for (const ToolCall& c : calls) {
+    Json call = Json::object();
+    if (streaming) call["index"] = c.index;
+    if (!streaming || !c.id.empty()) {
+      call["id"] = c.id;
+      call["type"] = "function";
+      call["function"] = {{"name", c.name}, {"arguments", c.arguments}};
+    } else {
+      call["function"] = {{"arguments", c.arguments}};
     }
     out.push_back(call);
   }

@@ -44,7 +44,14 @@ uint64_t SerialBackend::submit(GenerationRequest request, TokenCallback on_event
 
 void SerialBackend::cancel(uint64_t id) {
   std::lock_guard lock(mutex_);
-  cancelled_.insert(id);
+  // Only live requests are marked: a cancel after the end would stay in the set for ever.
+  bool queued = std::any_of(queue_.begin(), queue_.end(), [&](const Job& j) { return j.id == id; });
+  if (id == running_id_ || queued) cancelled_.insert(id);
+}
+
+size_t SerialBackend::cancel_marks() const {
+  std::lock_guard lock(mutex_);
+  return cancelled_.size();
 }
 
 EngineStats SerialBackend::stats() const {
@@ -66,6 +73,7 @@ void SerialBackend::work() {
       if (queue_.empty()) return;
       job = std::move(queue_.front());
       queue_.pop_front();
+      running_id_ = job.id;
       stats_.queued = static_cast<int64_t>(queue_.size());
       stats_.running = 1;
       stats_.requests_total++;
@@ -74,6 +82,7 @@ void SerialBackend::work() {
     run(job);
     std::lock_guard lock(mutex_);
     stats_.running = 0;
+    running_id_ = 0;
     cancelled_.erase(job.id);
   }
 }

@@ -22,6 +22,8 @@ class SerialBackend : public GenerationBackend {
   uint64_t submit(GenerationRequest request, TokenCallback on_event) override;
   void cancel(uint64_t id) override;
   EngineStats stats() const override;
+  // Requests marked cancelled and not yet ended (0 when idle: marks never outlive their request).
+  size_t cancel_marks() const;
 
  private:
   struct Job {
@@ -40,6 +42,7 @@ class SerialBackend : public GenerationBackend {
   std::deque<Job> queue_;
   std::set<uint64_t> cancelled_;
   uint64_t next_id_ = 1;
+  uint64_t running_id_ = 0;  // the job being decoded; 0 when idle
   bool stopping_ = false;
   EngineStats stats_;
   std::thread worker_;

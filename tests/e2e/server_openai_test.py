@@ -6,17 +6,15 @@ Exits 77 (ctest: skipped) only when the `openai` package is not installed; scrip
 import argparse
 import json
 import os
-import re
 import shutil
-import signal
-import subprocess
 import sys
-import tempfile
 import threading
 import time
 import unittest
-import urllib.error
-import urllib.request
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import server_process  # noqa: E402
+from server_process import make_model_dir  # noqa: E402
 
 try:
     import openai
@@ -27,60 +25,12 @@ except ImportError:
 ARGS = None
 
 
-def make_model_dir(source):
-    """The qwen4exp_base fixture's weights plus the 320-token test tokenizer with a ChatML thinking template."""
-    out = tempfile.mkdtemp(prefix="deltaserve-e2e-")
-    fixture = os.path.join(source, "tests", "fixtures", "qwen4exp_base")
-    for name in ("config.json", "model.safetensors", "generation_config.json"):
-        shutil.copy(os.path.join(fixture, name), out)
-    for name in ("tokenizer.json", "tokenizer_config.json"):
-        shutil.copy(os.path.join(source, "tests", "data", "server_model", name), out)
-    return out
-
-
-class Server:
+class Server(server_process.Server):
     def __init__(self, model_dir, *extra):
-        self.proc = subprocess.Popen([ARGS.binary, "serve", model_dir, "--port", "0", "--threads", "2", *extra],
-                                     stderr=subprocess.PIPE, text=True)
-        self.log = []
-        deadline = time.time() + 60
-        self.port = None
-        while time.time() < deadline and self.port is None:
-            line = self.proc.stderr.readline()
-            if not line:
-                raise RuntimeError("server exited: " + "".join(self.log))
-            self.log.append(line)
-            m = re.search(r"http://[^:]+:(\d+)", line)
-            if m:
-                self.port = int(m.group(1))
-        threading.Thread(target=lambda: [self.log.append(l) for l in self.proc.stderr], daemon=True).start()
-        self.url = f"http://127.0.0.1:{self.port}"
+        super().__init__(ARGS.binary, model_dir, *extra)
 
     def client(self, key="none"):
         return openai.OpenAI(base_url=self.url + "/v1", api_key=key, max_retries=0, timeout=120)
-
-    def get(self, path, headers=None):
-        req = urllib.request.Request(self.url + path, headers=headers or {})
-        try:
-            with urllib.request.urlopen(req, timeout=30) as r:
-                return r.status, r.read().decode()
-        except urllib.error.HTTPError as e:
-            return e.code, e.read().decode()
-
-    def post(self, path, body):
-        data = body if isinstance(body, bytes) else json.dumps(body).encode()
-        req = urllib.request.Request(self.url + path, data=data, headers={"Content-Type": "application/json"})
-        try:
-            with urllib.request.urlopen(req, timeout=60) as r:
-                return r.status, json.loads(r.read())
-        except urllib.error.HTTPError as e:
-            return e.code, json.loads(e.read())
-
-    def stop(self):
-        self.proc.send_signal(signal.SIGTERM)
-        code = self.proc.wait(timeout=30)
-        self.proc.stderr.close()
-        return code
 
 
 def extension(resp):
@@ -242,6 +192,63 @@ class OpenAISdk(unittest.TestCase):
                                                  extra_body={"return_token_ids": True, "draft": d})
                   for d in (True, False)]
         self.assertEqual(extension(greedy[0])["token_ids"], extension(greedy[1])["token_ids"])
+
+
+    def test_streamed_tool_calls_accumulate_to_the_whole_reply(self):
+        tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {
+            "type": "object", "properties": {"city": {"type": "string"}}}}}]
+        ask = dict(model=self.model, messages=[{"role": "user", "content": "Weather in Oslo?"}], tools=tools,
+                   tool_choice={"type": "function", "function": {"name": "get_weather"}}, max_tokens=12,
+                   temperature=0)
+        calls, finishes = {}, []
+        for chunk in self.client.chat.completions.create(stream=True, **ask):
+            if not chunk.choices:
+                continue
+            if chunk.choices[0].finish_reason:
+                finishes.append(chunk.choices[0].finish_reason)
+            for piece in chunk.choices[0].delta.tool_calls or []:
+                if piece.index not in calls:  # a call's first piece names it
+                    self.assertIsNotNone(piece.id)
+                    self.assertEqual(piece.type, "function")
+                    calls[piece.index] = {"id": piece.id, "name": piece.function.name, "arguments": ""}
+                calls[piece.index]["arguments"] += piece.function.arguments or ""
+        whole = self.client.chat.completions.create(**ask)
+        message = whole.choices[0].message
+        self.assertEqual(len(message.tool_calls), 1)
+        self.assertEqual(message.tool_calls[0].function.name, "get_weather")
+        self.assertEqual(list(calls), [0])
+        self.assertEqual(calls[0], {"id": message.tool_calls[0].id, "name": "get_weather",
+                                    "arguments": message.tool_calls[0].function.arguments})
+        self.assertEqual(finishes, [whole.choices[0].finish_reason])
+        with self.assertRaises(openai.BadRequestError) as e:
+            self.client.chat.completions.create(**{**ask, "tool_choice": {"type": "function",
+                                                                          "function": {"name": "nope"}}})
+        self.assertEqual(e.exception.body["param"], "tool_choice.function.name")
+        with self.assertRaises(openai.BadRequestError) as e:
+            self.client.chat.completions.create(**ask, response_format={"type": "json_object"})
+        self.assertEqual(e.exception.body["param"], "response_format")
+
+
+class QueueFull(unittest.TestCase):
+    def test_a_full_queue_is_429_with_retry_after(self):
+        model_dir = make_model_dir(ARGS.source)
+        server = Server(model_dir, "--parallel", "1", "--max-queue", "1")
+        client = server.client()
+        long = dict(model=os.path.basename(model_dir), prompt="Go", max_tokens=3000, stream=True,
+                    extra_body={"ignore_eos": True})
+        try:
+            running = client.completions.create(**long)
+            next(iter(running))  # holds the only slot
+            queued = client.completions.create(**long)  # waits in the queue of one
+            with self.assertRaises(openai.RateLimitError) as e:
+                client.completions.create(**long)
+            self.assertEqual(e.exception.response.headers.get("retry-after"), "1")
+            self.assertEqual(e.exception.body["code"], "queue_full")
+            running.close()
+            queued.close()
+        finally:
+            self.assertEqual(server.stop(), 0)
+            shutil.rmtree(model_dir, ignore_errors=True)
 
 
 class ApiKey(unittest.TestCase):

@@ -1,4 +1,5 @@
-// The HTTP routes against a scripted backend: shapes, SSE, stop strings, auth, 503, disconnect -> cancel.
+// The HTTP routes against a scripted backend: shapes, SSE, stop strings, tool calls, auth, 429/503,
+// disconnect -> cancel.
 #include <gtest/gtest.h>
 #include <httplib.h>
 
@@ -247,11 +248,30 @@ TEST_F(ServerHttp, ErrorsAreOpenAIShaped) {
   EXPECT_EQ(json::parse(long_prompt->body)["error"]["code"], "context_length_exceeded");
   auto too_many = post("/v1/completions", {{"prompt", {5}}, {"max_tokens", 128}});
   EXPECT_EQ(json::parse(too_many->body)["error"]["param"], "max_tokens");
-  backend_.refuse = "queue full (3 requests waiting)";
+}
+
+// 429: the queue is full for now (the same request later will do); 503: the server takes no more work.
+TEST_F(ServerHttp, QueueFullIs429ShuttingDownIs503) {
+  start();
+  backend_.refuse = "queue full: 3 requests are waiting (max_queue 3); retry later";
   auto full = post("/v1/completions", {{"prompt", "x"}});
-  ASSERT_EQ(full->status, 503);
+  ASSERT_EQ(full->status, 429);
   EXPECT_EQ(full->get_header_value("Retry-After"), "1");
-  EXPECT_EQ(json::parse(full->body)["error"]["code"], "queue_full");
+  json e = json::parse(full->body)["error"];
+  EXPECT_EQ(e["code"], "queue_full");
+  EXPECT_EQ(e["type"], "rate_limit_error");
+  backend_.refuse = "engine: shutting down";
+  auto stopping = post("/v1/chat/completions", kChat);
+  ASSERT_EQ(stopping->status, 503);
+  EXPECT_EQ(json::parse(stopping->body)["error"]["code"], "shutting_down");
+  EXPECT_EQ(stopping->get_header_value("Retry-After"), "1");
+  backend_.refuse.clear();
+  state_->shutting_down = true;  // what stop() sets: refused before the engine is asked
+  auto closing = post("/v1/completions", {{"prompt", "x"}});
+  ASSERT_EQ(closing->status, 503);
+  EXPECT_EQ(json::parse(closing->body)["error"]["code"], "shutting_down");
+  auto metrics = client().Get("/metrics");
+  EXPECT_NE(metrics->body.find(R"(status="429"} 1)"), std::string::npos) << metrics->body;
 }
 
 TEST_F(ServerHttp, ApiKeyGuardsEverythingButHealth) {
@@ -307,6 +327,101 @@ TEST_F(ServerHttp, ToolCallsFinishWithToolCalls) {
   const json& call = j["choices"][0]["message"]["tool_calls"][0];
   EXPECT_EQ(call["function"]["name"], "get_weather");
   EXPECT_EQ(json::parse(call["function"]["arguments"].get<std::string>())["city"], "Oslo");
+}
+
+const json kTools = {
+    {{"type", "function"}, {"function", {{"name", "get_weather"}, {"parameters", json::object()}}}},
+    {{"type", "function"}, {"function", {{"name", "get_time"}, {"parameters", json::object()}}}}};
+
+TEST_F(ServerHttp, StreamedToolCallsComeAsDeltas) {
+  // Short enough (about 100 byte-level tokens) to end by EOS inside the test's 128-token context.
+  const std::string calls =
+      "</think><tool_call>{\"name\": \"get_weather\", \"arguments\": {\"c\": \"Oslo\"}}</tool_call>"
+      "<tool_call>{\"name\": \"get_time\", \"arguments\": {}}</tool_call>";
+  backend_.script = ids(calls);
+  backend_.script.push_back(2);
+  start();
+  json body = kChat;
+  body["tools"] = kTools;
+  body["stream"] = true;
+  auto res = post("/v1/chat/completions", body);
+  ASSERT_EQ(res->status, 200);
+  std::vector<std::string> events = sse(res->body);
+  ASSERT_EQ(events.back(), "[DONE]");
+  json joined = json::array();
+  std::vector<std::string> finishes;
+  int fragments = 0;
+  for (size_t i = 0; i + 1 < events.size(); ++i) {
+    json choice = json::parse(events[i])["choices"][0];
+    if (!choice["finish_reason"].is_null()) finishes.push_back(choice["finish_reason"]);
+    for (const json& piece : choice["delta"].value("tool_calls", json::array())) {
+      size_t index = piece["index"];
+      if (piece.contains("id")) {  // a call's first piece: id, type and name
+        ASSERT_EQ(index, joined.size());
+        EXPECT_EQ(piece["type"], "function");
+        joined.push_back(piece);
+      } else {
+        ASSERT_LT(index, joined.size());
+        ASSERT_FALSE(piece["function"].contains("name"));
+        joined[index]["function"]["arguments"] = joined[index]["function"]["arguments"].get<std::string>() +
+                                                 piece["function"]["arguments"].get<std::string>();
+        ++fragments;
+      }
+    }
+  }
+  EXPECT_EQ(finishes, std::vector<std::string>{"tool_calls"});
+  EXPECT_GT(fragments, 2);  // the arguments arrived in pieces, as generated
+  body["stream"] = false;
+  json whole = json::parse(post("/v1/chat/completions", body)->body)["choices"][0]["message"]["tool_calls"];
+  ASSERT_EQ(whole.size(), 2u);
+  ASSERT_EQ(joined.size(), 2u);
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_EQ(joined[i]["id"], whole[i]["id"]);
+    EXPECT_EQ(joined[i]["function"], whole[i]["function"]);
+  }
+  EXPECT_EQ(whole[1]["function"]["name"], "get_time");
+  EXPECT_EQ(whole[0]["function"]["arguments"], R"({"c": "Oslo"})");
+  EXPECT_EQ(whole[1]["function"]["arguments"], "{}");
+}
+
+TEST_F(ServerHttp, NamedToolChoicePrefillsTheCall) {
+  backend_.script =
+      ids("{\"city\": \"Oslo\"}}\n</tool_call><tool_call>{\"name\": \"get_time\", \"arguments\": {}}");
+  backend_.script.push_back(2);
+  backend_.gap = 5ms;
+  start();
+  json body = kChat;
+  body["tools"] = kTools;
+  body["tool_choice"] = {{"type", "function"}, {"function", {{"name", "get_weather"}}}};
+  body["parallel_tool_calls"] = false;
+  auto res = post("/v1/chat/completions", body);
+  ASSERT_EQ(res->status, 200) << res->body;
+  // The prompt closes the open <think> and opens the named call; the model writes only the arguments.
+  EXPECT_EQ(backend_.last.prompt,
+            ids("<|im_start|>user\nHello<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n"
+                "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": "));
+  json j = json::parse(res->body);
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "tool_calls");
+  json calls = j["choices"][0]["message"]["tool_calls"];
+  ASSERT_EQ(calls.size(), 1u);  // parallel_tool_calls false: the reply ended after the first call
+  EXPECT_EQ(calls[0]["function"]["name"], "get_weather");
+  EXPECT_EQ(calls[0]["function"]["arguments"], R"({"city": "Oslo"})");
+  EXPECT_TRUE(j["choices"][0]["message"]["content"].is_null());
+  EXPECT_LT(j["usage"]["completion_tokens"].get<size_t>(),
+            backend_.script.size());  // cancelled at the call's end
+  EXPECT_EQ(backend_.cancelled_count(), 1u);
+
+  body["tool_choice"] = "required";
+  body.erase("parallel_tool_calls");
+  backend_.script = ids("get_time\", \"arguments\": {}}</tool_call>");
+  backend_.script.push_back(2);
+  json r = json::parse(post("/v1/chat/completions", body)->body);
+  EXPECT_EQ(r["choices"][0]["message"]["tool_calls"][0]["function"]["name"], "get_time");
+  EXPECT_EQ(r["choices"][0]["finish_reason"], "tool_calls");
+  body["tool_choice"] = {{"type", "function"}, {"function", {{"name", "nope"}}}};
+  auto bad = post("/v1/chat/completions", body);
+  ASSERT_EQ(bad->status, 400);
+  EXPECT_EQ(json::parse(bad->body)["error"]["param"], "tool_choice.function.name");
 }
 
 TEST_F(ServerHttp, EngineErrorMidStreamIsAnErrorEvent) {

@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "server/prompt_builder.h"
 #include "server/reasoning_split.h"
 #include "server/reply_state.h"
 #include "server/response_json.h"
@@ -101,25 +102,143 @@ TEST(ServerReasoning, NoThinkIsAllContentAndCutThoughtIsReasoning) {
   EXPECT_EQ(off.push("<think>x</think>").content, "<think>x</think>");
 }
 
-TEST(ServerToolCalls, CallsAreExtractedAcrossPieces) {
-  ToolCallExtractor x(true);
-  std::string content;
+// Tool-call pieces joined by index, as a client accumulates streamed deltas.
+std::vector<ToolCall> join_pieces(const std::vector<ToolCall>& pieces) {
   std::vector<ToolCall> calls;
-  for (std::string p : {"Let me check.<tool", "_call>\n{\"name\": \"get\", \"argu",
-                        "ments\": {\"city\": \"Oslo\"}}\n</tool_call>",
-                        "<tool_call>{\"name\": \"f\", \"arguments\": \"{}\"}</tool_call>",
-                        "<tool_call>not json</tool_call>"}) {
-    ToolText t = x.push(p);
-    content += t.content;
-    calls.insert(calls.end(), t.calls.begin(), t.calls.end());
+  for (const ToolCall& p : pieces) {
+    if (!p.id.empty()) {
+      EXPECT_EQ(p.index, static_cast<int>(calls.size())) << "a call's first piece comes in index order";
+      calls.push_back(p);
+    } else {
+      EXPECT_LT(p.index, static_cast<int>(calls.size())) << "a fragment before its call's first piece";
+      if (p.index < static_cast<int>(calls.size())) calls[p.index].arguments += p.arguments;
+    }
   }
-  content += x.flush().content;
-  ASSERT_EQ(calls.size(), 2u);
+  return calls;
+}
+
+struct Extracted {
+  std::string content;
+  std::vector<ToolCall> pieces;
+  int closed = 0;
+};
+
+Extracted extract(const std::vector<std::string>& parts) {
+  ToolCallExtractor x(true);
+  Extracted out;
+  for (const std::string& p : parts) {
+    ToolText t = x.push(p);
+    out.content += t.content;
+    out.pieces.insert(out.pieces.end(), t.calls.begin(), t.calls.end());
+    out.closed += t.closed;
+  }
+  ToolText t = x.flush();
+  out.content += t.content;
+  out.pieces.insert(out.pieces.end(), t.calls.begin(), t.calls.end());
+  return out;
+}
+
+TEST(ServerToolCalls, CallsAreExtractedAcrossPieces) {
+  Extracted e = extract({"Let me check.<tool", "_call>\n{\"name\": \"get\", \"argu",
+                         "ments\": {\"city\": \"Oslo\"}}\n</tool_call>",
+                         "<tool_call>{\"name\": \"f\", \"arguments\": \"{}\"}</tool_call>",
+                         "<tool_call>not json</tool_call>",
+                         "<tool_call>{\"arguments\": {\"a\": 1}, \"name\": \"late\"}</tool_call>"});
+  std::vector<ToolCall> calls = join_pieces(e.pieces);
+  ASSERT_EQ(calls.size(), 3u);
   EXPECT_EQ(calls[0].name, "get");
-  EXPECT_EQ(calls[0].arguments, R"({"city":"Oslo"})");
+  EXPECT_EQ(calls[0].id, "call_0");
+  EXPECT_EQ(calls[0].arguments, R"({"city": "Oslo"})");  // as generated
   EXPECT_EQ(calls[1].index, 1);
-  EXPECT_EQ(calls[1].arguments, "{}");
-  EXPECT_EQ(content, "Let me check.<tool_call>not json</tool_call>");
+  EXPECT_EQ(calls[1].arguments, "{}");  // a string value holds the JSON text
+  EXPECT_EQ(calls[2].name, "late");     // name after arguments: parsed whole at </tool_call>
+  EXPECT_EQ(calls[2].arguments, R"({"a":1})");
+  EXPECT_EQ(e.closed, 3);
+  EXPECT_EQ(e.content, "Let me check.<tool_call>not json</tool_call>");
+}
+
+TEST(ServerToolCalls, StreamsNameFirstThenArgumentFragments) {
+  const std::string text =
+      "ok <tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"O}\\\"</tool_call>\", "
+      "\"days\": [1, {\"x\": 2}]}}\n</tool_call> done";
+  Extracted whole = extract({text});
+  ASSERT_EQ(join_pieces(whole.pieces).size(), 1u);
+  ToolCall call = join_pieces(whole.pieces)[0];
+  EXPECT_EQ(call.name, "get_weather");
+  // Braces and </tool_call> inside strings do not end the arguments.
+  EXPECT_EQ(call.arguments, R"({"city": "O}\"</tool_call>", "days": [1, {"x": 2}]})");
+  EXPECT_EQ(whole.content, "ok  done");
+  // Fed byte by byte: the first piece names the call, fragments follow, the joined call is the same.
+  std::vector<std::string> bytes;
+  for (char c : text) bytes.emplace_back(1, c);
+  Extracted streamed = extract(bytes);
+  ASSERT_GE(streamed.pieces.size(), 3u);
+  EXPECT_EQ(streamed.pieces[0].name, "get_weather");
+  EXPECT_EQ(streamed.pieces[0].arguments, "{");  // the byte that showed where the arguments start
+  EXPECT_TRUE(streamed.pieces[1].id.empty());
+  EXPECT_EQ(join_pieces(streamed.pieces)[0].arguments, call.arguments);
+  EXPECT_EQ(streamed.content, whole.content);
+  EXPECT_EQ(streamed.closed, 1);
+  // Every split point gives the same result.
+  for (size_t cut = 1; cut < text.size(); ++cut) {
+    Extracted two = extract({text.substr(0, cut), text.substr(cut)});
+    ASSERT_EQ(join_pieces(two.pieces).size(), 1u) << cut;
+    EXPECT_EQ(join_pieces(two.pieces)[0].arguments, call.arguments) << cut;
+    EXPECT_EQ(two.content, whole.content) << cut;
+  }
+}
+
+TEST(ServerToolCalls, UnfinishedCallsKeepWhatWasGenerated) {
+  // The reply ended inside the arguments: the call stays, with its arguments as far as they went.
+  Extracted cut = extract({"<tool_call>{\"name\": \"f\", \"arguments\": {\"a\": [1, 2"});
+  ASSERT_EQ(join_pieces(cut.pieces).size(), 1u);
+  EXPECT_EQ(join_pieces(cut.pieces)[0].arguments, R"({"a": [1, 2)");
+  EXPECT_EQ(cut.closed, 0);
+  // A block that never named a call is text.
+  Extracted open = extract({"<tool_call>{\"nam"});
+  EXPECT_TRUE(open.pieces.empty());
+  EXPECT_EQ(open.content, "<tool_call>{\"nam");
+  // </tool_call> in the middle of a value ends the call there.
+  Extracted early = extract({"<tool_call>{\"name\": \"f\", \"arguments\": {\"a\": 1</tool_call>after"});
+  EXPECT_EQ(join_pieces(early.pieces)[0].arguments, R"({"a": 1)");
+  EXPECT_EQ(early.content, "after");
+  ToolCallExtractor off(false);
+  EXPECT_EQ(off.push("<tool_call>{}</tool_call>").content, "<tool_call>{}</tool_call>");
+}
+
+TEST(ServerReplyState, ForcedCallPrefillAndSingleCall) {
+  ReplyConfig c;
+  c.tools = true;
+  c.single_call = true;
+  c.prefill = forced_call_prefill("get_weather");
+  ReplyState r(c);
+  ReplyDelta first = r.push(1, "{\"city\": ", std::nullopt);
+  ASSERT_EQ(first.tool_calls.size(), 1u);  // the prefill's call opening comes with the first delta
+  EXPECT_EQ(first.tool_calls[0].name, "get_weather");
+  EXPECT_EQ(first.tool_calls[0].id, "call_0");
+  EXPECT_EQ(first.tool_calls[0].arguments, "{\"city\": ");
+  ReplyDelta second =
+      r.push(2, "\"Oslo\"}}</tool_call><tool_call>{\"name\": \"g\", \"arguments\": {}}", std::nullopt);
+  ASSERT_EQ(second.tool_calls.size(), 1u);  // parallel_tool_calls false: the second call is not given out
+  EXPECT_EQ(second.tool_calls[0].arguments, "\"Oslo\"}");
+  EXPECT_TRUE(r.stopped());
+  EXPECT_TRUE(r.push(3, "more", std::nullopt).empty());
+  EXPECT_TRUE(r.finish().empty());
+  ASSERT_EQ(r.total().tool_calls.size(), 1u);
+  EXPECT_EQ(r.total().tool_calls[0].arguments, R"({"city": "Oslo"})");
+  EXPECT_EQ(r.total().content, "");
+
+  // Required: the model names the function itself.
+  ReplyConfig any;
+  any.tools = true;
+  any.prefill = forced_call_prefill("");
+  ReplyState q(any);
+  EXPECT_TRUE(q.push(1, "f\", \"argum", std::nullopt).tool_calls.empty());
+  ReplyDelta named = q.push(2, "ents\": {}}</tool_call>", std::nullopt);
+  ASSERT_EQ(named.tool_calls.size(), 1u);
+  EXPECT_EQ(named.tool_calls[0].name, "f");
+  EXPECT_EQ(named.tool_calls[0].arguments, "{}");
+  EXPECT_FALSE(q.stopped());
 }
 
 TEST(ServerReplyState, StopReasoningCountsAndHash) {
@@ -206,11 +325,17 @@ TEST(ServerResponseJson, StreamingChunks) {
   EXPECT_EQ(first["choices"][0]["delta"], (Json{{"role", "assistant"}, {"content", ""}}));
   ReplyDelta d;
   d.reasoning = "r";
-  d.tool_calls = {{2, "call_2", "f", "{}"}};
+  d.tool_calls = {{2, "call_2", "f", ""}, {1, "", "", "{\"a\""}};
   Json mid = chunk_json(meta, d, false, "", false, token_text, offset);
   EXPECT_EQ(mid["choices"][0]["delta"]["reasoning_content"], "r");
   EXPECT_FALSE(mid["choices"][0]["delta"].contains("content"));
-  EXPECT_EQ(mid["choices"][0]["delta"]["tool_calls"][0]["index"], 2);
+  EXPECT_EQ(mid["choices"][0]["delta"]["tool_calls"][0],
+            (Json{{"index", 2},
+                  {"id", "call_2"},
+                  {"type", "function"},
+                  {"function", {{"name", "f"}, {"arguments", ""}}}}));
+  EXPECT_EQ(mid["choices"][0]["delta"]["tool_calls"][1],
+            (Json{{"index", 1}, {"function", {{"arguments", "{\"a\""}}}}));
   EXPECT_TRUE(mid["choices"][0]["finish_reason"].is_null());
   Json last = chunk_json(meta, {}, false, "length", false, token_text, offset);
   EXPECT_EQ(last["choices"][0]["finish_reason"], "length");

@@ -156,13 +156,61 @@ TEST(ServerRequest, ChatBadInputCatalogue) {
       {"{" + u + R"(, "draft": 0})", {nullptr, "draft", "boolean"}},
       {"{" + u + R"(, "ignore_eos": null, "tools": {}})", {nullptr, "tools", "array"}},
       {"{" + u + R"(, "tools": [{"type": "function"}]})", {nullptr, "tools[0].function", "object"}},
-      {"{" + u + R"(, "tool_choice": "required"})", {nullptr, "tool_choice", "none"}},
+      {"{" + u + R"(, "tool_choice": "required"})", {nullptr, "tool_choice", "needs 'tools'"}},
+      {"{" + u + R"(, "tool_choice": "always", "tools": [{"type": "function", "function": {"name": "f"}}]})",
+       {nullptr, "tool_choice", "\"required\""}},
+      {"{" + u + R"(, "tool_choice": 3})", {nullptr, "tool_choice", "string or an object"}},
+      {"{" + u + R"(, "tool_choice": {"type": "tool"}})", {nullptr, "tool_choice.type", "function"}},
+      {"{" + u + R"(, "tool_choice": {"type": 5}})", {nullptr, "tool_choice.type", "function"}},
+      {"{" + u + R"(, "tool_choice": {"type": "function", "function": {"name": "g"}}})",
+       {nullptr, "tool_choice", "needs 'tools'"}},
+      {"{" + u + R"(, "tool_choice": {"type": "function"}, "tools": [{"function": {"name": "f"}}]})",
+       {nullptr, "tool_choice.function", "object"}},
+      {"{" + u +
+           R"(, "tool_choice": {"type": "function", "function": {"name": 1}}, "tools": [{"function": {"name": "f"}}]})",
+       {nullptr, "tool_choice.function.name", "string"}},
+      {"{" + u +
+           R"(, "tool_choice": {"type": "function", "function": {"name": "g"}}, "tools": [{"function": {"name": "f"}}]})",
+       {nullptr, "tool_choice.function.name", "'g', which is not among the functions in 'tools' ('f')"}},
+      {"{" + u + R"(, "parallel_tool_calls": "no"})", {nullptr, "parallel_tool_calls", "boolean"}},
+      {"{" + u + R"(, "response_format": {"type": "json_object"}})",
+       {nullptr, "response_format", "not supported"}},
+      {"{" + u + R"(, "guided_json": {}})", {nullptr, "guided_json", "not supported"}},
+      {"{" + u + R"(, "guided_choice": ["a"]})", {nullptr, "guided_choice", "not supported"}},
+      {"{" + u + R"(, "guided_grammar": "x"})", {nullptr, "guided_grammar", "not supported"}},
       {"{" + u + R"(, "response_format": {"type": "json_schema"}})",
        {nullptr, "response_format", "not supported"}},
       {"{" + u + R"(, "guided_regex": "a+"})", {nullptr, "guided_regex", "not supported"}},
       {"{" + u + R"(, "reasoning_effort": "max"})", {nullptr, "reasoning_effort", "low"}},
   };
   for (const auto& [body, bad] : cases) expect_rejected(true, {body.c_str(), bad.param, bad.fragment});
+}
+
+// A chat body offering two tools, plus `extra` fields.
+ApiRequest chat_with_tools(const std::string& extra) {
+  std::string body = "{";
+  body += kUser;
+  body += R"(, "tools": [{"type": "function", "function": {"name": "f"}},
+      {"type": "function", "function": {"name": "get_weather"}}])";
+  body += extra;
+  body += "}";
+  return chat(body);
+}
+
+TEST(ServerRequest, ToolChoiceForms) {
+  ApiRequest a = chat_with_tools("");
+  EXPECT_EQ(a.tool_choice, ToolChoice::Auto);
+  EXPECT_TRUE(a.parallel_tool_calls);
+  ApiRequest none = chat_with_tools(R"(, "tool_choice": "none")");
+  EXPECT_EQ(none.tool_choice, ToolChoice::None);
+  EXPECT_TRUE(none.tools.is_null());
+  ApiRequest required = chat_with_tools(R"(, "tool_choice": "required", "parallel_tool_calls": false)");
+  EXPECT_EQ(required.tool_choice, ToolChoice::Required);
+  EXPECT_FALSE(required.parallel_tool_calls);
+  ApiRequest named =
+      chat_with_tools(R"(, "tool_choice": {"type": "function", "function": {"name": "get_weather"}})");
+  EXPECT_EQ(named.tool_choice, ToolChoice::Named);
+  EXPECT_EQ(named.tool_name, "get_weather");
 }
 
 TEST(ServerRequest, CompletionsBadInputCatalogue) {
