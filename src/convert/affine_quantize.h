@@ -1,11 +1,11 @@
 #pragma once
 // MLX affine quantization of a float matrix, as mlx's Metal affine_quantize kernel computes it (the one
-// mlx-lm convert runs on Apple GPUs): per group of `group` columns, in f32, with max starting at 0, the extreme
-// of larger magnitude ("edge") is made exactly representable (scale = edge / round(edge / ((max - min) /
-// (2^bits - 1))), bias = edge), codes are clamp(round((w - bias) / scale), 0, 2^bits - 1) with halves rounded
-// away from zero, and scale and bias are then rounded to bf16. Snapping the scale to the edge can clip the
-// far end of a group by up to about one step, so an element's error is half a step, or its distance past
-// the group's last code.
+// mlx-lm convert runs on Apple GPUs): per group of `group` columns, in f32, with max starting at 0, the
+// extreme of larger magnitude ("edge") is made exactly representable (scale = edge / round(edge / ((max -
+// min) / (2^bits - 1))), bias = edge), codes are clamp(round((w - bias) / scale), 0, 2^bits - 1) with halves
+// rounded away from zero, and scale and bias are then rounded to bf16. Snapping the scale to the edge can
+// clip the far end of a group by up to about one step, so an element's error is half a step, or its distance
+// past the group's last code.
 #include <cstdint>
 #include <string>
 #include <vector>

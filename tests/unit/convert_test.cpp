@@ -321,6 +321,24 @@ TEST(Convert, DeterministicAndShardingDoesNotChangeTensors) {
   }
 }
 
+TEST(Convert, MtpTensorsKeepTheirNamesAndQuantizeLikeOtherLinears) {
+  TempDir in, out;
+  const fs::path base = test::fixture("qwen4exp_base");
+  for (const char* f : {"config.json", "model.safetensors"}) fs::copy_file(base / f, in / f);
+  std::vector<float> fc(128 * 256), norm(128);
+  for (size_t i = 0; i < fc.size(); ++i) fc[i] = std::sin(0.37f * float(i)) * 0.05f;
+  for (size_t i = 0; i < norm.size(); ++i) norm[i] = 0.01f * float(i % 7);
+  test::write_safetensors(in / "mtp.safetensors", {test::bf16_tensor("mtp.fc.weight", {128, 256}, fc),
+                                                   test::bf16_tensor("mtp.norm.weight", {128}, norm)});
+  convert(in.path(), out.path(), {8, 64});
+  Checkpoint q(out.path()), original(in.path());
+  EXPECT_TRUE(q.store().has("mtp.fc.scales"));
+  expect_within_half_step(q.matrix("mtp.fc"), original.matrix("mtp.fc"), "mtp.fc");
+  const auto a = q.centred_norm("mtp.norm"), b = original.centred_norm("mtp.norm");
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], std::fabs(b[i]) / 256) << i;
+}
+
 // --- named errors
 // -------------------------------------------------------------------------------------------
 
