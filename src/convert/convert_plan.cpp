@@ -223,8 +223,8 @@ class Planner {
       p.reason = "PLE n-gram table";
     } else if (p.rows() < o_.min_rows) {
       q.reset();
-      p.reason = "small gate (" + std::to_string(p.rows()) + " rows < --min-rows " +
-                 std::to_string(o_.min_rows) + ")";
+      p.reason =
+          "small gate: " + std::to_string(p.rows()) + " rows < --min-rows " + std::to_string(o_.min_rows);
     } else if (ends_with(module, "mlp.gate") || ends_with(module, "shared_expert_gate")) {
       q = AffineParams{8, 64};
     }
