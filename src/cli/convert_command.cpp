@@ -15,7 +15,7 @@ namespace ds::cli {
 namespace {
 
 struct ConvertArgs {
-  std::string in, out, report;
+  std::string in, out, report, rounding = "metal";
   int bits = 4, group = 64, min_rows = 16, threads = 0;
   double max_shard_gb = 5.0;
   bool force = false, quiet = false;
@@ -39,6 +39,12 @@ void register_convert_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--max-shard-gb", a->max_shard_gb, "largest shard size in GB (10^9 bytes)")
       ->capture_default_str();
+  cmd->add_option(
+         "--rounding", a->rounding,
+         "which mlx kernel to match: metal (mlx-lm on Apple GPUs) or cpu (mlx's CPU path); they differ "
+         "only on ties and all-negative groups")
+      ->check(CLI::IsMember({"metal", "cpu"}))
+      ->capture_default_str();
   cmd->add_option("--report", a->report, "also write the per-module report as JSON to this file");
   cmd->add_option("--threads", a->threads, "CPU threads (default: all cores)");
   cmd->add_flag("--force", a->force, "write into a non-empty output directory");
@@ -52,6 +58,7 @@ void register_convert_command(CLI::App& app) {
     o.min_rows = a->min_rows;
     o.max_shard_bytes = static_cast<size_t>(a->max_shard_gb * 1e9);
     o.force = a->force;
+    o.rounding = a->rounding == "cpu" ? MlxRounding::Cpu : MlxRounding::Metal;
     const ConvertReport report = convert_checkpoint(a->in, a->out, o);
     std::string table = report_table(report);
     if (a->quiet) table = table.substr(table.rfind('\n', table.size() - 2) + 1);

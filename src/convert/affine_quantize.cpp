@@ -28,16 +28,18 @@ MatrixWeight AffineQuantized::view(const std::string& name) const {
 namespace {
 
 // One row: its groups' scales and biases and its packed codes (row_bytes bytes at `packed`).
-void quantize_row(const float* w, int64_t cols, AffineParams p, uint8_t* packed, uint16_t* scales,
-                  uint16_t* biases) {
+void quantize_row(const float* w, int64_t cols, AffineParams p, MlxRounding rounding, uint8_t* packed,
+                  uint16_t* scales, uint16_t* biases) {
+  const bool metal = rounding == MlxRounding::Metal;
+  auto round = [metal](float x) { return metal ? std::round(x) : std::rint(x); };
   const float n_bins = static_cast<float>((1 << p.bits) - 1);
   const float eps = 1e-7f;
   std::memset(packed, 0, static_cast<size_t>(cols * p.bits / 8));
   for (int64_t g = 0; g < cols / p.group; ++g) {
     const float* x = w + g * p.group;
-    // As mlx's Metal kernel (what mlx-lm convert runs on Apple GPUs): the maximum starts at 0, so an
-    // all-negative group's range reaches up to 0.
-    float lo = std::numeric_limits<float>::max(), hi = 0.0f;
+    // mlx's Metal kernel (what mlx-lm convert runs on Apple GPUs) starts the maximum at 0, so an all-negative
+    // group's range reaches up to 0.
+    float lo = std::numeric_limits<float>::max(), hi = metal ? 0.0f : -std::numeric_limits<float>::infinity();
     for (int j = 0; j < p.group; ++j) {
       lo = std::min(lo, x[j]);
       hi = std::max(hi, x[j]);
@@ -47,14 +49,14 @@ void quantize_row(const float* w, int64_t cols, AffineParams p, uint8_t* packed,
     float scale = std::max((hi - lo) / n_bins, eps);
     scale = low_edge ? scale : -scale;
     const float edge = low_edge ? lo : hi;
-    const float q0 = std::round(edge / scale);  // Metal's round(): halves away from zero
+    const float q0 = round(edge / scale);
     float bias = 0;
     if (q0 != 0) {
       scale = edge / q0;
       bias = edge;
     }
     for (int j = 0; j < p.group; ++j) {
-      float q = std::round((x[j] - bias) / scale);
+      float q = round((x[j] - bias) / scale);
       q = std::min(std::max(q, 0.0f), n_bins);
       const uint64_t code = static_cast<uint64_t>(q);
       const int64_t bit = (g * p.group + j) * p.bits;
@@ -70,7 +72,8 @@ void quantize_row(const float* w, int64_t cols, AffineParams p, uint8_t* packed,
 
 }  // namespace
 
-AffineQuantized affine_quantize(const float* w, int64_t rows, int64_t cols, AffineParams p) {
+AffineQuantized affine_quantize(const float* w, int64_t rows, int64_t cols, AffineParams p,
+                                MlxRounding rounding) {
   if (!affine_params_supported(p) || cols % p.group != 0)
     fail("affine_quantize: {}-bit g{} cannot encode a matrix of {} columns", p.bits, p.group, cols);
   AffineQuantized q;
@@ -86,7 +89,7 @@ AffineQuantized affine_quantize(const float* w, int64_t rows, int64_t cols, Affi
   ThreadPool::global().parallel_for(rows, 16, [&](int64_t begin, int64_t end) {
     std::vector<uint8_t> packed(static_cast<size_t>(words_per_row * 4));
     for (int64_t r = begin; r < end; ++r) {
-      quantize_row(w + r * cols, cols, p, packed.data(), q.scales.data() + r * groups,
+      quantize_row(w + r * cols, cols, p, rounding, packed.data(), q.scales.data() + r * groups,
                    q.biases.data() + r * groups);
       std::memcpy(q.words.data() + r * words_per_row, packed.data(), packed.size());  // little-endian host
     }

@@ -15,6 +15,11 @@
 
 namespace ds {
 
+// Which mlx kernel to reproduce. They differ only in ties and all-negative groups: Metal rounds halves away
+// from zero and starts the group maximum at 0; the CPU path (mlx/backend/cpu/quantized.cpp) uses rint (ties
+// to even) and a maximum from -inf.
+enum class MlxRounding { Metal, Cpu };
+
 struct AffineQuantized {
   int64_t rows = 0, cols = 0;
   AffineParams params;
@@ -27,7 +32,8 @@ struct AffineQuantized {
 };
 
 // `w` is row-major [rows, cols]; cols must be a multiple of the group (callers check and name the tensor).
-AffineQuantized affine_quantize(const float* w, int64_t rows, int64_t cols, AffineParams params);
+AffineQuantized affine_quantize(const float* w, int64_t rows, int64_t cols, AffineParams params,
+                                MlxRounding rounding = MlxRounding::Metal);
 
 // How far the dequantized matrix is from the original, computed in f64.
 struct QuantizationError {

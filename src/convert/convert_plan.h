@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "convert/affine_quantize.h"
 #include "core/dtype.h"
 #include "formats/affine_quantization.h"
 #include "formats/checkpoint.h"
@@ -30,6 +31,7 @@ struct ConvertOptions {
   int min_rows = 16;  // linear weights with fewer output rows (small gates) stay as stored
   size_t max_shard_bytes = size_t{5} << 30;
   bool force = false;  // write into a non-empty output directory
+  MlxRounding rounding = MlxRounding::Metal;
 };
 
 // Bytes of the input read, in order, to form one output tensor (several for stacked experts).

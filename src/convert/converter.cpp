@@ -73,13 +73,14 @@ void shift_norm(DType dtype, uint8_t* data, size_t bytes) {
 struct QuantizedModule {
   const PlannedModule* plan = nullptr;
   ModuleReport* report = nullptr;
+  MlxRounding rounding = MlxRounding::Metal;
   std::optional<AffineQuantized> q;
   int written = 0;
 
   const AffineQuantized& get() {
     if (!q) {
       const std::vector<float> w = source_floats(plan->source);
-      q = affine_quantize(w.data(), plan->rows(), plan->cols(), *plan->quant);
+      q = affine_quantize(w.data(), plan->rows(), plan->cols(), *plan->quant, rounding);
       const QuantizationError e = quantization_error(*q, w.data());
       report->rel_rms = e.rel_rms;
       report->max_abs = e.max_abs;
@@ -159,7 +160,8 @@ ConvertReport convert_checkpoint(const fs::path& in, const fs::path& out, const 
       if (entry) entry->bytes_after = tensors.back().nbytes();
       continue;
     }
-    quantized.push_back(std::make_unique<QuantizedModule>(QuantizedModule{&m, entry, std::nullopt, 0}));
+    quantized.push_back(
+        std::make_unique<QuantizedModule>(QuantizedModule{&m, entry, options.rounding, std::nullopt, 0}));
     QuantizedModule* qm = quantized.back().get();
     std::vector<int64_t> wshape = m.shape, sshape = m.shape;
     wshape.back() = m.cols() * m.quant->bits / 32;

@@ -10,6 +10,7 @@
 
 #include "convert/affine_quantize.h"
 #include "convert/converter.h"
+#include "convert_mlx_golden.h"
 #include "expect_error.h"
 #include "model_test_support.h"
 #include "safetensors_writer.h"
@@ -131,6 +132,44 @@ TEST(AffineQuantize, ExactGroupsGiveExactCodes) {
   const QuantizationError e = quantization_error(q, w.data());
   EXPECT_EQ(e.max_abs, 0.0);
   EXPECT_EQ(e.rel_rms, 0.0);
+}
+
+// The matrix convert_mlx_golden.h was made from (the same LCG as its generator in docs/convert.md).
+std::vector<float> golden_input() {
+  std::vector<float> w(3 * 128);
+  uint64_t state = 12345;
+  for (auto& x : w) {
+    state = (state * 1103515245 + 12345) % (uint64_t{1} << 31);
+    x = static_cast<float>(static_cast<int64_t>((state >> 8) % 401) - 200) / 512.0f;
+  }
+  for (int c = 0; c < 32; ++c) w[128 + c] = -std::fabs(w[128 + c]) - 1.0f / 512;  // an all-negative group
+  w[2 * 128 + 5] = 1.5f;                                                          // an outlier
+  return w;
+}
+
+TEST(AffineQuantize, CpuRoundingMatchesMlxBitForBit) {
+  const std::vector<float> w = golden_input();
+  for (const auto& g : test::mlx_golden()) {
+    const AffineQuantized q = affine_quantize(w.data(), 3, 128, {g.bits, g.group}, MlxRounding::Cpu);
+    EXPECT_EQ(q.words, g.words) << g.bits << "-bit g" << g.group;
+    EXPECT_EQ(q.scales, g.scales) << g.bits << "-bit g" << g.group;
+    EXPECT_EQ(q.biases, g.biases) << g.bits << "-bit g" << g.group;
+  }
+}
+
+TEST(AffineQuantize, MetalRoundingStartsTheMaximumAtZero) {
+  const std::vector<float> w = golden_input();
+  const AffineQuantized metal = affine_quantize(w.data(), 3, 128, {8, 32}, MlxRounding::Metal);
+  const AffineQuantized cpu = affine_quantize(w.data(), 3, 128, {8, 32}, MlxRounding::Cpu);
+  // Row 1, group 0 is all negative: Metal's range runs from its minimum up to 0, the CPU's to its maximum.
+  const float lo = *std::min_element(w.begin() + 128, w.begin() + 160);
+  const float s = bf16_to_f32(metal.scales[4]), b = bf16_to_f32(metal.biases[4]);
+  EXPECT_EQ(b, lo);
+  EXPECT_LE(std::fabs(b + 255 * s), std::fabs(s));
+  EXPECT_NE(metal.scales[4], cpu.scales[4]);
+  // Groups with both signs and no ties come out the same.
+  EXPECT_EQ(metal.scales[0], cpu.scales[0]);
+  EXPECT_EQ(metal.biases[0], cpu.biases[0]);
 }
 
 TEST(AffineQuantize, EveryWidthDequantizesWithinHalfAStep) {
