@@ -378,6 +378,37 @@ TEST(Convert, MtpTensorsKeepTheirNamesAndQuantizeLikeOtherLinears) {
   for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], std::fabs(b[i]) / 256) << i;
 }
 
+// The command line: the table, the JSON report and the exit codes.
+std::pair<int, std::string> run_cli(const std::string& args) {
+  const std::string cmd = std::string(DELTASERVE_BINARY) + " convert " + args + " 2>&1";
+  FILE* pipe = popen(cmd.c_str(), "r");
+  std::string out;
+  if (pipe == nullptr) return {-1, out};
+  char buf[4096];
+  while (size_t n = fread(buf, 1, sizeof buf, pipe)) out.append(buf, n);
+  return {pclose(pipe), out};
+}
+
+TEST(ConvertCommand, PrintsTheTableAndWritesTheReport) {
+  TempDir out;
+  const std::string in = test::fixture("qwen4exp_base").string();
+  const auto [rc, text] = run_cli(in + " " + (out / "q").string() + " --bits 8 --group-size 32 --override " +
+                                  "'lm_head=6:64' --report " + (out / "r.json").string());
+  ASSERT_EQ(rc, 0) << text;
+  EXPECT_NE(text.find("lm_head"), std::string::npos) << text;
+  EXPECT_NE(text.find("6-bit g64"), std::string::npos) << text;
+  EXPECT_NE(text.find("linear weights quantized (global 8-bit g32)"), std::string::npos) << text;
+  const auto report = test::read_json(out / "r.json");
+  EXPECT_EQ(report["bits"], 8);
+  EXPECT_EQ(report["modules"][0]["module"], "lm_head");
+  EXPECT_EQ(report["modules"][0]["bits"], 6);
+  EXPECT_GT(report["total_bytes_before"].get<size_t>(), report["total_bytes_after"].get<size_t>());
+  const auto [rc2, err] = run_cli(in + " " + (out / "q").string());
+  EXPECT_NE(rc2, 0);
+  EXPECT_NE(err.find("error: " + (out / "q").string() + ": output directory is not empty"), std::string::npos)
+      << err;
+}
+
 // --- named errors
 // -------------------------------------------------------------------------------------------
 
