@@ -37,7 +37,7 @@ void register_convert_command(CLI::App& app) {
                   "(e.g. 'layers.*.mlp.gate=8:64', 'lm_head=6:64', '*.in_proj_a=none')");
   cmd->add_option("--min-rows", a->min_rows, "linear weights with fewer output rows stay unquantized")
       ->capture_default_str();
-  cmd->add_option("--max-shard-gb", a->max_shard_gb, "largest shard size in GB (10^9 bytes)")
+  cmd->add_option("--max-shard-gb", a->max_shard_gb, "largest shard size in GiB (2^30 bytes, as mlx-lm)")
       ->capture_default_str();
   cmd->add_option(
          "--rounding", a->rounding,
@@ -56,7 +56,7 @@ void register_convert_command(CLI::App& app) {
     o.global = {a->bits, a->group};
     for (const std::string& s : a->overrides) o.overrides.push_back(parse_module_override(s));
     o.min_rows = a->min_rows;
-    o.max_shard_bytes = static_cast<size_t>(a->max_shard_gb * 1e9);
+    o.max_shard_bytes = static_cast<size_t>(a->max_shard_gb * double(size_t{1} << 30));
     o.force = a->force;
     o.rounding = a->rounding == "cpu" ? MlxRounding::Cpu : MlxRounding::Metal;
     const ConvertReport report = convert_checkpoint(a->in, a->out, o);

@@ -1,5 +1,6 @@
 #include "convert/converter.h"
 
+#include <algorithm>
 #include <cstring>
 #include <fstream>
 #include <memory>
@@ -189,6 +190,8 @@ ConvertReport convert_checkpoint(const fs::path& in, const fs::path& out, const 
   const ShardedWriteResult written =
       write_sharded_safetensors(out, std::move(tensors), options.max_shard_bytes, {{"format", "mlx"}});
   report.shards = written.shard_files;
+  std::sort(report.modules.begin(), report.modules.end(),
+            [](const ModuleReport& a, const ModuleReport& b) { return a.module < b.module; });
 
   json config = ck.config();
   const json q = quantization_block(plan, options.global);
