@@ -7,6 +7,7 @@ void register_commands(CLI::App& app) {
   register_run_command(app);
   register_bench_command(app);
   register_serve_command(app);
+  register_convert_command(app);
 }
 
 }  // namespace ds::cli

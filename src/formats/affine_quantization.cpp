@@ -31,6 +31,10 @@ void check_mode(const json& settings, const std::string& where, const std::strin
 
 }  // namespace
 
+bool affine_params_supported(AffineParams p) {
+  return supported_bits(p.bits) && supported_group(p.group);
+}
+
 AffineQuantization::AffineQuantization(const json& config, std::string config_file)
     : config_file_(std::move(config_file)) {
   const json* s = find_section(config);

@@ -14,6 +14,9 @@ struct AffineParams {
   bool operator==(const AffineParams&) const = default;
 };
 
+// Whether MLX affine kernels exist for these settings: bits 2, 3, 4, 5, 6, 8; group 32, 64, 128.
+bool affine_params_supported(AffineParams p);
+
 class AffineQuantization {
  public:
   AffineQuantization() = default;

@@ -401,7 +401,8 @@ std::string Checkpoint::quantization_summary() const {
 bool is_centred_norm_module(const std::string& logical_module) {
   const size_t dot = logical_module.rfind('.');
   const std::string leaf = dot == std::string::npos ? logical_module : logical_module.substr(dot + 1);
-  return logical_module == "norm" || kCentredNormLeaves.count(leaf) != 0;
+  // The final norms of the model and of the MTP draft head (`mtp.norm`, qwen3_next form).
+  return logical_module == "norm" || logical_module == "mtp.norm" || kCentredNormLeaves.count(leaf) != 0;
 }
 
 }  // namespace ds
