@@ -272,6 +272,22 @@ TEST(Mtp, MisshapedHeadTensorIsNamed) {
   EXPECT_THAT(test::error_of([&] { Model m(std::move(ck2)); }), HasSubstr("mtp.fc"));
 }
 
+TEST(Mtp, MlxLayoutHeadUnderLanguageModelPrefix) {
+  // The same tensors renamed as an MLX-VLM layout: `language_model.model.*`, `language_model.mtp.*`.
+  auto ck = edited("qwen4exp_mtp", [](auto& v) {
+    for (auto& t : v) t.name = "language_model." + t.name;
+  });
+  ASSERT_EQ(ck->layout(), CheckpointLayout::MLX);
+  Model mlx(std::move(ck)), hf(test::fixture("qwen4exp_mtp"));
+  ASSERT_TRUE(mlx.has_mtp());
+  auto prompt =
+      test::read_json(test::fixture("qwen4exp_mtp") / "mtp.json")["prompt"].get<std::vector<int32_t>>();
+  StreamState a = mlx.new_state(), b = hf.new_state();
+  std::vector<float> ha = main_hidden(mlx, a, prompt), hb = main_hidden(hf, b, prompt);
+  std::vector<int32_t> next = next_tokens(prompt, 5);
+  EXPECT_TRUE(test::same_bits(head(mlx, a, ha, next, 0), head(hf, b, hb, next, 0)));
+}
+
 TEST(Mtp, DeclaredWithoutTensorsOrUnsupportedCountLoadsWithoutHead) {
   auto no_tensors = edited("qwen4exp_mtp", [](auto& v) {
     v.erase(std::remove_if(v.begin(), v.end(),

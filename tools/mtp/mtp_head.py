@@ -33,11 +33,12 @@ def mtp_layer_count(config):
     return 0
 
 
-def _causal_mask(rows, dtype, device):
-    """Additive float mask [1, 1, T, T] (0 where visible), the eager form both families' attention accepts."""
+def _causal_mask(batch, rows, dtype, device):
+    """Additive float mask [B, 1, T, T] (0 where visible), the eager form both families' attention accepts (the
+    indexer reads it per batch row)."""
     visible = torch.ones(rows, rows, dtype=torch.bool, device=device).tril()
     mask = torch.zeros(rows, rows, dtype=dtype, device=device)
-    return mask.masked_fill(~visible, torch.finfo(dtype).min)[None, None]
+    return mask.masked_fill(~visible, torch.finfo(dtype).min)[None, None].expand(batch, 1, rows, rows)
 
 
 class _MtpHeadBase(nn.Module):
@@ -94,7 +95,7 @@ class FlashNextMtpHead(_MtpHeadBase):
         pos = self._positions(B, T, start, hidden.device)
         pos3 = pos[None].expand(3, B, T)  # text: equal positions on the three M-RoPE axes
         rope = self._rope_at(x, pos3)
-        mask = attention_mask if attention_mask is not None else _causal_mask(T, x.dtype, x.device)
+        mask = attention_mask if attention_mask is not None else _causal_mask(B, T, x.dtype, x.device)
         for layer in self.layers:
             x = layer(x, position_embeddings=rope, attention_mask=mask, conv_mask=None, past_key_values=None)
         return lm_head(self.hyper_connection_mixer(x)), x
@@ -132,7 +133,7 @@ class Qwen3NextMtpHead(_MtpHeadBase):
         x = self.fc(torch.cat([e, self.pre_fc_norm_hidden(hidden)], dim=-1))
         pos = self._positions(B, T, start, hidden.device)
         rope = self._rope_at(x, pos)
-        mask = attention_mask if attention_mask is not None else _causal_mask(T, x.dtype, x.device)
+        mask = attention_mask if attention_mask is not None else _causal_mask(B, T, x.dtype, x.device)
         for layer in self.layers:
             x = layer(x, position_embeddings=rope, attention_mask=mask, position_ids=pos)
         out = self.norm(x)
