@@ -18,7 +18,7 @@ namespace {
 template <class Src, int R, int O, int G>
 void affine_tile(const uint8_t* const* qrow, const float* const* sc, const float* const* xr, int64_t ngroups,
                  float* acc, int64_t acc_ld) {
-  constexpr bool kARegs = R * O <= 4;
+  constexpr bool kARegs = R * O <= 2;  // 1x4 with A in registers spills in the inner loop (GCC 12)
   constexpr int64_t cpg = G / kLanes;
   __m256 a[kARegs ? R : 1][kARegs ? O : 1];
   if constexpr (kARegs)
@@ -182,6 +182,10 @@ void affine_outputs(const MatrixWeight& w, const MatmulRows& in, float* y, int64
   const float* xr[kMaxRowBlock];
   const int64_t row_bytes = w.row_bytes(), scale_bytes = ngroups * dtype_size(w.scale_dtype);
   const int64_t ahead = prefetch_rows_ahead(row_bytes);
+  // The first steps' rows too: their misses then overlap instead of stalling one after another.
+  prefetch_rows(w.data, row_bytes, o0, std::min(ahead, o1 - o0), w.rows);
+  prefetch_rows(w.scales, scale_bytes, o0, std::min(ahead, o1 - o0), w.rows);
+  prefetch_rows(w.biases, scale_bytes, o0, std::min(ahead, o1 - o0), w.rows);
   for (int64_t r0 = 0; r0 < in.n; r0 += block) {
     const int rows = static_cast<int>(std::min(block, in.n - r0));
     for (int r = 0; r < rows; ++r) xr[r] = in.x + (r0 + r) * in.ldx;

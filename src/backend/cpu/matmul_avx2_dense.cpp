@@ -86,6 +86,8 @@ void dense_outputs(const MatrixWeight& w, const MatmulRows& in, float* y, int64_
   float* acc = scratch(t_acc, block * kStep * kLanes);
   const float* xr[kMaxRowBlock];
   const int64_t row_bytes = w.row_bytes(), ahead = prefetch_rows_ahead(row_bytes);
+  // The first steps' rows too: their misses then overlap instead of stalling one after another.
+  prefetch_rows(w.data, row_bytes, o0, std::min(ahead, o1 - o0), w.rows);
   for (int64_t r0 = 0; r0 < in.n; r0 += block) {
     const int rows = static_cast<int>(std::min(block, in.n - r0));
     for (int r = 0; r < rows; ++r) xr[r] = in.x + (r0 + r) * in.ldx;
