@@ -18,8 +18,8 @@ std::unique_ptr<ThreadPool>& global_pool() {
 // Set inside pool work: a nested parallel_for runs inline instead of re-entering the pool.
 thread_local bool t_inside_pool = false;
 
-// Decode issues a parallel job every few tens of microseconds; a futex wake-up costs about as much, so waiters
-// spin first (pausing, then yielding the core to other processes) and only then sleep.
+// Decode issues a parallel job every few tens of microseconds; a futex wake-up costs about as much, so
+// waiters spin first (pausing, then yielding the core to other processes) and only then sleep.
 constexpr auto kPauseSpin = std::chrono::microseconds(50);
 constexpr auto kYieldSpin = std::chrono::microseconds(2000);
 

@@ -41,7 +41,7 @@ class ThreadPool {
   // Read without the mutex while spinning; written under it.
   std::atomic<uint64_t> generation_{0};
   std::atomic<int64_t> pieces_done_{0};
-  int sleepers_ = 0;             // workers blocked on start_cv_
+  int sleepers_ = 0;              // workers blocked on start_cv_
   bool caller_sleeping_ = false;  // the caller is blocked on done_cv_
   bool stop_ = false;
 };

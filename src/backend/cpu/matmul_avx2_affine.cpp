@@ -58,8 +58,8 @@ void affine_tile(const uint8_t* const* qrow, const float* const* sc, const float
       for (int o = 0; o < O; ++o) _mm256_storeu_ps(acc + r * acc_ld + o * kLanes, a[r][o]);
 }
 
-// Outputs per tile: 1 row x 4 keeps D and A in registers (unpacking, not FMA latency, bounds it); more rows
-// use 6-8 D chains with A in memory.
+// Outputs per tile: 1 row x 4 (unpacking, not FMA latency, bounds it); more rows use 6-8 D chains. A stays
+// in registers only for tiles of 1-2 accumulators (see affine_tile).
 constexpr int affine_tile_outputs(int rows) {
   return rows == 1 ? 4 : rows == 3 ? 2 : tile_outputs(rows);
 }
