@@ -1,7 +1,12 @@
 #include "core/thread_pool.h"
 
 #include <algorithm>
+#include <chrono>
 #include <memory>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
 
 namespace ds {
 
@@ -12,19 +17,64 @@ std::unique_ptr<ThreadPool>& global_pool() {
 }
 // Set inside pool work: a nested parallel_for runs inline instead of re-entering the pool.
 thread_local bool t_inside_pool = false;
+
+// Decode issues a parallel job every few tens of microseconds; a futex wake-up costs about as much, so
+// waiters spin first (pausing, then yielding the core to other processes) and only then sleep.
+constexpr auto kPauseSpin = std::chrono::microseconds(50);
+constexpr auto kYieldSpin = std::chrono::microseconds(2000);
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  _mm_pause();
+#else
+  std::this_thread::yield();
+#endif
+}
+
+// Spins until done() holds or the spin budget is spent; returns done().
+template <class Done>
+bool spin_until(Done&& done) {
+  const auto start = std::chrono::steady_clock::now();
+  for (int i = 0;; ++i) {
+    if (done()) return true;
+    if ((i & 63) != 63) {
+      cpu_relax();
+      continue;
+    }
+    const auto spent = std::chrono::steady_clock::now() - start;
+    if (spent > kYieldSpin) return done();
+    if (spent > kPauseSpin) std::this_thread::yield();
+  }
+}
 }  // namespace
 
 ThreadPool::ThreadPool(int threads) {
-  for (int i = 1; i < std::max(1, threads); ++i) workers_.emplace_back([this, i] { worker_loop(i); });
+  for (int i = 1; i < std::max(1, threads); ++i) workers_.emplace_back([this] { worker_loop(); });
 }
 
 ThreadPool::~ThreadPool() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     stop_ = true;
+    generation_.fetch_add(1, std::memory_order_release);
   }
   start_cv_.notify_all();
   for (auto& w : workers_) w.join();
+}
+
+void ThreadPool::run_pieces(std::unique_lock<std::mutex>& lock) {
+  while (job_ != nullptr && next_piece_ < job_pieces_) {
+    const int64_t p = next_piece_++;
+    const auto* fn = job_;
+    const int64_t n = job_n_, pieces = job_pieces_;
+    lock.unlock();
+    t_inside_pool = true;
+    (*fn)(n * p / pieces, n * (p + 1) / pieces);
+    t_inside_pool = false;
+    lock.lock();
+    if (pieces_done_.fetch_add(1, std::memory_order_release) + 1 == job_pieces_ && caller_sleeping_)
+      done_cv_.notify_all();
+  }
 }
 
 void ThreadPool::parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn) {
@@ -37,48 +87,39 @@ void ThreadPool::parallel_for(int64_t n, int64_t grain, const std::function<void
   }
   // One job at a time: callers on different threads (two engines, a bench beside a server) queue here.
   std::lock_guard<std::mutex> one_job(job_mutex_);
-  auto run_piece = [&](int64_t p) {
-    t_inside_pool = true;
-    fn(n * p / pieces, n * (p + 1) / pieces);
-    t_inside_pool = false;
-  };
   std::unique_lock<std::mutex> lock(mutex_);
   job_ = &fn;
   job_n_ = n;
   job_pieces_ = pieces;
   next_piece_ = 0;
-  pieces_done_ = 0;
-  ++generation_;
-  start_cv_.notify_all();
-  while (next_piece_ < job_pieces_) {
-    int64_t p = next_piece_++;
-    lock.unlock();
-    run_piece(p);
-    lock.lock();
-    ++pieces_done_;
+  pieces_done_.store(0, std::memory_order_relaxed);
+  generation_.fetch_add(1, std::memory_order_release);
+  if (sleepers_ > 0) start_cv_.notify_all();
+  run_pieces(lock);
+  lock.unlock();
+  const bool done = spin_until([&] { return pieces_done_.load(std::memory_order_acquire) == pieces; });
+  lock.lock();
+  if (!done) {
+    caller_sleeping_ = true;
+    done_cv_.wait(lock, [&] { return pieces_done_.load(std::memory_order_relaxed) == pieces; });
+    caller_sleeping_ = false;
   }
-  done_cv_.wait(lock, [&] { return pieces_done_ == job_pieces_; });
   job_ = nullptr;
 }
 
-void ThreadPool::worker_loop(int) {
+void ThreadPool::worker_loop() {
   uint64_t seen = 0;
-  std::unique_lock<std::mutex> lock(mutex_);
   for (;;) {
-    start_cv_.wait(lock, [&] { return stop_ || (generation_ != seen && job_ != nullptr); });
-    if (stop_) return;
-    seen = generation_;
-    while (job_ != nullptr && next_piece_ < job_pieces_) {
-      int64_t p = next_piece_++;
-      const auto* fn = job_;
-      int64_t n = job_n_, pieces = job_pieces_;
-      lock.unlock();
-      t_inside_pool = true;
-      (*fn)(n * p / pieces, n * (p + 1) / pieces);
-      t_inside_pool = false;
-      lock.lock();
-      if (++pieces_done_ == job_pieces_) done_cv_.notify_all();
+    spin_until([&] { return generation_.load(std::memory_order_acquire) != seen; });
+    std::unique_lock<std::mutex> lock(mutex_);
+    if (generation_.load(std::memory_order_relaxed) == seen) {
+      ++sleepers_;
+      start_cv_.wait(lock, [&] { return generation_.load(std::memory_order_relaxed) != seen; });
+      --sleepers_;
     }
+    if (stop_) return;
+    seen = generation_.load(std::memory_order_relaxed);
+    run_pieces(lock);
   }
 }
 

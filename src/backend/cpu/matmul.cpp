@@ -86,19 +86,41 @@ void check_range(const MatrixWeight& w, int64_t o_begin, int64_t o_end) {
 
 }  // namespace
 
-void matmul(const MatrixWeight& w, const float* x, int64_t n_rows, int64_t ldx, float* y, int64_t ldy,
-            ThreadPool& pool) {
-  cpu::validate_matmul(w, n_rows, ldx, ldy);
-  if (n_rows == 0 || w.rows == 0) return;
-  std::vector<float> xsum, xperm;
-  const cpu::MatmulRows in = prepare_rows(w, x, n_rows, ldx, xsum, xperm, DS_CPU_AVX2);
+void matmul_many(std::span<const MatmulTask> tasks, ThreadPool& pool) {
   // Threads split output features only, in units of 16; each output's arithmetic is the same in any split.
   constexpr int64_t kUnit = 16, kMinMacsPerPiece = int64_t{1} << 17;
-  const int64_t units = (w.rows + kUnit - 1) / kUnit;
-  const int64_t grain = std::max<int64_t>(1, kMinMacsPerPiece / (kUnit * w.cols * n_rows));
+  const size_t nt = tasks.size();
+  std::vector<std::vector<float>> xsum(nt), xperm(nt);
+  std::vector<cpu::MatmulRows> in(nt);
+  std::vector<int64_t> first_unit(nt + 1, 0);
+  int64_t macs = 0;
+  for (size_t t = 0; t < nt; ++t) {
+    const MatmulTask& k = tasks[t];
+    if (k.w == nullptr) fail("matmul: task {} has no weight", t);
+    cpu::validate_matmul(*k.w, k.n_rows, k.ldx, k.ldy);
+    const bool empty = k.n_rows == 0 || k.w->rows == 0;
+    if (!empty) in[t] = prepare_rows(*k.w, k.x, k.n_rows, k.ldx, xsum[t], xperm[t], DS_CPU_AVX2);
+    first_unit[t + 1] = first_unit[t] + (empty ? 0 : (k.w->rows + kUnit - 1) / kUnit);
+    if (!empty) macs += k.w->rows * k.w->cols * k.n_rows;
+  }
+  const int64_t units = first_unit[nt];
+  if (units == 0) return;
+  const int64_t grain = std::max<int64_t>(1, kMinMacsPerPiece * units / std::max<int64_t>(1, macs));
   pool.parallel_for(units, grain, [&](int64_t b, int64_t e) {
-    run_outputs(w, in, y, ldy, b * kUnit, std::min(e * kUnit, w.rows));
+    for (size_t t = 0; t < nt; ++t) {
+      const int64_t lo = std::max(b, first_unit[t]), hi = std::min(e, first_unit[t + 1]);
+      if (lo >= hi) continue;
+      const MatmulTask& k = tasks[t];
+      const int64_t o0 = (lo - first_unit[t]) * kUnit, o1 = std::min((hi - first_unit[t]) * kUnit, k.w->rows);
+      run_outputs(*k.w, in[t], k.y, k.ldy, o0, o1);
+    }
   });
+}
+
+void matmul(const MatrixWeight& w, const float* x, int64_t n_rows, int64_t ldx, float* y, int64_t ldy,
+            ThreadPool& pool) {
+  const MatmulTask task{&w, x, n_rows, ldx, y, ldy};
+  matmul_many(std::span<const MatmulTask>(&task, 1), pool);
 }
 
 void matmul_outputs(const MatrixWeight& w, const float* x, int64_t n_rows, int64_t ldx, float* y, int64_t ldy,

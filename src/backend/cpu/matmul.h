@@ -1,6 +1,7 @@
 #pragma once
 // Weight products on the CPU: y = x W^T for every MatrixWeight encoding, row invariant (docs/backend-cpu.md).
 #include <cstdint>
+#include <span>
 
 #include "core/thread_pool.h"
 #include "formats/matrix_weight.h"
@@ -11,6 +12,19 @@ namespace ds {
 // row r of x and on W: not on n_rows, the row's position, the thread count or how outputs are split.
 void matmul(const MatrixWeight& w, const float* x, int64_t n_rows, int64_t ldx, float* y, int64_t ldy,
             ThreadPool& pool = ThreadPool::global());
+
+// One product of a batch for matmul_many: y = x W^T exactly as matmul(*w, x, n_rows, ldx, y, ldy).
+struct MatmulTask {
+  const MatrixWeight* w = nullptr;
+  const float* x = nullptr;
+  int64_t n_rows = 0, ldx = 0;
+  float* y = nullptr;
+  int64_t ldy = 0;
+};
+
+// Every task's product in one parallel region (one fork/join instead of one per weight); each task's bits
+// equal matmul's. Tasks must not write where another task reads.
+void matmul_many(std::span<const MatmulTask> tasks, ThreadPool& pool = ThreadPool::global());
 
 // The same product restricted to outputs [o_begin, o_end), on the calling thread; matmul splits work with it.
 void matmul_outputs(const MatrixWeight& w, const float* x, int64_t n_rows, int64_t ldx, float* y, int64_t ldy,

@@ -158,4 +158,18 @@ inline int64_t row_block(int64_t cols) {
   return std::clamp<int64_t>((int64_t{256} * 1024 / (cols * 4)) / 4 * 4, 4, kMaxRowBlock);
 }
 
+// Decode reads short weight rows several at a time (and their scales from another array), which the
+// hardware prefetchers do not follow far enough ahead; a step over rows [o, o + no) also fetches the rows
+// that come about kPrefetchBytes later (rows are contiguous, so each array is one linear region).
+constexpr int64_t kPrefetchBytes = 8192;
+inline int64_t prefetch_rows_ahead(int64_t row_bytes) {
+  return std::max<int64_t>(1, kPrefetchBytes / std::max<int64_t>(1, row_bytes));
+}
+// Prefetches rows [first, first + count) of an array of `rows` rows of row_bytes bytes (clamped to it).
+inline void prefetch_rows(const void* data, int64_t row_bytes, int64_t first, int64_t count, int64_t rows) {
+  const char* base = static_cast<const char*>(data);
+  const int64_t end = std::min(first + count, rows) * row_bytes;
+  for (int64_t at = first * row_bytes; at < end; at += 64) _mm_prefetch(base + at, _MM_HINT_T0);
+}
+
 }  // namespace ds::cpu

@@ -18,7 +18,7 @@ namespace {
 template <class Src, int R, int O, int G>
 void affine_tile(const uint8_t* const* qrow, const float* const* sc, const float* const* xr, int64_t ngroups,
                  float* acc, int64_t acc_ld) {
-  constexpr bool kARegs = R * O <= 4;
+  constexpr bool kARegs = R * O <= 2;  // 1x4 with A in registers spills in the inner loop (GCC 12)
   constexpr int64_t cpg = G / kLanes;
   __m256 a[kARegs ? R : 1][kARegs ? O : 1];
   if constexpr (kARegs)
@@ -58,8 +58,8 @@ void affine_tile(const uint8_t* const* qrow, const float* const* sc, const float
       for (int o = 0; o < O; ++o) _mm256_storeu_ps(acc + r * acc_ld + o * kLanes, a[r][o]);
 }
 
-// Outputs per tile: 1 row x 4 keeps D and A in registers (unpacking, not FMA latency, bounds it); more rows
-// use 6-8 D chains with A in memory.
+// Outputs per tile: 1 row x 4 (unpacking, not FMA latency, bounds it); more rows use 6-8 D chains. A stays
+// in registers only for tiles of 1-2 accumulators (see affine_tile).
 constexpr int affine_tile_outputs(int rows) {
   return rows == 1 ? 4 : rows == 3 ? 2 : tile_outputs(rows);
 }
@@ -123,20 +123,22 @@ float affine_finish(const float* a, const float* bias, const float* xsum, int64_
 
 thread_local std::vector<float> t_scales, t_acc;
 
-// Scales [no, ngroups] and biases [no, ldxs] (zero-padded) of outputs [o, o + no), as floats.
+// Scales [no, ngroups] and biases [no, ldxs] (zero-padded) of outputs [o, o + no), as floats. The outputs'
+// scales are contiguous, and so are their biases when no padding is needed: one conversion each.
 void load_scales(const MatrixWeight& w, int64_t o, int no, int64_t ldxs, float* s, float* b) {
   const int64_t ngroups = w.cols / w.group;
   const size_t es = dtype_size(w.scale_dtype);
+  const auto* scales = static_cast<const uint8_t*>(w.scales) + o * ngroups * es;
+  const auto* biases = static_cast<const uint8_t*>(w.biases) + o * ngroups * es;
+  convert_to_f32(w.scale_dtype, scales, no * ngroups, s);
+  if (ldxs == ngroups) {
+    convert_to_f32(w.scale_dtype, biases, no * ngroups, b);
+    return;
+  }
   for (int k = 0; k < no; ++k) {
-    const int64_t at = (o + k) * ngroups;
-    convert_to_f32(w.scale_dtype, static_cast<const uint8_t*>(w.scales) + at * es, ngroups, s + k * ngroups);
-    convert_to_f32(w.scale_dtype, static_cast<const uint8_t*>(w.biases) + at * es, ngroups, b + k * ldxs);
+    convert_to_f32(w.scale_dtype, biases + k * ngroups * es, ngroups, b + k * ldxs);
     std::fill(b + k * ldxs + ngroups, b + (k + 1) * ldxs, 0.0f);
   }
-}
-
-const uint8_t* code_row(const MatrixWeight& w, int64_t o) {
-  return static_cast<const uint8_t*>(w.data) + o * w.row_bytes();
 }
 
 // Outputs [o, o + no) for a block of rows, in quads; the step's weight rows stay in cache between quads.
@@ -146,7 +148,8 @@ void affine_step(const MatrixWeight& w, const float* const* xr, int rows, int64_
   const int64_t ngroups = w.cols / w.group, gbytes = w.group * Bits / 8;
   const uint8_t* qrow[kStep];
   const float* sc[kStep];
-  for (int k = 0; k < no; ++k) qrow[k] = code_row(w, o + k), sc[k] = s + k * ngroups;
+  const auto* codes = static_cast<const uint8_t*>(w.data) + o * (w.cols * Bits / 8);
+  for (int k = 0; k < no; ++k) qrow[k] = codes + k * (w.cols * Bits / 8), sc[k] = s + k * ngroups;
   auto run = [&](const float* const* x, int64_t groups) {
     for (int q0 = 0; q0 < rows; q0 += 4)
       affine_block<CodeSrc<Bits>>(std::min(4, rows - q0), no, qrow, sc, x + q0, groups, w.group,
@@ -177,12 +180,21 @@ void affine_outputs(const MatrixWeight& w, const MatmulRows& in, float* y, int64
   float* b = s + kStep * ngroups;
   float* acc = scratch(t_acc, block * kStep * kLanes);
   const float* xr[kMaxRowBlock];
+  const int64_t row_bytes = w.row_bytes(), scale_bytes = ngroups * dtype_size(w.scale_dtype);
+  const int64_t ahead = prefetch_rows_ahead(row_bytes);
+  // The first steps' rows too: their misses then overlap instead of stalling one after another.
+  prefetch_rows(w.data, row_bytes, o0, std::min(ahead, o1 - o0), w.rows);
+  prefetch_rows(w.scales, scale_bytes, o0, std::min(ahead, o1 - o0), w.rows);
+  prefetch_rows(w.biases, scale_bytes, o0, std::min(ahead, o1 - o0), w.rows);
   for (int64_t r0 = 0; r0 < in.n; r0 += block) {
     const int rows = static_cast<int>(std::min(block, in.n - r0));
     for (int r = 0; r < rows; ++r) xr[r] = in.x + (r0 + r) * in.ldx;
     const int step = rows > 4 ? kStep : affine_tile_outputs(rows) * (kStep / affine_tile_outputs(rows));
     for (int64_t o = o0; o < o1; o += step) {
       const int no = static_cast<int>(std::min<int64_t>(step, o1 - o));
+      prefetch_rows(w.data, row_bytes, o + ahead, no, w.rows);
+      prefetch_rows(w.scales, scale_bytes, o + ahead, no, w.rows);
+      prefetch_rows(w.biases, scale_bytes, o + ahead, no, w.rows);
       load_scales(w, o, no, in.ldxs, s, b);
       std::fill(acc, acc + rows * kStep * kLanes, 0.0f);
       affine_step<Bits>(w, xr, rows, o, no, s, acc);

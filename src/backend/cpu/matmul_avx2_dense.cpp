@@ -75,10 +75,6 @@ void dense_tail(const MatrixWeight& w, const uint8_t* row, const float* x, float
   }
 }
 
-const uint8_t* weight_row(const MatrixWeight& w, int64_t o) {
-  return static_cast<const uint8_t*>(w.data) + o * w.row_bytes();
-}
-
 thread_local std::vector<float> t_acc;
 
 // Streams each weight row once per block of rows, converting in registers, and uses it for every row of the
@@ -89,6 +85,9 @@ void dense_outputs(const MatrixWeight& w, const MatmulRows& in, float* y, int64_
   const int64_t nchunks = w.cols / kLanes, block = row_block(w.cols);
   float* acc = scratch(t_acc, block * kStep * kLanes);
   const float* xr[kMaxRowBlock];
+  const int64_t row_bytes = w.row_bytes(), ahead = prefetch_rows_ahead(row_bytes);
+  // The first steps' rows too: their misses then overlap instead of stalling one after another.
+  prefetch_rows(w.data, row_bytes, o0, std::min(ahead, o1 - o0), w.rows);
   for (int64_t r0 = 0; r0 < in.n; r0 += block) {
     const int rows = static_cast<int>(std::min(block, in.n - r0));
     for (int r = 0; r < rows; ++r) xr[r] = in.x + (r0 + r) * in.ldx;
@@ -96,7 +95,8 @@ void dense_outputs(const MatrixWeight& w, const MatmulRows& in, float* y, int64_
     for (int64_t o = o0; o < o1; o += step) {
       const int no = static_cast<int>(std::min<int64_t>(step, o1 - o));
       const uint8_t* wrow[kStep];
-      for (int k = 0; k < no; ++k) wrow[k] = weight_row(w, o + k);
+      for (int k = 0; k < no; ++k) wrow[k] = static_cast<const uint8_t*>(w.data) + (o + k) * row_bytes;
+      prefetch_rows(w.data, row_bytes, o + ahead, no, w.rows);
       std::fill(acc, acc + rows * kStep * kLanes, 0.0f);
       for (int q0 = 0; q0 < rows; q0 += 4)
         dense_block<Src>(std::min(4, rows - q0), no, wrow, xr + q0, nchunks, acc + q0 * kStep * kLanes,

@@ -70,16 +70,16 @@ void attention_forward(const ModelConfig& c, const AttentionWeights& w, const Ro
   const int64_t n = batch.rows, D = c.hidden, nh = c.n_heads, nkv = c.n_kv_heads, hd = c.head_dim;
   const int64_t qw = nh * hd * 2, kvw = nkv * hd;
   std::vector<float> qg(n * qw), k(n * kvw), v(n * kvw);
-  matmul(w.q, x, n, D, qg.data(), qw);
-  matmul(w.k, x, n, D, k.data(), kvw);
-  matmul(w.v, x, n, D, v.data(), kvw);
+  std::vector<MatmulTask> proj{
+      {&w.q, x, n, D, qg.data(), qw}, {&w.k, x, n, D, k.data(), kvw}, {&w.v, x, n, D, v.data(), kvw}};
 
   const int64_t ihd = c.indexer_head_dim, idx_w = (c.indexer_heads + 1) * ihd;
   std::vector<float> idx;
   if (w.has_indexer) {
     idx.resize(n * idx_w);
-    matmul(w.indexer.qk, x, n, D, idx.data(), idx_w);
+    proj.push_back({&w.indexer.qk, x, n, D, idx.data(), idx_w});
   }
+  matmul_many(proj);  // one parallel region for every projection of x
 
   // Per row: norms and RoPE at the row's absolute position; cache keys, values and raw indexer keys in order.
   for (const auto& seg : batch.segments) {

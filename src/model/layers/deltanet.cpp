@@ -59,14 +59,17 @@ void deltanet_forward(const ModelConfig& c, const DeltaNetWeights& w, int layer,
   std::vector<float> mixed(n * cd), z(n * vd), b(n * nv), a(n * nv);
   if (c.family == ModelFamily::Qwen3Next) {
     std::vector<float> qkvz(n * (2 * kd + 2 * vd)), ba(n * 2 * nv);
-    matmul(w.qkvz, x, n, D, qkvz.data(), 2 * kd + 2 * vd);
-    matmul(w.ba, x, n, D, ba.data(), 2 * nv);
+    const MatmulTask proj[] = {{&w.qkvz, x, n, D, qkvz.data(), 2 * kd + 2 * vd},
+                               {&w.ba, x, n, D, ba.data(), 2 * nv}};
+    matmul_many(proj);
     unpack_qwen3next(c, qkvz.data(), ba.data(), n, mixed.data(), z.data(), b.data(), a.data());
   } else {
-    matmul(w.qkv, x, n, D, mixed.data(), cd);
-    matmul(w.z, x, n, D, z.data(), vd);
-    matmul(w.b, x, n, D, b.data(), nv);
-    matmul(w.a, x, n, D, a.data(), nv);
+    // One parallel region for every projection of x.
+    const MatmulTask proj[] = {{&w.qkv, x, n, D, mixed.data(), cd},
+                               {&w.z, x, n, D, z.data(), vd},
+                               {&w.b, x, n, D, b.data(), nv},
+                               {&w.a, x, n, D, a.data(), nv}};
+    matmul_many(proj);
   }
   for (const auto& seg : batch.segments)
     causal_conv(c, w.conv, seg.state->deltanet[layer].conv, mixed.data() + seg.row0 * cd, seg.count);

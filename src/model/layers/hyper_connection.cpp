@@ -13,7 +13,10 @@ void hc_mix(const ModelConfig& c, const HyperConnectionWeights& w, const float* 
   std::vector<float> normed(n * SD), low(n * R), mix(n * SD);
   for (int64_t r = 0; r < n; ++r)
     rowmath::grouped_rms_norm(H + r * SD, w.norm.data(), S, D, c.rms_eps, normed.data() + r * SD);
-  matmul(w.down, normed.data(), n, SD, low.data(), R);
+  // The injection weights read the same normed rows: one parallel region for both products.
+  std::vector<MatmulTask> proj{{&w.down, normed.data(), n, SD, low.data(), R}};
+  if (iota != nullptr) proj.push_back({&w.inject, normed.data(), n, SD, iota, S});
+  matmul_many(proj);
   const float inv_s = 1.0f / static_cast<float>(S);
   for (auto& v : low) v = rowmath::silu(v * inv_s);
   matmul(w.up, low.data(), n, R, mix.data(), SD);
@@ -25,7 +28,6 @@ void hc_mix(const ModelConfig& c, const HyperConnectionWeights& w, const float* 
       x[r * D + d] = s * inv_s;
     }
   if (iota != nullptr) {
-    matmul(w.inject, normed.data(), n, SD, iota, S);
     for (int64_t i = 0; i < n * S; ++i) iota[i] = 2.0f * rowmath::sigmoid(iota[i] * inv_s);
   }
 }
