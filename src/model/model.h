@@ -11,6 +11,7 @@
 #include "model/model_config.h"
 #include "model/stream_state.h"
 #include "model/weights.h"
+#include "model/window_record.h"
 
 namespace ds {
 
@@ -19,6 +20,7 @@ struct ForwardSegment {
   std::span<const int32_t> tokens;
   bool prompt = false;      // prompt pass (chunked DeltaNet); else the decode path (per-token recurrence)
   bool all_logits = false;  // logits for every row, else for the last row only
+  WindowRecord* record = nullptr;  // decode path only: keep the per-row recurrent states (draft rollback)
 };
 
 class Model {
