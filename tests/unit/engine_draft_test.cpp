@@ -5,6 +5,7 @@
 #include <atomic>
 
 #include "engine_test_support.h"
+#include "runtime/draft_policy.h"
 #include "runtime/ngram_drafter.h"
 
 namespace ds {
@@ -320,6 +321,58 @@ TEST(NgramDrafter, ProposesWhatFollowedTheLongestRecentMatch) {
   // A loop is continued past the context's end.
   EXPECT_EQ(d.propose_one(std::vector<int32_t>{7, 8, 7, 8}, {}, 5), (std::vector<int32_t>{7, 8, 7, 8, 7}));
   EXPECT_TRUE(d.propose_one(prompt, std::vector<int32_t>{2, 3, 4}, 0).empty());
+}
+
+TEST(DraftPolicy, LandingRatesFollowWhatLanded) {
+  LandingRates fresh;
+  EXPECT_DOUBLE_EQ(fresh.expected_tokens(0), 1.0);
+  EXPECT_DOUBLE_EQ(fresh.expected_tokens(2), 1.0 + 0.5 + 0.25);  // untried depths: an even chance
+  LandingRates good, bad;
+  for (int i = 0; i < 50; ++i) {
+    good.record(4, 4);
+    bad.record(4, 0);
+  }
+  EXPECT_GT(good.expected_tokens(4), 4.5);
+  EXPECT_LT(bad.expected_tokens(4), 1.05);
+  // A window cut at the second draft: the first landed, the second was tried and missed, the rest untried.
+  LandingRates cut;
+  cut.record(4, 1);
+  EXPECT_DOUBLE_EQ(cut.expected_tokens(2), 1.0 + 2.0 / 3.0 + 2.0 / 3.0 * 1.0 / 3.0);
+}
+
+TEST(DraftPolicy, DepthsPayOrTurnOff) {
+  auto costs_of = [](double fixed, double per_row) {
+    RoundCosts c;
+    c.calibrate(9, [&](int64_t rows) { return fixed + per_row * static_cast<double>(rows); });
+    return c;
+  };
+  LandingRates good;
+  for (int i = 0; i < 50; ++i) good.record(8, 8);
+  LandingRates fresh;
+  // Weight-bound rounds (cost nearly flat in rows): landing drafts go to full depth.
+  RoundCosts flat = costs_of(10, 0.1);
+  std::vector<DepthChoice> one = {{&good, 8}};
+  choose_depths(flat, one);
+  EXPECT_EQ(one[0].depth, 8);
+  // Compute-bound rounds (cost proportional to rows): an even chance never pays.
+  RoundCosts linear = costs_of(0, 1);
+  std::vector<DepthChoice> even = {{&fresh, 8}};
+  choose_depths(linear, even);
+  EXPECT_EQ(even[0].depth, 0);
+  // Sixteen streams on a cost of 10 ms + 1 ms per row: a fresh stream's draft pays alone, not among many.
+  RoundCosts mixed = costs_of(10, 1);
+  std::vector<DepthChoice> alone = {{&fresh, 8}};
+  choose_depths(mixed, alone);
+  EXPECT_GT(alone[0].depth, 0);
+  std::vector<DepthChoice> crowd(16, DepthChoice{&fresh, 8});
+  choose_depths(mixed, crowd);
+  for (const auto& c : crowd) EXPECT_EQ(c.depth, 0);
+  // No drafts on offer: depth 0 however cheap.
+  std::vector<DepthChoice> none = {{&good, 0}};
+  choose_depths(flat, none);
+  EXPECT_EQ(none[0].depth, 0);
+  // Costs past the calibrated widths extrapolate from the last step.
+  EXPECT_DOUBLE_EQ(mixed.cost(12), 22.0);
 }
 
 }  // namespace
