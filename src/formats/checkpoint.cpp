@@ -231,9 +231,12 @@ MatrixWeight Checkpoint::matrix(const std::string& module) const {
 }
 
 MatrixWeight Checkpoint::expert_matrix(int layer, int expert, const std::string& proj) const {
+  return expert_matrix(fmt::format("layers.{}.mlp", layer), expert, proj);
+}
+
+MatrixWeight Checkpoint::expert_matrix(const std::string& mlp, int expert, const std::string& proj) const {
   if (proj != "gate_proj" && proj != "up_proj" && proj != "down_proj")
     fail("expert projection '{}' is not one of gate_proj, up_proj, down_proj", proj);
-  const std::string mlp = fmt::format("layers.{}.mlp", layer);
   const std::string per_expert = fmt::format("{}.experts.{}.{}", mlp, expert, proj);
   if (resolve(per_expert + ".weight")) return matrix(per_expert);
 
@@ -260,8 +263,8 @@ MatrixWeight Checkpoint::expert_matrix(int layer, int expert, const std::string&
   auto f = resolve(fused);
   if (!f) f = resolve(fused + ".weight");
   if (f) return proj == "down_proj" ? slice(*f, 1, 0) : slice(*f, 2, proj == "gate_proj" ? 0 : 1);
-  fail("layer {} expert {} {}: none of '{}.weight', '{}.switch_mlp.{}.weight', '{}' found in {}", layer,
-       expert, proj, per_expert, mlp, proj, fused, dir_.string());
+  fail("{} expert {} {}: none of '{}.weight', '{}.switch_mlp.{}.weight', '{}' found in {}", mlp, expert, proj,
+       per_expert, mlp, proj, fused, dir_.string());
 }
 
 std::vector<float> Checkpoint::stored_floats(const std::string& stored) const {

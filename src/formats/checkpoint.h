@@ -43,6 +43,8 @@ class Checkpoint {
   // tensors (mlp.experts.E.proj), stacked MLX `mlp.switch_mlp.proj` [E, out, in], or fused HF
   // `mlp.experts.gate_up_proj` [E, 2I, H] / `mlp.experts.down_proj` [E, H, I].
   MatrixWeight expert_matrix(int layer, int expert, const std::string& proj) const;
+  // The same for the MoE at module path `mlp` (e.g. "mtp.layers.0.mlp").
+  MatrixWeight expert_matrix(const std::string& mlp, int expert, const std::string& proj) const;
   // Any tensor (`module.weight`, or a full tensor name when `module` names a non-weight tensor such as
   // "layers.0.linear_attn.A_log") as f32 values in row-major order, dequantized when affine. Depthwise conv
   // weights are [C, 1, K] in HF and [C, K, 1] in MLX; both flatten to c*K + k, so callers need not care.

@@ -67,6 +67,8 @@ int64_t TensorInfo::numel() const {
 
 namespace {
 
+constexpr uint64_t kMaxHeaderBytes = 100'000'000;
+
 // A JSON value as a non-negative integer, or nullopt (negative, fractional, not a number).
 std::optional<uint64_t> as_index(const json& v) {
   if (v.is_number_unsigned()) return v.get<uint64_t>();
@@ -90,14 +92,28 @@ SafetensorsFile::SafetensorsFile(const fs::path& path) : path_(path) {
   for (int i = 7; i >= 0; --i) header_len = (header_len << 8) | map_->data()[i];
   if (header_len > size - 8)
     fail("{}: header length {} runs past the end of the file ({} bytes)", file, header_len, size);
+  // The format caps headers at 100 MB (as the reference reader does), so a corrupt length cannot make us
+  // parse gigabytes of tensor data as JSON.
+  if (header_len > kMaxHeaderBytes)
+    fail("{}: header length {} exceeds the format's limit of {} bytes", file, header_len, kMaxHeaderBytes);
 
   const char* hbegin = reinterpret_cast<const char*>(map_->data() + 8);
   json header;
+  std::string duplicate;
+  std::set<std::string> top_keys;
+  // A tensor named twice would silently keep the last entry; reject it instead.
+  auto on_event = [&](int depth, json::parse_event_t event, json& parsed) {
+    if (depth == 1 && event == json::parse_event_t::key &&
+        !top_keys.insert(parsed.get<std::string>()).second && duplicate.empty())
+      duplicate = parsed.get<std::string>();
+    return true;
+  };
   try {
-    header = json::parse(hbegin, hbegin + header_len);
+    header = json::parse(hbegin, hbegin + header_len, on_event);
   } catch (const json::exception& e) {
     fail("{}: header is not valid JSON: {}", file, e.what());
   }
+  if (!duplicate.empty()) fail("{}: header names tensor '{}' more than once", file, duplicate);
   if (!header.is_object()) fail("{}: header is not a JSON object", file);
 
   const uint8_t* region = map_->data() + 8 + header_len;

@@ -11,29 +11,45 @@
 
 namespace ds {
 
+namespace {
+
+// Each segment that asked for it gets its rows of `rows` (width floats a row).
+void copy_hidden_rows(std::span<const ForwardSegment> segments, const Batch& batch, const float* rows,
+                      int64_t width) {
+  for (size_t i = 0; i < segments.size(); ++i)
+    if (segments[i].hidden) {
+      const SegmentRows& seg = batch.segments[i];
+      std::copy(rows + seg.row0 * width, rows + (seg.row0 + seg.count) * width, segments[i].hidden);
+    }
+}
+
+}  // namespace
+
 Model::Model(const std::filesystem::path& dir) : Model(std::make_unique<Checkpoint>(dir)) {}
 
 Model::Model(std::unique_ptr<Checkpoint> checkpoint)
     : ckpt_(std::move(checkpoint)),
       cfg_(ModelConfig::from_json(ckpt_->config())),
       w_(bind_weights(*ckpt_, cfg_)),
-      rope_(std::make_unique<Rope>(cfg_.rotary_dim, cfg_.rope_theta)) {}
+      rope_(std::make_unique<Rope>(cfg_.rotary_dim, cfg_.rope_theta)),
+      mtp_(bind_mtp(*ckpt_, cfg_)) {
+  cfg_.mtp_layers = mtp_.present ? 1 : 0;
+}
 
-void Model::mixer(int l, const float* x, const Batch& b, float* y) const {
-  if (cfg_.layer_kinds[l] == LayerKind::LinearAttention)
-    deltanet_forward(cfg_, w_.layers[l].deltanet, l, x, b, y);
+void Model::mixer(const LayerWeights& lw, int slot, const float* x, const Batch& b, float* y) const {
+  if (lw.kind == LayerKind::LinearAttention)
+    deltanet_forward(cfg_, lw.deltanet, slot, x, b, y);
   else
-    attention_forward(cfg_, w_.layers[l].attention, *rope_, l, x, b, y);
+    attention_forward(cfg_, lw.attention, *rope_, slot, x, b, y);
 }
 
 // qwen4_exp: PLE (on listed layers), then hyper-connection around the mixer, then around the MoE.
-void Model::layer_qwen4exp(int l, const Batch& b, float* H) const {
-  const LayerWeights& lw = w_.layers[l];
+void Model::layer_qwen4exp(const LayerWeights& lw, int slot, const Batch& b, float* H) const {
   const int64_t n = b.rows, D = cfg_.hidden;
-  if (lw.has_ple) ple_forward(cfg_, lw.ple, l, b, H);
+  if (lw.has_ple) ple_forward(cfg_, lw.ple, slot, b, H);
   std::vector<float> x(n * D), y(n * D), iota(n * cfg_.hc_count);
   hc_mix(cfg_, lw.hc_attn, H, n, x.data(), iota.data());
-  mixer(l, x.data(), b, y.data());
+  mixer(lw, slot, x.data(), b, y.data());
   hc_inject(cfg_, iota.data(), y.data(), n, H);
   hc_mix(cfg_, lw.hc_mlp, H, n, x.data(), iota.data());
   moe_forward(cfg_, lw.moe, x.data(), n, y.data());
@@ -41,13 +57,12 @@ void Model::layer_qwen4exp(int l, const Batch& b, float* H) const {
 }
 
 // qwen3_next / qwen3_5_moe: pre-norm residual blocks.
-void Model::layer_prenorm(int l, const Batch& b, float* h) const {
-  const LayerWeights& lw = w_.layers[l];
+void Model::layer_prenorm(const LayerWeights& lw, int slot, const Batch& b, float* h) const {
   const int64_t n = b.rows, D = cfg_.hidden;
   std::vector<float> x(n * D), y(n * D);
   for (int64_t r = 0; r < n; ++r)
     rowmath::rms_norm(h + r * D, lw.input_norm.data(), D, cfg_.rms_eps, x.data() + r * D);
-  mixer(l, x.data(), b, y.data());
+  mixer(lw, slot, x.data(), b, y.data());
   for (int64_t i = 0; i < n * D; ++i) h[i] += y[i];
   for (int64_t r = 0; r < n; ++r)
     rowmath::rms_norm(h + r * D, lw.post_attention_norm.data(), D, cfg_.rms_eps, x.data() + r * D);
@@ -81,12 +96,14 @@ std::vector<float> Model::forward(std::span<const ForwardSegment> segments) cons
     for (int64_t r = 0; r < n; ++r)
       for (int64_t s = 0; s < S; ++s)
         std::copy(e.begin() + r * D, e.begin() + (r + 1) * D, H.begin() + (r * S + s) * D);
-    for (int l = 0; l < cfg_.layers; ++l) layer_qwen4exp(l, batch, H.data());
+    for (int l = 0; l < cfg_.layers; ++l) layer_qwen4exp(w_.layers[l], l, batch, H.data());
+    copy_hidden_rows(segments, batch, H.data(), S * D);  // the MTP head reads H before the final mixer
     hc_mix(cfg_, w_.final_mixer, H.data(), n, x.data(), nullptr);
   } else {
-    for (int l = 0; l < cfg_.layers; ++l) layer_prenorm(l, batch, e.data());
+    for (int l = 0; l < cfg_.layers; ++l) layer_prenorm(w_.layers[l], l, batch, e.data());
     for (int64_t r = 0; r < n; ++r)
       rowmath::rms_norm(e.data() + r * D, w_.final_norm.data(), D, cfg_.rms_eps, x.data() + r * D);
+    copy_hidden_rows(segments, batch, x.data(), D);  // qwen3_next's head reads the post-norm hidden
   }
 
   for (size_t i = 0; i < segments.size(); ++i) {

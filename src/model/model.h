@@ -9,6 +9,7 @@
 #include "model/layers/batch.h"
 #include "model/layers/rope.h"
 #include "model/model_config.h"
+#include "model/mtp.h"
 #include "model/stream_state.h"
 #include "model/weights.h"
 #include "model/window_record.h"
@@ -20,7 +21,18 @@ struct ForwardSegment {
   std::span<const int32_t> tokens;
   bool prompt = false;      // prompt pass (chunked DeltaNet); else the decode path (per-token recurrence)
   bool all_logits = false;  // logits for every row, else for the last row only
+  // If set, receives every row's H for the MTP head (mtp_hidden_width() floats a row).
+  float* hidden = nullptr;
   WindowRecord* record = nullptr;  // decode path only: keep the per-row recurrent states (draft rollback)
+};
+
+// Rows for the MTP draft head (docs/mtp.md): row i reads hidden row i and next_tokens[i] at position + i.
+struct MtpSegment {
+  StreamState* state = nullptr;
+  std::span<const float> hidden;         // rows * mtp_hidden_width(): main-model H or a previous hidden_out
+  std::span<const int32_t> next_tokens;  // the token after each row's position; rows = next_tokens.size()
+  int64_t position = 0;                  // must equal state->mtp_position
+  float* hidden_out = nullptr;           // if set, receives each row's output hidden for chained drafts
 };
 
 class Model {
@@ -37,15 +49,24 @@ class Model {
   // rows [rows, vocab] in segment order: all rows of segments with all_logits, else each segment's last row.
   std::vector<float> forward(std::span<const ForwardSegment> segments) const;
 
+  // The MTP draft head (src/model/mtp.cpp): whether one is loaded, the floats per hidden row (S*D for
+  // qwen4_exp, D otherwise), and logits [rows, vocab] for every row of every segment, advancing each
+  // stream's head cache. Row-invariant like forward.
+  bool has_mtp() const { return mtp_.present; }
+  int64_t mtp_hidden_width() const;
+  std::vector<float> mtp_forward(std::span<const MtpSegment> segments) const;
+
  private:
-  void layer_qwen4exp(int l, const Batch& b, float* H) const;
-  void layer_prenorm(int l, const Batch& b, float* h) const;
-  void mixer(int l, const float* x, const Batch& b, float* y) const;
+  // `slot` is the layer's cache index in StreamState (the layer index; layers + k for MTP layer k).
+  void layer_qwen4exp(const LayerWeights& lw, int slot, const Batch& b, float* H) const;
+  void layer_prenorm(const LayerWeights& lw, int slot, const Batch& b, float* h) const;
+  void mixer(const LayerWeights& lw, int slot, const float* x, const Batch& b, float* y) const;
 
   std::unique_ptr<Checkpoint> ckpt_;
   ModelConfig cfg_;
   ModelWeights w_;
   std::unique_ptr<Rope> rope_;
+  MtpWeights mtp_;
 };
 
 }  // namespace ds

@@ -134,6 +134,13 @@ ModelConfig ModelConfig::from_json(const json& root) {
     fail("config.json: num_experts_per_tok ({}) must be in [1, num_experts={}]", m.experts_per_tok,
          m.n_experts);
 
+  for (const char* key : {"mtp_num_hidden_layers", "num_nextn_predict_layers"})
+    if (c.contains(key) && !c[key].is_null()) {
+      m.mtp_declared = need<int64_t>(c, key);
+      break;
+    }
+  if (m.mtp_declared < 0) fail("config.json: the MTP layer count must be >= 0, got {}", m.mtp_declared);
+
   if (m.family == ModelFamily::Qwen4Exp) {
     m.hc_count = need<int64_t>(c, "hc_count");
     m.hc_rank = need<int64_t>(c, "hc_lowrank");
@@ -216,6 +223,17 @@ std::string ModelConfig::describe() const {
                        fmt::join(ple_layer_ids, ","), ple_embed_dim, ngram_size, heads_per_ngram,
                        ngram_vocab_base);
   }
+  if (mtp_layers > 0)
+    s += fmt::format("mtp: draft head present ({} form, {} layer)\n",
+                     family == ModelFamily::Qwen4Exp ? "Flash Next" : "qwen3_next", mtp_layers);
+  else if (mtp_declared == 0)
+    s += "mtp: none\n";
+  else if (mtp_declared > 1)
+    s += fmt::format("mtp: none loaded ({} layers declared; only 1 is supported)\n", mtp_declared);
+  else if (family == ModelFamily::Qwen35Moe)
+    s += "mtp: none loaded (no head form for qwen3_5_moe yet)\n";
+  else
+    s += "mtp: none (config declares 1 layer; the checkpoint has no mtp.* tensors)\n";
   return s;
 }
 

@@ -43,6 +43,10 @@ struct ModelConfig {
   int64_t ngram_vocab_base = 0, ngram_vocab_divisor = 128;
   uint64_t ple_seed = 1234;
 
+  // MTP draft head (docs/mtp.md): layers the config declares (`mtp_num_hidden_layers`, else
+  // `num_nextn_predict_layers`) and layers the model bound (0 or 1, set by Model from the checkpoint).
+  int64_t mtp_declared = 0, mtp_layers = 0;
+
   int64_t max_positions = 0;
   bool tie_embeddings = false;
 

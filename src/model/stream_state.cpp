@@ -1,11 +1,14 @@
 #include "model/stream_state.h"
 
+#include "core/error.h"
+
 namespace ds {
 
 StreamState StreamState::fresh(const ModelConfig& c) {
   StreamState s;
   s.deltanet.resize(c.layers);
-  s.attention.resize(c.layers);
+  s.attention.resize(c.layers + c.mtp_layers);
+  if (c.mtp_layers > 0 && c.indexer_heads > 0) s.mtp_index_ratio = c.indexer_ratio;
   s.ple.resize(c.layers);
   for (int64_t l = 0; l < c.layers; ++l) {
     if (c.layer_kinds[l] == LayerKind::LinearAttention) {
@@ -26,6 +29,25 @@ size_t StreamState::bytes() const {
     n += (a.keys.size() + a.values.size() + a.index_keys.size() + a.index_blocks.size()) * sizeof(float);
   for (const auto& p : ple) n += p.conv.size() * sizeof(float);
   return n;
+}
+
+void StreamState::truncate_mtp(int64_t positions) {
+  if (positions < 0 || positions > mtp_position)
+    fail("truncate_mtp: {} positions requested but the MTP head's cache holds {}", positions, mtp_position);
+  if (positions == mtp_position) return;
+  auto keep = [](std::vector<float>& v, int64_t rows, int64_t of_rows) {
+    if (of_rows > 0) v.resize(v.size() / static_cast<size_t>(of_rows) * static_cast<size_t>(rows));
+  };
+  for (size_t slot = deltanet.size(); slot < attention.size(); ++slot) {
+    AttentionState& a = attention[slot];
+    const int64_t blocks = mtp_index_ratio > 0 ? mtp_position / mtp_index_ratio : 0;
+    const int64_t kept_blocks = mtp_index_ratio > 0 ? positions / mtp_index_ratio : 0;
+    keep(a.index_blocks, kept_blocks, blocks);
+    keep(a.keys, positions, mtp_position);
+    keep(a.values, positions, mtp_position);
+    keep(a.index_keys, positions, mtp_position);
+  }
+  mtp_position = positions;
 }
 
 }  // namespace ds

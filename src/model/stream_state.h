@@ -24,14 +24,18 @@ struct PleState {
 };
 
 struct StreamState {
-  int64_t position = 0;                 // tokens consumed so far
-  std::vector<int32_t> ple_context;     // the last ngram_size-1 tokens (EOS before the start), oldest first
-  std::vector<DeltaNetState> deltanet;  // per layer (empty for attention layers)
-  std::vector<AttentionState> attention;
+  int64_t position = 0;                   // tokens consumed so far
+  std::vector<int32_t> ple_context;       // the last ngram_size-1 tokens (EOS before the start), oldest first
+  std::vector<DeltaNetState> deltanet;    // per layer (empty for attention layers)
+  std::vector<AttentionState> attention;  // per layer, then one slot per MTP layer (the head's KV cache)
   std::vector<PleState> ple;
+  int64_t mtp_position = 0;     // positions the MTP head has consumed (docs/mtp.md)
+  int64_t mtp_index_ratio = 0;  // the head's indexer block size, 0 without indexer
 
   static StreamState fresh(const ModelConfig& cfg);
   size_t bytes() const;  // memory held, for accounting
+  // Rolls the MTP head's cache back to its first `positions` entries (draft rollback).
+  void truncate_mtp(int64_t positions);
 };
 
 }  // namespace ds

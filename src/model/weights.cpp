@@ -88,23 +88,22 @@ AttentionWeights bind_attention(const Checkpoint& ck, const ModelConfig& c, cons
   return w;
 }
 
-MoeWeights bind_moe(const Checkpoint& ck, const ModelConfig& c, int layer) {
+MoeWeights bind_moe(const Checkpoint& ck, const ModelConfig& c, const std::string& p, bool dense) {
   MoeWeights m;
-  std::string p = fmt::format("layers.{}.mlp", layer);
   int64_t d = c.hidden;
-  if (c.dense_mlp_layers[layer]) {
+  if (dense) {
     m.dense = true;
     m.dense_mlp = bind_mlp(ck, p, d, c.dense_inter);
     return m;
   }
   m.router = matrix(ck, p + ".gate", c.n_experts, d);
   for (int e = 0; e < c.n_experts; ++e) {
-    MlpWeights ew{ck.expert_matrix(layer, e, "gate_proj"), ck.expert_matrix(layer, e, "up_proj"),
-                  ck.expert_matrix(layer, e, "down_proj")};
+    MlpWeights ew{ck.expert_matrix(p, e, "gate_proj"), ck.expert_matrix(p, e, "up_proj"),
+                  ck.expert_matrix(p, e, "down_proj")};
     if (ew.gate.rows != c.moe_inter || ew.gate.cols != d || ew.up.rows != c.moe_inter || ew.up.cols != d ||
         ew.down.rows != d || ew.down.cols != c.moe_inter)
-      fail("expert {} of layer {} ('{}') does not have the shapes [{}, {}] / [{}, {}] the config implies", e,
-           layer, ew.gate.name, c.moe_inter, d, d, c.moe_inter);
+      fail("expert {} of '{}' ('{}') does not have the shapes [{}, {}] / [{}, {}] the config implies", e, p,
+           ew.gate.name, c.moe_inter, d, d, c.moe_inter);
     m.experts.push_back(ew);
   }
   if (c.shared_inter > 0 && ck.has(p + ".shared_expert.gate_proj")) {
@@ -163,6 +162,38 @@ PleWeights bind_ple(const Checkpoint& ck, const ModelConfig& c, int layer, int p
 
 }  // namespace
 
+MatrixWeight bind_matrix(const Checkpoint& ck, const std::string& module, int64_t rows, int64_t cols) {
+  return matrix(ck, module, rows, cols);
+}
+
+std::vector<float> bind_centred_norm(const Checkpoint& ck, const std::string& module, int64_t n) {
+  return centred(ck, module, n);
+}
+
+HyperConnectionWeights bind_hyper_connection(const Checkpoint& ck, const ModelConfig& c, const std::string& p,
+                                             bool inject) {
+  return bind_hc(ck, c, p, inject);
+}
+
+LayerWeights bind_layer(const Checkpoint& ck, const ModelConfig& c, const std::string& p, LayerKind kind,
+                        bool dense_mlp) {
+  LayerWeights lw;
+  lw.kind = kind;
+  if (kind == LayerKind::LinearAttention)
+    lw.deltanet = bind_deltanet(ck, c, p + ".linear_attn");
+  else
+    lw.attention = bind_attention(ck, c, p + ".self_attn");
+  lw.moe = bind_moe(ck, c, p + ".mlp", dense_mlp);
+  if (c.family == ModelFamily::Qwen4Exp) {
+    lw.hc_attn = bind_hc(ck, c, p + ".attn_hyper_connection", true);
+    lw.hc_mlp = bind_hc(ck, c, p + ".mlp_hyper_connection", true);
+  } else {
+    lw.input_norm = centred(ck, p + ".input_layernorm", c.hidden);
+    lw.post_attention_norm = centred(ck, p + ".post_attention_layernorm", c.hidden);
+  }
+  return lw;
+}
+
 void derive_ple_constants(const ModelConfig& c, int ple_index, std::vector<int64_t>& multipliers,
                           std::vector<int64_t>& head_vocab, std::vector<int64_t>& head_offset) {
   auto splitmix = [](uint64_t v) {
@@ -213,25 +244,11 @@ ModelWeights bind_weights(const Checkpoint& ck, const ModelConfig& c) {
   else
     fail("checkpoint has no 'lm_head' tensor and tie_word_embeddings is false");
   for (int l = 0; l < c.layers; ++l) {
-    LayerWeights lw;
-    lw.kind = c.layer_kinds[l];
-    std::string p = fmt::format("layers.{}", l);
-    if (lw.kind == LayerKind::LinearAttention)
-      lw.deltanet = bind_deltanet(ck, c, p + ".linear_attn");
-    else
-      lw.attention = bind_attention(ck, c, p + ".self_attn");
-    lw.moe = bind_moe(ck, c, l);
-    if (c.family == ModelFamily::Qwen4Exp) {
-      lw.hc_attn = bind_hc(ck, c, p + ".attn_hyper_connection", true);
-      lw.hc_mlp = bind_hc(ck, c, p + ".mlp_hyper_connection", true);
-      int pi = c.ple_index(l);
-      if (pi >= 0) {
-        lw.has_ple = true;
-        lw.ple = bind_ple(ck, c, l, pi);
-      }
-    } else {
-      lw.input_norm = centred(ck, p + ".input_layernorm", c.hidden);
-      lw.post_attention_norm = centred(ck, p + ".post_attention_layernorm", c.hidden);
+    LayerWeights lw = bind_layer(ck, c, fmt::format("layers.{}", l), c.layer_kinds[l], c.dense_mlp_layers[l]);
+    int pi = c.family == ModelFamily::Qwen4Exp ? c.ple_index(l) : -1;
+    if (pi >= 0) {
+      lw.has_ple = true;
+      lw.ple = bind_ple(ck, c, l, pi);
     }
     w.layers.push_back(std::move(lw));
   }

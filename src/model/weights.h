@@ -3,6 +3,7 @@
 // vectors (norms, gates, conv taps) are copied to f32, centred norms as their effective multiplier 1 + w.
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "formats/checkpoint.h"
@@ -84,6 +85,16 @@ struct ModelWeights {
 
 // Binds every tensor the config calls for; throws ds::Error naming the missing or mis-shaped tensor.
 ModelWeights bind_weights(const Checkpoint& ckpt, const ModelConfig& cfg);
+
+// Pieces of bind_weights, reused by the MTP head; each throws naming the tensor whose shape disagrees.
+MatrixWeight bind_matrix(const Checkpoint& ckpt, const std::string& module, int64_t rows, int64_t cols);
+std::vector<float> bind_centred_norm(const Checkpoint& ckpt, const std::string& module, int64_t n);
+HyperConnectionWeights bind_hyper_connection(const Checkpoint& ckpt, const ModelConfig& cfg,
+                                             const std::string& module, bool inject);
+// One decoder layer at module path `module` ("layers.3", "mtp.layers.0"), without PLE: its mixer, MLP (dense
+// or MoE), and hyper-connections (qwen4_exp) or pre-norms.
+LayerWeights bind_layer(const Checkpoint& ckpt, const ModelConfig& cfg, const std::string& module,
+                        LayerKind kind, bool dense_mlp);
 
 // The PLE constants derived from the config (multipliers, primes, offsets), as the reference computes them.
 void derive_ple_constants(const ModelConfig& cfg, int ple_index, std::vector<int64_t>& multipliers,

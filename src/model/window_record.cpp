@@ -57,7 +57,9 @@ void rewind_window(const ModelConfig& c, const WindowRecord& rec, int64_t keep, 
       fail("rewind_window: layer {} has no PLE record for this window", l);
     keep_history(rec.ple_conv[l], rec.count, keep, st.ple[l].conv);
   }
-  for (AttentionState& a : st.attention) {
+  // Main-model layers only: the MTP head's cache (slots past the layers) follows truncate_mtp.
+  for (size_t l = 0; l < st.deltanet.size() && l < st.attention.size(); ++l) {
+    AttentionState& a = st.attention[l];
     a.keys.resize(std::min(a.keys.size(), static_cast<size_t>(pos * kvw)));
     a.values.resize(std::min(a.values.size(), static_cast<size_t>(pos * kvw)));
     if (ihd > 0 && c.indexer_ratio > 0) {

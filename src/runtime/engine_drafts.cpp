@@ -20,7 +20,7 @@ void Engine::Impl::calibrate_costs() {
     for (int rep = 0; rep < 2; ++rep) {
       StreamState scratch = model.new_state();
       WindowRecord record;
-      ForwardSegment seg{&scratch, tokens, false, rows > 1, rows > 1 ? &record : nullptr};
+      ForwardSegment seg{&scratch, tokens, false, rows > 1, nullptr, rows > 1 ? &record : nullptr};
       std::lock_guard lock(forward_mutex());
       const auto start = EngineClock::now();
       model.forward({&seg, 1});

@@ -51,7 +51,7 @@ void Engine::Impl::run_round() {
     if (!s->done && !s->prefilling()) {
       // A window with drafts keeps its per-row states (rollback) and returns logits for every row.
       const bool drafts = s->window.size() > 1;
-      segs.push_back({&s->state, s->window, false, drafts, drafts ? &s->record : nullptr});
+      segs.push_back({&s->state, s->window, false, drafts, nullptr, drafts ? &s->record : nullptr});
       owners.push_back({RowKind::Decode, s.get(), nullptr, static_cast<int64_t>(s->window.size())});
       decode_rows += static_cast<int64_t>(s->window.size());
     }

@@ -5,7 +5,7 @@
 namespace ds {
 namespace {
 
-// Far above libm's error in -log(-log u) (< 1e-15 here), so the bounds hold whatever log's last bit does.
+// Far above portable_log's error in -log(-log u) (< 1e-15 here), so the bounds hold with room to spare.
 constexpr double kBoundMargin = 1e-9;
 
 struct BucketBounds {

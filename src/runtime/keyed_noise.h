@@ -1,8 +1,9 @@
 #pragma once
 // The noise of keyed sampling: u = hash(seed, position, token id) in (0, 1) and its Gumbel transform.
 // A draw is a pure function of its inputs because the noise is, never of a generator's state.
-#include <cmath>
 #include <cstdint>
+
+#include "core/portable_log.h"
 
 namespace ds {
 
@@ -30,8 +31,9 @@ inline double uniform_open(uint64_t bits) {
   return (static_cast<double>(bits >> 12) + 0.5) * 0x1p-52;
 }
 
+// Through portable_log, so the noise (and with it every sampled reply) has the same bits on every host.
 inline double gumbel(double u) {
-  return -std::log(-std::log(u));
+  return -portable_log(-portable_log(u));
 }
 inline double gumbel_of_bits(uint64_t bits) {
   return gumbel(uniform_open(bits));

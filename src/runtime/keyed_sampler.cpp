@@ -125,7 +125,7 @@ int32_t KeyedSampler::sample(std::span<const float> logits, const SamplingParams
   const RowMax top = scan_max(row, block_max_);
   if (params.greedy()) return top.id;
   sc.max_s = sc.scaled(top.z);
-  if (params.min_p_active()) sc.log_min_p = std::log(static_cast<double>(params.min_p));
+  if (params.min_p_active()) sc.log_min_p = portable_log(static_cast<double>(params.min_p));
   if (params.top_k_active()) {
     select_top_k(row, block_max_, sc, params.top_k, kept_);
     if (params.top_p_active()) cut_top_p(kept_, sc, params.top_p);

@@ -37,16 +37,20 @@ inline bool same_bits(const std::vector<float>& a, const std::vector<float>& b) 
 }
 
 inline bool same_state(const StreamState& a, const StreamState& b) {
-  if (a.position != b.position || a.ple_context != b.ple_context) return false;
+  if (a.position != b.position || a.ple_context != b.ple_context || a.mtp_position != b.mtp_position ||
+      a.attention.size() != b.attention.size())
+    return false;
   for (size_t l = 0; l < a.deltanet.size(); ++l) {
     if (!same_bits(a.deltanet[l].conv, b.deltanet[l].conv) ||
         !same_bits(a.deltanet[l].state, b.deltanet[l].state))
       return false;
+    if (!same_bits(a.ple[l].conv, b.ple[l].conv)) return false;
+  }
+  for (size_t l = 0; l < a.attention.size(); ++l) {  // main layers, then the MTP head's cache
     const auto &x = a.attention[l], &y = b.attention[l];
     if (!same_bits(x.keys, y.keys) || !same_bits(x.values, y.values) ||
         !same_bits(x.index_keys, y.index_keys) || !same_bits(x.index_blocks, y.index_blocks))
       return false;
-    if (!same_bits(a.ple[l].conv, b.ple[l].conv)) return false;
   }
   return true;
 }

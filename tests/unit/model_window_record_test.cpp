@@ -48,7 +48,7 @@ TEST_P(WindowRewind, KeepingJRowsEqualsJPlainSteps) {
   for (size_t keep = 1; keep <= window.size(); ++keep) {
     StreamState st = base;
     WindowRecord record;
-    ForwardSegment seg{&st, window, false, true, &record};
+    ForwardSegment seg{&st, window, false, true, nullptr, &record};
     std::vector<float> logits = m.forward({&seg, 1});
     EXPECT_TRUE(test::same_bits(logits, plain_logits)) << "recording changed the window's logits";
     if (keep < window.size()) {
@@ -70,7 +70,7 @@ TEST_P(WindowRewind, BadRewindsAreNamed) {
   test::run(m, st, random_tokens(10, m.config().vocab_size, 4), true, false);
   WindowRecord record;
   std::vector<int32_t> window = {5, 6, 7};
-  ForwardSegment seg{&st, window, false, true, &record};
+  ForwardSegment seg{&st, window, false, true, nullptr, &record};
   m.forward({&seg, 1});
   EXPECT_NE(test::error_of([&] { rewind_window(m.config(), record, 0, st); }).find("keep 0"),
             std::string::npos);
@@ -79,7 +79,7 @@ TEST_P(WindowRewind, BadRewindsAreNamed) {
   rewind_window(m.config(), record, 2, st);
   EXPECT_NE(test::error_of([&] { rewind_window(m.config(), record, 1, st); }).find("position 12"),
             std::string::npos);
-  ForwardSegment prompt{&st, window, true, false, &record};
+  ForwardSegment prompt{&st, window, true, false, nullptr, &record};
   EXPECT_NE(test::error_of([&] { m.forward({&prompt, 1}); }).find("decode path"), std::string::npos);
 }
 

@@ -152,6 +152,27 @@ TEST(Safetensors, HeaderLengthPastEndOfFile) {
   EXPECT_THAT(error_of([&] { SafetensorsFile f(p); }), HasSubstr(p.string()));
 }
 
+TEST(Safetensors, HeaderOverTheFormatLimitIsRefused) {
+  TempDir dir;
+  const fs::path p = dir / "x.safetensors";
+  // A sparse file, so the claimed 100 MB+ header fits inside it without writing that much.
+  test::write_raw(p, "{}", {}, 100'000'001);
+  fs::resize_file(p, 100'000'100);
+  std::string msg = error_of([&] { SafetensorsFile f(p); });
+  EXPECT_THAT(msg, HasSubstr(p.string()));
+  EXPECT_THAT(msg, HasSubstr("limit"));
+}
+
+TEST(Safetensors, TensorNamedTwiceInOneHeaderIsRefused) {
+  TempDir dir;
+  const fs::path p = dir / "x.safetensors";
+  const std::string entry = R"({"dtype": "F32", "shape": [1], "data_offsets": [0, 4]})";
+  test::write_raw(p, "{\"w\": " + entry + ", \"w\": " + entry + "}", pattern(4, 1));
+  std::string msg = error_of([&] { SafetensorsFile f(p); });
+  EXPECT_THAT(msg, HasSubstr(p.string()));
+  EXPECT_THAT(msg, HasSubstr("'w' more than once"));
+}
+
 TEST(Safetensors, BadJsonNamesTheFile) {
   TempDir dir;
   const fs::path p = dir / "x.safetensors";
