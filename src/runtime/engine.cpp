@@ -61,6 +61,8 @@ Engine::Impl::Impl(const Model& m, const EngineOptions& o)
          gib(weights_bytes));
   stats.weights_bytes = weights_bytes;
   drafter = o.draft_source ? o.draft_source : std::make_shared<NgramDrafter>();
+  // Timed at load, so the first drafted reply does not pay for it.
+  if (o.drafts && o.max_drafts > 0 && o.draft_depth == 0) calibrate_costs();
   cache.set_capacity(cache_budget());
 }
 
