@@ -15,8 +15,15 @@ constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
 // Weights are mmapped: their resident size is at most the checkpoint's files.
 int64_t checkpoint_bytes(const Model& model) {
+  const auto& store = model.checkpoint().store();
   int64_t n = 0;
-  for (const auto& entry : std::filesystem::directory_iterator(model.checkpoint().store().dir()))
+  std::error_code ec;
+  if (!std::filesystem::is_directory(store.dir(), ec)) {
+    // In-memory (dummy) weights have no files: count the tensors themselves.
+    for (const auto& name : store.names()) n += static_cast<int64_t>(store.get(name).nbytes);
+    return n;
+  }
+  for (const auto& entry : std::filesystem::directory_iterator(store.dir()))
     if (entry.is_regular_file() && entry.path().extension() == ".safetensors")
       n += static_cast<int64_t>(entry.file_size());
   return n;
