@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "cli/bench_drafts.h"
 #include "cli/commands.h"
 #include "core/error.h"
 #include "core/host_memory.h"
@@ -31,7 +32,8 @@ struct BenchOptions {
   std::vector<int> prompt_lengths{128, 512}, streams{1, 4, 16};
   int decode_tokens = 32, warmup_rounds = 2, decode_prompt = 16, repeats = 3, threads = 0;
   int bandwidth_mib = 1024;
-  bool json = false;
+  int draft_tokens = 64;  // reply length of the drafts off/on line; 0 skips it
+  bool json = false, no_drafts = false;
 };
 
 double seconds_since(Clock::time_point t0) {
@@ -210,11 +212,14 @@ void run_bench(const BenchOptions& o) {
   for (int len : o.prompt_lengths) r["prompt"].push_back(bench_prompt(*m, o, len));
   r["decode"] = json::array();
   for (int s : o.streams) r["decode"].push_back(bench_decode(*m, o, s, traffic, bw));
+  if (o.draft_tokens > 0 && !o.no_drafts) r["drafts"] = bench_drafts(*m, o.draft_tokens, o.seed);
   r["load_average_after"] = load_average();
-  if (o.json)
+  if (o.json) {
     std::printf("%s\n", r.dump(2).c_str());
-  else
+  } else {
     print_table(r);
+    if (r.contains("drafts")) print_drafts(r["drafts"]);
+  }
 }
 
 }  // namespace
@@ -239,6 +244,11 @@ void register_bench_command(CLI::App& app) {
   cmd->add_option("--bandwidth-mib", o->bandwidth_mib, "buffer for the bandwidth measurement")
       ->check(CLI::PositiveNumber);
   cmd->add_option("--threads", o->threads, "CPU threads (default: all cores)");
+  cmd->add_option("--draft-tokens", o->draft_tokens,
+                  "reply tokens of the drafts off/on line (repetitive prompt, greedy); 0 skips it")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_flag("--no-drafts", o->no_drafts,
+                "skip the drafts off/on line (everything else is the plain path)");
   cmd->add_flag("--json", o->json, "print one JSON object instead of the table");
   cmd->callback([o] { run_bench(*o); });
 }

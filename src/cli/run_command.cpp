@@ -1,11 +1,12 @@
 // `deltaserve run MODEL_DIR -p "prompt" [--chat]`: tokenizes (through the checkpoint's chat template with
-// --chat), streams the reply as it decodes, and reports tokens/s.
+// --chat), streams the reply as the engine decodes it (drafts on unless --no-drafts), and reports tokens/s.
 #include <fmt/format.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <future>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -15,7 +16,7 @@
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "model/model.h"
-#include "runtime/keyed_sampler.h"
+#include "runtime/engine.h"
 #include "runtime/sampling_params.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
@@ -26,7 +27,7 @@ namespace {
 
 struct RunOptions {
   std::string model, prompt, system;
-  bool chat = false, no_think = false, ignore_eos = false;
+  bool chat = false, no_think = false, ignore_eos = false, no_drafts = false;
   int max_tokens = 256, threads = 0;
   SamplingParams sampling;
   int64_t seed = -1;
@@ -73,39 +74,42 @@ void run(const RunOptions& o) {
   SamplingParams params = o.sampling;
   params.seed = o.seed >= 0 ? static_cast<uint64_t>(o.seed) : random_seed();
   params.validate();
-  std::vector<int32_t> stops = stop_ids(cfg, tok);
-  TokenCounts history;
-  history.add_prompt(prompt);
-  KeyedSampler sampler;
-  IncrementalDecoder decoder(tok, true);
+  const std::vector<int32_t> stops = stop_ids(cfg, tok);
+  GenerationRequest request;
+  request.prompt = prompt;
+  request.sampling = params;
+  request.max_tokens = o.max_tokens;
+  request.ignore_eos = o.ignore_eos;
+  if (!o.ignore_eos) request.stop_token_ids = stops;
 
-  StreamState st = model.new_state();
-  auto t_prefill = Clock::now();
-  ForwardSegment seg{&st, prompt, true, false};
-  std::vector<float> logits = model.forward({&seg, 1});
-  double prefill = seconds_since(t_prefill);
-  auto t_decode = Clock::now();
-  int generated = 0;
-  const int64_t V = cfg.vocab_size;
-  for (;;) {
-    int64_t position = static_cast<int64_t>(prompt.size()) + generated;
-    int32_t next = sampler.sample({logits.data(), static_cast<size_t>(V)}, params, position, history);
-    ++generated;
-    bool stop = std::find(stops.begin(), stops.end(), next) != stops.end();
-    if (stop && !o.ignore_eos) break;
-    std::fputs(decoder.push(next).c_str(), stdout);
-    std::fflush(stdout);
-    if (generated >= o.max_tokens) break;
-    history.add_generated(next);
-    ForwardSegment step{&st, {&next, 1}, false, false};
-    logits = model.forward({&step, 1});
-  }
+  // One engine slot, no prompt cache: the engine's decode path (with drafts unless --no-drafts).
+  EngineOptions options;
+  options.parallel = 1;
+  options.prompt_cache_gib = 0;
+  options.drafts = !o.no_drafts;
+  Engine engine(model, options);
+  IncrementalDecoder decoder(tok, true);
+  std::promise<TokenEvent> final_event;
+  engine.submit(std::move(request), [&](const TokenEvent& ev) {
+    const bool stop = std::find(stops.begin(), stops.end(), ev.token) != stops.end();
+    if (ev.token >= 0 && !(stop && !o.ignore_eos)) {
+      std::fputs(decoder.push(ev.token).c_str(), stdout);
+      std::fflush(stdout);
+    }
+    if (ev.finished) final_event.set_value(ev);
+  });
+  const TokenEvent done = final_event.get_future().get();
+  if (done.reason == FinishReason::Error) fail("generation failed: {}", done.error);
   std::fputs(decoder.flush().c_str(), stdout);
-  double decode = seconds_since(t_decode);
+  const double prefill = done.prefill_seconds, decode = done.decode_seconds;
+  const int64_t generated = done.completion_tokens;
   std::fprintf(stderr,
-               "\n[%zu prompt tokens in %.2f s (%.1f tok/s); %d tokens in %.2f s (%.1f tok/s); seed %llu]\n",
-               prompt.size(), prefill, prompt.size() / std::max(prefill, 1e-9), generated, decode,
-               generated / std::max(decode, 1e-9), static_cast<unsigned long long>(params.seed));
+               "\n[%zu prompt tokens in %.2f s (%.1f tok/s); %lld tokens in %.2f s (%.1f tok/s); drafts %lld "
+               "accepted %lld; seed %llu]\n",
+               prompt.size(), prefill, prompt.size() / std::max(prefill, 1e-9),
+               static_cast<long long>(generated), decode, generated / std::max(decode, 1e-9),
+               static_cast<long long>(done.drafted_tokens), static_cast<long long>(done.accepted_tokens),
+               static_cast<unsigned long long>(params.seed));
 }
 
 }  // namespace
@@ -127,6 +131,7 @@ void register_run_command(CLI::App& app) {
   cmd->add_option("--seed", o->seed, "sampling seed (random when absent; printed at the end)");
   cmd->add_option("--threads", o->threads, "CPU threads (default: all cores)");
   cmd->add_flag("--ignore-eos", o->ignore_eos, "do not stop at end-of-sequence tokens");
+  cmd->add_flag("--no-drafts", o->no_drafts, "never draft (the plain decode path; the same reply)");
   cmd->callback([o] { run(*o); });
 }
 

@@ -75,10 +75,13 @@ std::vector<float> Model::forward(std::span<const ForwardSegment> segments) cons
   std::vector<int32_t> tokens;
   for (const auto& s : segments) {
     if (s.tokens.empty()) fail("forward: a segment has no tokens");
+    if (s.record && s.prompt) fail("forward: a window record needs the decode path, not a prompt segment");
     for (int32_t t : s.tokens)
       if (t < 0 || t >= cfg_.vocab_size) fail("token id {} is out of range [0, {})", t, cfg_.vocab_size);
     batch.segments.push_back({s.state, s.tokens.data(), batch.rows, static_cast<int64_t>(s.tokens.size()),
-                              s.state->position, s.prompt});
+                              s.state->position, s.prompt, s.record});
+    if (s.record)
+      s.record->begin(*s.state, s.tokens.data(), static_cast<int64_t>(s.tokens.size()), cfg_.layers);
     batch.rows += static_cast<int64_t>(s.tokens.size());
     tokens.insert(tokens.end(), s.tokens.begin(), s.tokens.end());
   }

@@ -12,6 +12,7 @@
 #include "model/mtp.h"
 #include "model/stream_state.h"
 #include "model/weights.h"
+#include "model/window_record.h"
 
 namespace ds {
 
@@ -22,6 +23,7 @@ struct ForwardSegment {
   bool all_logits = false;  // logits for every row, else for the last row only
   // If set, receives every row's H for the MTP head (mtp_hidden_width() floats a row).
   float* hidden = nullptr;
+  WindowRecord* record = nullptr;  // decode path only: keep the per-row recurrent states (draft rollback)
 };
 
 // Rows for the MTP draft head (docs/mtp.md): row i reads hidden row i and next_tokens[i] at position + i.

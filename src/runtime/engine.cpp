@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "runtime/engine_impl.h"
+#include "runtime/ngram_drafter.h"
 
 namespace ds {
 namespace {
@@ -14,8 +15,15 @@ constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
 // Weights are mmapped: their resident size is at most the checkpoint's files.
 int64_t checkpoint_bytes(const Model& model) {
+  const auto& store = model.checkpoint().store();
   int64_t n = 0;
-  for (const auto& entry : std::filesystem::directory_iterator(model.checkpoint().store().dir()))
+  std::error_code ec;
+  if (!std::filesystem::is_directory(store.dir(), ec)) {
+    // In-memory (dummy) weights have no files: count the tensors themselves.
+    for (const auto& name : store.names()) n += static_cast<int64_t>(store.get(name).nbytes);
+    return n;
+  }
+  for (const auto& entry : std::filesystem::directory_iterator(store.dir()))
     if (entry.is_regular_file() && entry.path().extension() == ".safetensors")
       n += static_cast<int64_t>(entry.file_size());
   return n;
@@ -44,6 +52,9 @@ Engine::Impl::Impl(const Model& m, const EngineOptions& o)
   if (!(o.prompt_cache_gib >= 0)) fail("engine: prompt_cache_gib must be >= 0, got {}", o.prompt_cache_gib);
   if (!(o.memory_limit_gib >= 0)) fail("engine: memory_limit_gib must be >= 0, got {}", o.memory_limit_gib);
   if (o.context < 0) fail("engine: context must be >= 0, got {}", o.context);
+  if (o.max_drafts < 0 || o.max_drafts > 64)
+    fail("engine: max_drafts must be in 0..64, got {}", o.max_drafts);
+  if (o.draft_depth < 0) fail("engine: draft_depth must be >= 0, got {}", o.draft_depth);
   context = o.context > 0 ? o.context : max_pos;
   if (max_pos > 0 && context > max_pos)
     fail("engine: context {} exceeds the model's max_position_embeddings {}", context, max_pos);
@@ -56,6 +67,9 @@ Engine::Impl::Impl(const Model& m, const EngineOptions& o)
     fail("engine: memory_limit_gib {} is below the weights ({:.3f} GiB)", o.memory_limit_gib,
          gib(weights_bytes));
   stats.weights_bytes = weights_bytes;
+  drafter = o.draft_source ? o.draft_source : std::make_shared<NgramDrafter>();
+  // Timed at load, so the first drafted reply does not pay for it.
+  if (o.drafts && o.max_drafts > 0 && o.draft_depth == 0) calibrate_costs();
   cache.set_capacity(cache_budget());
 }
 
@@ -108,6 +122,7 @@ void Engine::Impl::start_stream(PendingRequest&& p) {
   s->reserve_bytes = p.reserve_bytes;
   s->admitted = EngineClock::now();
   s->caching = options.prompt_cache_gib > 0 && s->request.use_prompt_cache;
+  s->drafting = options.drafts && s->request.use_drafts && options.max_drafts > 0;
   s->history.add_prompt(s->request.prompt);
   std::optional<PromptCache::Hit> hit;
   // At least one prompt token must run to give the first token's logits.

@@ -16,6 +16,7 @@
 namespace ds {
 
 class Model;
+class DraftSource;
 
 enum class FinishReason { None, Stop, Length, Cancelled, Error };
 
@@ -52,6 +53,9 @@ struct EngineOptions {
   double memory_limit_gib = 0;       // 0 = no limit beyond the machine's
   int64_t max_queue = 256;           // queued requests beyond this are refused (server answers 503)
   bool drafts = true;                // --no-drafts turns them off for every request
+  int max_drafts = 8;                // drafts per verify window at most
+  int draft_depth = 0;               // 0: each round's depth by measured cost; N: always N at most (tests)
+  std::shared_ptr<DraftSource> draft_source;  // null: n-gram copies (runtime/ngram_drafter.h)
 };
 
 struct EngineStats {

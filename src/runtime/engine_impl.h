@@ -13,6 +13,9 @@
 #include <vector>
 
 #include "model/model.h"
+#include "model/window_record.h"
+#include "runtime/draft_policy.h"
+#include "runtime/draft_source.h"
 #include "runtime/engine.h"
 #include "runtime/keyed_sampler.h"
 #include "runtime/prompt_cache.h"
@@ -38,8 +41,12 @@ struct Stream {
   StreamState state;
   TokenCounts history;             // prompt + generated, for penalties
   std::vector<int32_t> generated;  // tokens drawn so far
-  std::vector<int32_t> window;     // decode rows for the next round: the last drawn token (later + drafts)
-  bool caching = false;            // takes and uses prompt-cache snapshots
+  std::vector<int32_t> window;     // decode rows for the next round: the last drawn token, then drafts
+  bool drafting = false;           // drafts on for this request (engine option and request field)
+  WindowRecord record;             // per-row recurrent states of the last verify window, for rollback
+  LandingRates landing;            // how often each draft depth landed, for the depth choice
+  int64_t drafted = 0, accepted = 0;
+  bool caching = false;  // takes and uses prompt-cache snapshots
   int64_t cached_tokens = 0;
   int64_t reserve_bytes = 0;
   EngineClock::time_point admitted, first_token;
@@ -57,6 +64,9 @@ struct WarmJob {
   StreamState state;
 };
 
+// The CPU thread pool runs one job at a time: engines sharing a process take turns at forward calls.
+std::mutex& forward_mutex();
+
 struct Engine::Impl {
   Impl(const Model& model, const EngineOptions& options);
 
@@ -72,12 +82,19 @@ struct Engine::Impl {
   // engine_round.cpp
   void run_round();
   void draw(Stream& s, std::span<const float> row);
+  int32_t draw_token(Stream& s, std::span<const float> row);
+  void report(Stream& s, int32_t token, std::span<const float> row);
   void emit(Stream& s, const TokenEvent& ev);
   void finish(Stream& s, FinishReason reason, const std::string& error = {},
               const TokenEvent* last = nullptr);
   void snapshot(std::span<const int32_t> tokens, const StreamState& state);
   void queue_warm_pass(const Stream& s);
   void sweep_done();
+
+  // engine_drafts.cpp
+  void plan_windows();
+  void verify(Stream& s, const float* logits, int64_t rows);
+  void calibrate_costs();
 
   const Model& model;
   EngineOptions options;
@@ -97,6 +114,8 @@ struct Engine::Impl {
   // engine thread only
   PromptCache cache;
   KeyedSampler sampler;
+  std::shared_ptr<DraftSource> drafter;
+  RoundCosts round_costs;
   std::vector<std::unique_ptr<Stream>> running;
   std::deque<WarmJob> warm;
   std::thread thread;

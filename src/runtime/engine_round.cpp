@@ -37,13 +37,23 @@ struct RowOwner {
 
 }  // namespace
 
+std::mutex& forward_mutex() {
+  static std::mutex m;
+  return m;
+}
+
 void Engine::Impl::run_round() {
   std::vector<ForwardSegment> segs;
   std::vector<RowOwner> owners;
+  plan_windows();
+  int64_t decode_rows = 0;
   for (auto& s : running)
     if (!s->done && !s->prefilling()) {
-      segs.push_back({&s->state, s->window, false, false});
-      owners.push_back({RowKind::Decode, s.get()});
+      // A window with drafts keeps its per-row states (rollback) and returns logits for every row.
+      const bool drafts = s->window.size() > 1;
+      segs.push_back({&s->state, s->window, false, drafts, nullptr, drafts ? &s->record : nullptr});
+      owners.push_back({RowKind::Decode, s.get(), nullptr, static_cast<int64_t>(s->window.size())});
+      decode_rows += static_cast<int64_t>(s->window.size());
     }
   int64_t budget = round_prompt_rows;
   for (auto& s : running) {
@@ -67,10 +77,12 @@ void Engine::Impl::run_round() {
 
   std::vector<float> logits;
   try {
-    // The CPU thread pool runs one job at a time: engines sharing a process take turns.
-    static std::mutex forward_mutex;
-    std::lock_guard lock(forward_mutex);
+    std::lock_guard lock(forward_mutex());
+    const auto start = EngineClock::now();
     logits = model.forward(segs);
+    // Rounds of decode rows alone refine the cost table the draft depths are chosen by.
+    if (decode_rows == static_cast<int64_t>(logits.size()) / model.config().vocab_size)
+      round_costs.observe(decode_rows, 1000.0 * seconds(start, EngineClock::now()));
   } catch (const std::exception& e) {
     // States of this round's streams may be half advanced: they end; warm passes are dropped.
     for (auto& o : owners)
@@ -83,7 +95,8 @@ void Engine::Impl::run_round() {
   size_t row = 0;
   for (size_t i = 0; i < owners.size(); ++i) {
     const RowOwner& o = owners[i];
-    std::span<const float> last(logits.data() + (row + o.rows - 1) * V, static_cast<size_t>(V));
+    const float* first = logits.data() + row * V;
+    std::span<const float> last(first + (o.rows - 1) * V, static_cast<size_t>(V));
     row += o.rows;
     if (o.kind == RowKind::Warm) {
       snapshot(std::span<const int32_t>(o.warm->tokens).first(o.warm->state.position), o.warm->state);
@@ -97,8 +110,10 @@ void Engine::Impl::run_round() {
           snapshot(std::span<const int32_t>(s.request.prompt).first(s.state.position), s.state);
         if (s.prefilling()) continue;
         s.first_token = EngineClock::now();
+        draw(s, last);
+        continue;
       }
-      draw(s, last);
+      verify(s, first, o.rows);
     } catch (const std::exception& e) {
       finish(s, FinishReason::Error, e.what());
     }
@@ -107,10 +122,13 @@ void Engine::Impl::run_round() {
 }
 
 void Engine::Impl::draw(Stream& s, std::span<const float> row) {
-  const GenerationRequest& r = s.request;
+  report(s, draw_token(s, row), row);
+}
+
+int32_t Engine::Impl::draw_token(Stream& s, std::span<const float> row) {
   // The drawn token occupies absolute position prompt_len + its index in the reply.
   const int64_t position = s.prompt_len() + static_cast<int64_t>(s.generated.size());
-  const int32_t t = sampler.sample(row, r.sampling, position, s.history);
+  const int32_t t = sampler.sample(row, s.request.sampling, position, s.history);
   s.history.add_generated(t);
   s.generated.push_back(t);
   s.window.assign(1, t);
@@ -118,6 +136,12 @@ void Engine::Impl::draw(Stream& s, std::span<const float> row) {
     std::lock_guard lock(mutex);
     ++stats.completion_tokens_total;
   }
+  return t;
+}
+
+// The token's event, or the final event when it ends the reply.
+void Engine::Impl::report(Stream& s, int32_t t, std::span<const float> row) {
+  const GenerationRequest& r = s.request;
   TokenEvent ev;
   ev.token = t;
   if (r.top_logprobs >= 0) ev.logprobs = raw_logprobs(row, {}, t, r.top_logprobs);
@@ -152,6 +176,8 @@ void Engine::Impl::finish(Stream& s, FinishReason reason, const std::string& err
   ev.prompt_tokens = s.prompt_len();
   ev.completion_tokens = static_cast<int64_t>(s.generated.size());
   ev.cached_tokens = s.cached_tokens;
+  ev.drafted_tokens = s.drafted;
+  ev.accepted_tokens = s.accepted;
   const auto now = EngineClock::now();
   const bool started = !s.generated.empty();
   ev.prefill_seconds = seconds(s.admitted, started ? s.first_token : now);

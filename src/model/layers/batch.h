@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "model/stream_state.h"
+#include "model/window_record.h"
 
 namespace ds {
 
@@ -15,6 +16,7 @@ struct SegmentRows {
   int64_t count = 0;    // rows
   int64_t pos0 = 0;     // absolute position of the first row
   bool prompt = false;  // prompt pass: chunked DeltaNet on 64-aligned chunks; else per-token recurrence
+  WindowRecord* record = nullptr;  // decode windows: per-row recurrent states for rollback
 };
 
 struct Batch {

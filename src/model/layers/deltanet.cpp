@@ -34,8 +34,9 @@ void unpack_qwen3next(const ModelConfig& c, const float* qkvz, const float* ba, 
 }
 
 // Causal depthwise conv over the segment's rows with the stream's last K-1 rows as history, then SiLU.
+// With a record, the whole pre-conv window (history + rows) is kept for draft rollback.
 void causal_conv(const ModelConfig& c, const std::vector<float>& taps, std::vector<float>& history,
-                 float* rows, int64_t count) {
+                 float* rows, int64_t count, std::vector<float>* record) {
   int64_t cd = c.linear_conv_dim(), K = c.conv_kernel;
   std::vector<float> window((K - 1 + count) * cd);
   std::copy(history.begin(), history.end(), window.begin());
@@ -46,6 +47,7 @@ void causal_conv(const ModelConfig& c, const std::vector<float>& taps, std::vect
       for (int64_t k = 0; k < K; ++k) s += taps[ch * K + k] * window[(t + k) * cd + ch];
       rows[t * cd + ch] = rowmath::silu(s);
     }
+  if (record) *record = window;
   std::copy(window.end() - (K - 1) * cd, window.end(), history.begin());
 }
 
@@ -72,7 +74,8 @@ void deltanet_forward(const ModelConfig& c, const DeltaNetWeights& w, int layer,
     matmul_many(proj);
   }
   for (const auto& seg : batch.segments)
-    causal_conv(c, w.conv, seg.state->deltanet[layer].conv, mixed.data() + seg.row0 * cd, seg.count);
+    causal_conv(c, w.conv, seg.state->deltanet[layer].conv, mixed.data() + seg.row0 * cd, seg.count,
+                seg.record ? &seg.record->deltanet_conv[layer] : nullptr);
 
   // Per row: L2-normalise q and k per key head (q also scaled by dk^-0.5); beta and the log decay g per value
   // head.
@@ -95,6 +98,12 @@ void deltanet_forward(const ModelConfig& c, const DeltaNetWeights& w, int layer,
   const int64_t per = nv / nk;
   for (const auto& seg : batch.segments) {
     float* states = seg.state->deltanet[layer].state.data();
+    const int64_t state_size = nv * dk * dv;
+    float* kept = nullptr;  // the state after every row, for draft rollback
+    if (seg.record) {
+      seg.record->deltanet_state[layer].resize(seg.count * state_size);
+      kept = seg.record->deltanet_state[layer].data();
+    }
     ThreadPool::global().parallel_for(nv, 1, [&](int64_t h0, int64_t h1) {
       std::vector<float> qh(seg.count * dk), kh(seg.count * dk), vh(seg.count * dv), gh(seg.count),
           bh(seg.count), oh(seg.count * dv);
@@ -109,7 +118,14 @@ void deltanet_forward(const ModelConfig& c, const DeltaNetWeights& w, int layer,
           bh[t] = beta[(seg.row0 + t) * nv + h];
         }
         float* S = states + h * dk * dv;
-        if (!seg.prompt) {
+        if (kept) {
+          // One row at a time: the recurrence's bits do not change, and the state after each row is kept.
+          for (int64_t t = 0; t < seg.count; ++t) {
+            delta_rule_recurrent(1, dk, dv, qh.data() + t * dk, kh.data() + t * dk, vh.data() + t * dv,
+                                 gh.data() + t, bh.data() + t, S, oh.data() + t * dv);
+            std::copy(S, S + dk * dv, kept + t * state_size + h * dk * dv);
+          }
+        } else if (!seg.prompt) {
           delta_rule_recurrent(seg.count, dk, dv, qh.data(), kh.data(), vh.data(), gh.data(), bh.data(), S,
                                oh.data());
         } else {

@@ -100,6 +100,7 @@ void ple_forward(const ModelConfig& c, const PleWeights& w, int layer, const Bat
       }
     }
     std::copy(window.end() - hist * SD, window.end(), state.begin());
+    if (seg.record) seg.record->ple_conv[layer] = std::move(window);  // for draft rollback
   }
 }
 

@@ -1,0 +1,85 @@
+#include "runtime/draft_policy.h"
+
+#include <algorithm>
+
+namespace ds {
+
+void LandingRates::record(int offered, int landed) {
+  if (static_cast<int>(tries_.size()) < offered) {
+    tries_.resize(offered, 0);
+    lands_.resize(offered, 0);
+  }
+  // Draft i was tried when every earlier draft landed.
+  for (int i = 0; i < offered && i <= landed; ++i) {
+    ++tries_[i];
+    if (i < landed) ++lands_[i];
+  }
+}
+
+double LandingRates::expected_tokens(int depth) const {
+  double total = 1.0, chain = 1.0;
+  for (int i = 0; i < depth; ++i) {
+    const int64_t t = i < static_cast<int>(tries_.size()) ? tries_[i] : 0;
+    const int64_t l = i < static_cast<int>(lands_.size()) ? lands_[i] : 0;
+    // Laplace's rule: an untried depth counts as an even chance, so new streams try a draft or two.
+    chain *= (static_cast<double>(l) + 1.0) / (static_cast<double>(t) + 2.0);
+    total += chain;
+  }
+  return total;
+}
+
+void RoundCosts::calibrate(int64_t max_rows, const std::function<double(int64_t)>& time_ms) {
+  ms_.assign(std::max<int64_t>(max_rows, 2), 0.0);
+  for (int64_t r = 1; r <= static_cast<int64_t>(ms_.size()); ++r) ms_[r - 1] = time_ms(r);
+  // Costs never fall with more rows; timing noise must not make a wider window look cheaper.
+  for (size_t i = 1; i < ms_.size(); ++i) ms_[i] = std::max(ms_[i], ms_[i - 1]);
+}
+
+void RoundCosts::observe(int64_t rows, double ms) {
+  if (rows < 1 || rows > static_cast<int64_t>(ms_.size())) return;
+  double& c = ms_[rows - 1];
+  c = 0.8 * c + 0.2 * ms;
+}
+
+double RoundCosts::cost(int64_t rows) const {
+  const int64_t n = static_cast<int64_t>(ms_.size());
+  if (n == 0) return static_cast<double>(rows);
+  if (rows <= n) return ms_[std::max<int64_t>(rows, 1) - 1];
+  const double slope = std::max(0.0, ms_[n - 1] - ms_[n - 2]);
+  return ms_[n - 1] + slope * static_cast<double>(rows - n);
+}
+
+void choose_depths(const RoundCosts& costs, std::span<DepthChoice> choices, int64_t base_rows) {
+  int64_t rows = base_rows + static_cast<int64_t>(choices.size());
+  double tokens = 0;
+  for (DepthChoice& c : choices) {
+    c.depth = 0;
+    tokens += 1.0;
+  }
+  // Greedy: deepen the one stream whose deepening gives the best rate, while the rate improves.
+  for (;;) {
+    const double now = tokens / costs.cost(rows);
+    double best = now;
+    size_t best_i = 0;
+    int best_depth = 0;
+    for (size_t i = 0; i < choices.size(); ++i) {
+      const DepthChoice& c = choices[i];
+      const double have = c.rates->expected_tokens(c.depth);
+      for (int d = c.depth + 1; d <= c.offered; ++d) {
+        const double rate = (tokens - have + c.rates->expected_tokens(d)) / costs.cost(rows + d - c.depth);
+        if (rate > best) {
+          best = rate;
+          best_i = i;
+          best_depth = d;
+        }
+      }
+    }
+    if (best <= now) return;
+    DepthChoice& c = choices[best_i];
+    tokens += c.rates->expected_tokens(best_depth) - c.rates->expected_tokens(c.depth);
+    rows += best_depth - c.depth;
+    c.depth = best_depth;
+  }
+}
+
+}  // namespace ds

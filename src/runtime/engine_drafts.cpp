@@ -1,0 +1,105 @@
+// Speculative decoding that never changes a reply: each decoding stream's window is its last drawn token plus
+// drafts; every row is drawn at its absolute position exactly as plain decoding would draw it, drafts are
+// kept while they equal the drawn token, and the state is rewound to the last row whose input was real.
+#include <algorithm>
+#include <mutex>
+
+#include "core/error.h"
+#include "runtime/engine_impl.h"
+
+namespace ds {
+
+// Times a verify window of each width once, on a scratch state, before the first drafted round.
+void Engine::Impl::calibrate_costs() {
+  const int64_t widths = static_cast<int64_t>(options.max_drafts) + 1;
+  const int64_t vocab = model.config().vocab_size;
+  round_costs.calibrate(widths, [&](int64_t rows) {
+    std::vector<int32_t> tokens(rows);
+    for (int64_t i = 0; i < rows; ++i) tokens[i] = static_cast<int32_t>((i + 3) % vocab);
+    double best = 0;
+    for (int rep = 0; rep < 2; ++rep) {
+      StreamState scratch = model.new_state();
+      WindowRecord record;
+      ForwardSegment seg{&scratch, tokens, false, rows > 1, nullptr, rows > 1 ? &record : nullptr};
+      std::lock_guard lock(forward_mutex());
+      const auto start = EngineClock::now();
+      model.forward({&seg, 1});
+      const double ms = std::chrono::duration<double, std::milli>(EngineClock::now() - start).count();
+      best = rep == 0 ? ms : std::min(best, ms);
+    }
+    return best;
+  });
+}
+
+// Sets each decoding stream's window for this round: the last drawn token, then the drafts worth verifying.
+void Engine::Impl::plan_windows() {
+  std::vector<Stream*> streams;
+  std::vector<DraftAsk> asks;
+  for (auto& s : running) {
+    if (s->done || s->prefilling() || s->window.empty()) continue;
+    s->window.erase(s->window.begin() + 1, s->window.end());
+    // A window never draws past max_tokens: its rows draw the reply's tokens generated.size() onward.
+    const int64_t room = s->request.max_tokens - static_cast<int64_t>(s->generated.size()) - 1;
+    const int max = static_cast<int>(std::min<int64_t>(options.max_drafts, room));
+    if (!s->drafting || max <= 0) continue;
+    streams.push_back(s.get());
+    asks.push_back({s->request.prompt, s->generated, &s->state, max, {}});
+  }
+  if (asks.empty()) return;
+  drafter->propose(asks);
+
+  std::vector<DepthChoice> choices(asks.size());
+  for (size_t i = 0; i < asks.size(); ++i) {
+    choices[i].rates = &streams[i]->landing;
+    choices[i].offered = static_cast<int>(std::min<size_t>(asks[i].drafts.size(), asks[i].max));
+  }
+  if (options.draft_depth > 0) {
+    for (auto& c : choices) c.depth = std::min(c.offered, options.draft_depth);
+  } else {
+    if (!round_costs.calibrated()) calibrate_costs();
+    // Plain streams' rows are in the round too: they make drafting rows relatively cheaper.
+    int64_t plain = 0;
+    for (auto& s : running)
+      if (!s->done && !s->prefilling()) ++plain;
+    choose_depths(round_costs, choices, plain - static_cast<int64_t>(choices.size()));
+  }
+  for (size_t i = 0; i < asks.size(); ++i)
+    streams[i]->window.insert(streams[i]->window.end(), asks[i].drafts.begin(),
+                              asks[i].drafts.begin() + choices[i].depth);
+}
+
+// Draws the window's rows in order while drafts land; on the first miss (or the end of the reply) the rest
+// of the window is dropped and the state rewound to the rows kept.
+void Engine::Impl::verify(Stream& s, const float* logits, int64_t rows) {
+  const int64_t V = model.config().vocab_size;
+  const std::vector<int32_t> window = s.window;  // draw_token overwrites s.window
+  if (static_cast<int64_t>(window.size()) != rows)
+    fail("verify: window of {} rows, logits of {}", window.size(), rows);
+  const int offered = static_cast<int>(rows - 1);
+  int landed = 0;
+  int64_t kept = 0;
+  if (offered > 0) {
+    s.drafted += offered;
+    std::lock_guard lock(mutex);
+    stats.drafted_total += offered;
+  }
+  for (int64_t i = 0; i < rows; ++i) {
+    std::span<const float> row(logits + i * V, static_cast<size_t>(V));
+    const int32_t t = draw_token(s, row);
+    kept = i + 1;
+    // Row i+1 read draft i+1 as its input: it is a plain row exactly when that draft is the token drawn here.
+    const bool lands = i + 1 < rows && window[i + 1] == t;
+    if (lands) {
+      ++landed;
+      ++s.accepted;
+      std::lock_guard lock(mutex);
+      ++stats.accepted_total;
+    }
+    report(s, t, row);  // may finish the stream (EOS, stop id, max_tokens, a throwing callback)
+    if (s.done || !lands) break;
+  }
+  if (offered > 0) s.landing.record(offered, landed);
+  if (!s.done && kept < rows) rewind_window(model.config(), s.record, kept, s.state);
+}
+
+}  // namespace ds
