@@ -51,7 +51,7 @@ struct EngineOptions {
   int64_t context = 0;               // max tokens per stream (prompt + reply); 0 = model's max positions
   double prompt_cache_gib = 1.0;     // 0 disables the prompt cache
   double memory_limit_gib = 0;       // 0 = no limit beyond the machine's
-  int64_t max_queue = 256;           // queued requests beyond this are refused (server answers 503)
+  int64_t max_queue = 256;           // queued requests beyond this are refused (server answers 429)
   bool drafts = true;                // --no-drafts turns them off for every request
   int max_drafts = 8;                // drafts per verify window at most
   int draft_depth = 0;               // 0: each round's depth by measured cost; N: always N at most (tests)
@@ -76,7 +76,7 @@ class Engine {
 
   // Thread-safe. Validates (prompt length vs context, token ids, params) and throws ds::Error naming the problem
   // before anything is queued; returns the request id. Refuses with ds::Error starting "queue full" when the
-  // queue is at max_queue (the server maps that to 503 + Retry-After).
+  // queue is at max_queue (the server maps that to 429 + Retry-After).
   uint64_t submit(GenerationRequest request, TokenCallback on_event);
   // Thread-safe; the request ends at the next round with FinishReason::Cancelled and frees its slot.
   void cancel(uint64_t id);
