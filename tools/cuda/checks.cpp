@@ -142,11 +142,13 @@ void report(Tally& tally, const std::string& name, const Accuracy& a, bool windo
 
 void check_affine(Tally& tally, bool quick, std::mt19937_64& rng, const Stream& stream) {
   double worst = 0.0, weakest_control = 1e300;
-  const int64_t shapes[][2] = {{37, 640}, {70, 2560 + 384}};  // odd output counts; units not a multiple of 32
+  // Odd output counts; unit counts not a multiple of 32; one pass, two passes, and column slices (>= 64
+  // units).
+  const int64_t shapes[][2] = {{37, 640}, {70, 1792}, {40, 4736}};
   for (int bits : {2, 3, 4, 5, 6, 8}) {
     for (int group : {32, 64, 128}) {
       for (const auto& shape : shapes) {
-        if (quick && shape[1] > 1000) continue;
+        if (quick && shape[0] == 70) continue;
         const HostAffine h = random_affine(shape[0], shape[1], bits, group, rng);
         DeviceBuffer codes = to_device(h.codes), scales = to_device(h.scales), biases = to_device(h.biases);
         const AffineWeight w{codes.as<uint32_t>(),
@@ -179,7 +181,7 @@ void check_affine(Tally& tally, bool quick, std::mt19937_64& rng, const Stream& 
 
 void check_dense(Tally& tally, std::mt19937_64& rng, const Stream& stream) {
   double worst = 0.0, weakest_control = 1e300;
-  const int64_t shapes[][2] = {{37, 640}, {70, 2560 + 8}};
+  const int64_t shapes[][2] = {{37, 256}, {37, 480}, {70, 2560 + 8}};
   for (const auto& shape : shapes) {
     const std::vector<uint16_t> values = random_bf16(shape[0] * shape[1], 0.05f, rng);
     DeviceBuffer d = to_device(values);
@@ -203,7 +205,7 @@ void check_dense(Tally& tally, std::mt19937_64& rng, const Stream& stream) {
 
 // Grouped == each pair's expert applied to its row alone (bit for bit); a bad pair gives NaN, not a crash.
 void check_grouped(Tally& tally, std::mt19937_64& rng, const Stream& stream) {
-  const int64_t n_experts = 6, rows = 70, cols = 640;
+  const int64_t n_experts = 6, rows = 70, cols = 2560;  // 80 units: column slices
   for (int bits : {3, 4, 6}) {
     const HostAffine h = random_affine(n_experts * rows, cols, bits, 64, rng);
     DeviceBuffer codes = to_device(h.codes), scales = to_device(h.scales), biases = to_device(h.biases);

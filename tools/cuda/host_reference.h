@@ -43,7 +43,8 @@ struct RefValue {
 RefValue reference(const RefWeight& w, const double* x_row, int64_t o);
 
 // The rounding bound of the kernels' arithmetic for a weight of `cols` columns and unit width `unit_cols`:
-// one FMA chain per lane of ceil(units/32)*unit_cols terms, a rounded dequantization, a 5-level butterfly.
+// one FMA chain per lane of at most ceil(units/32)*unit_cols terms, a rounded dequantization, a 5-level
+// butterfly and at most 2 adds over column slices (a sliced chain is shorter by more than those 2).
 double bound_factor(int64_t cols, int unit_cols);
 
 }  // namespace ds::cuda::wxcheck

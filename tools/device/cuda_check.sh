@@ -20,7 +20,7 @@ echo "build: $(($(date +%s) - start)) s"
 status=0
 "$build/cuda_wx_check" "$@" 2>&1 | tee "$out/cuda_wx_check.log" || status=$?
 if [[ "${CUDA_CHECK_SANITIZE:-0}" == 1 ]]; then
-  timeout 240 compute-sanitizer --tool memcheck --print-limit 20 "$build/cuda_wx_check" --quick --no-bench \
+  timeout 240 compute-sanitizer --tool memcheck --report-api-errors no --print-limit 20 "$build/cuda_wx_check" --quick --no-bench \
     >"$out/sanitizer.log" 2>&1 || status=$?
   tail -5 "$out/sanitizer.log"
 fi

@@ -136,30 +136,48 @@ struct Bf16Rows {
   }
 };
 
-// One warp: outputs o0 .. o0+kOutputsPerWarp-1 (those < n_out) for rows x_rows[0 .. n_rows-1] (n_rows <= R).
-// x row r is rows.load8(x_row0 + r, ...); y row r is y + r*ldy.
+// Column slices of one product: 1, or kWarpsPerBlock when the weight has many columns and few rows (then the
+// block's warps split the columns and a product that would leave the GPU idle gets 4x the warps). A function
+// of the weight's shape alone, so it never depends on the window.
+template <class Unit>
+__host__ __device__ __forceinline__ int column_slices(int64_t rows, int64_t cols) {
+  return cols / Unit::kCols >= 64 && rows <= 32768 ? kWarpsPerBlock : 1;
+}
+
+// Rows x[row0 .. row0+n_rows-1] (n_rows <= R) times outputs o0 .. o0+kOutputsPerWarp-1 (those < n_out), over
+// the columns of slice `slice` of `slices`: lane l of the slice takes units slice*32 + l, then every
+// 32*slices-th unit. Returns each (row, output) sum over the slice in acc (every lane holds the same bits).
 template <class Unit, class Rows, int R>
-__device__ __forceinline__ void warp_product(const typename Unit::Matrix& m, int64_t n_out, int64_t o0,
-                                             const Rows& rows, int64_t x_row0, int n_rows, float* y,
-                                             int64_t ldy) {
+__device__ __forceinline__ void slice_product(const typename Unit::Matrix& m, int64_t n_out, int64_t o0,
+                                              const Rows& rows, int64_t x_row0, int n_rows, int slice,
+                                              int slices, float (&acc)[R][kOutputsPerWarp]) {
   constexpr int NO = kOutputsPerWarp;
   const int lane = threadIdx.x & 31;
-  float acc[R][NO];
 #pragma unroll
   for (int r = 0; r < R; ++r)
 #pragma unroll
     for (int o = 0; o < NO; ++o) acc[r][o] = 0.0f;
 
   const int64_t units = m.cols / Unit::kCols;
-  for (int64_t u = lane; u < units; u += 32) {
-    Unit unit[NO];
+  const int64_t stride = 32 * slices;
+  int64_t u = slice * 32 + lane;
+  Unit cur[NO];
+  if (u < units) {
 #pragma unroll
-    for (int o = 0; o < NO; ++o) unit[o].load(m, o0 + o < n_out ? o0 + o : n_out - 1, u);
+    for (int o = 0; o < NO; ++o) cur[o].load(m, o0 + o < n_out ? o0 + o : n_out - 1, u);
+  }
+  for (; u < units; u += stride) {
+    // The next unit's loads go out before this one's arithmetic, so two units per lane are in flight.
+    Unit next[NO];
+    if (u + stride < units) {
+#pragma unroll
+      for (int o = 0; o < NO; ++o) next[o].load(m, o0 + o < n_out ? o0 + o : n_out - 1, u + stride);
+    }
 #pragma unroll
     for (int c = 0; c < Unit::kChunks; ++c) {
       float w[NO][8];
 #pragma unroll
-      for (int o = 0; o < NO; ++o) unit[o].decode(c, w[o]);
+      for (int o = 0; o < NO; ++o) cur[o].decode(c, w[o]);
       const int64_t col = u * Unit::kCols + c * 8;
 #pragma unroll
       for (int r = 0; r < R; ++r) {
@@ -173,18 +191,55 @@ __device__ __forceinline__ void warp_product(const typename Unit::Matrix& m, int
         }
       }
     }
+#pragma unroll
+    for (int o = 0; o < NO; ++o) cur[o] = next[o];
   }
-  // Fixed xor butterfly: a + b == b + a, so every lane ends with the same bits; one lane stores each value.
+  // Fixed xor butterfly: a + b == b + a, so every lane ends with the same bits.
 #pragma unroll
-  for (int r = 0; r < R; ++r) {
+  for (int r = 0; r < R; ++r)
 #pragma unroll
-    for (int o = 0; o < NO; ++o) {
-      float v = acc[r][o];
+    for (int o = 0; o < NO; ++o)
 #pragma unroll
-      for (int mask = 16; mask > 0; mask >>= 1) v = __fadd_rn(v, __shfl_xor_sync(0xFFFFFFFFu, v, mask));
-      if (r < n_rows && o0 + o < n_out && lane == ((r * NO + o) & 31)) y[r * ldy + o0 + o] = v;
+      for (int mask = 16; mask > 0; mask >>= 1)
+        acc[r][o] = __fadd_rn(acc[r][o], __shfl_xor_sync(0xFFFFFFFFu, acc[r][o], mask));
+}
+
+// One block of kWarpsPerBlock warps: with one slice each warp owns its own outputs; with kWarpsPerBlock
+// slices the warps share outputs and their sums meet in shared memory as (s0 + s1) + (s2 + s3).
+template <class Unit, class Rows, int R>
+__device__ __forceinline__ void block_product(const typename Unit::Matrix& m, int64_t n_out, const Rows& rows,
+                                              int64_t x_row0, int n_rows, float* y, int64_t ldy) {
+  constexpr int NO = kOutputsPerWarp;
+  const int warp = threadIdx.x / 32;
+  const int lane = threadIdx.x & 31;
+  const int slices = column_slices<Unit>(n_out, m.cols);
+  const int64_t o0 =
+      slices == 1 ? (int64_t(blockIdx.x) * kWarpsPerBlock + warp) * NO : int64_t(blockIdx.x) * NO;
+  if (o0 >= n_out) return;  // uniform over the warp, and over the block when it shares outputs
+  float acc[R][NO];
+  slice_product<Unit, Rows, R>(m, n_out, o0, rows, x_row0, n_rows, slices == 1 ? 0 : warp, slices, acc);
+  if (slices > 1) {
+    __shared__ float part[kWarpsPerBlock][R][NO];
+    if (lane == 0) {
+#pragma unroll
+      for (int r = 0; r < R; ++r)
+#pragma unroll
+        for (int o = 0; o < NO; ++o) part[warp][r][o] = acc[r][o];
     }
+    __syncthreads();
+    if (warp != 0) return;
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+      for (int o = 0; o < NO; ++o)
+        acc[r][o] =
+            __fadd_rn(__fadd_rn(part[0][r][o], part[1][r][o]), __fadd_rn(part[2][r][o], part[3][r][o]));
   }
+#pragma unroll
+  for (int r = 0; r < R; ++r)
+#pragma unroll
+    for (int o = 0; o < NO; ++o)
+      if (r < n_rows && o0 + o < n_out && lane == ((r * NO + o) & 31)) y[r * ldy + o0 + o] = acc[r][o];
 }
 
 }  // namespace ds::cuda::detail

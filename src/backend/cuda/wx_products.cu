@@ -15,10 +15,7 @@ using detail::kWarpsPerBlock;
 template <class Unit, class Rows, int R>
 __global__ void __launch_bounds__(kWarpsPerBlock * 32)
     window_kernel(typename Unit::Matrix m, int64_t n_out, Rows rows, int n_rows, float* y, int64_t ldy) {
-  const int64_t warp = int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
-  const int64_t o0 = warp * kOutputsPerWarp;
-  if (o0 >= n_out) return;
-  detail::warp_product<Unit, Rows, R>(m, n_out, o0, rows, 0, n_rows, y, ldy);
+  detail::block_product<Unit, Rows, R>(m, n_out, rows, 0, n_rows, y, ldy);
 }
 
 // blockIdx.y is the pair; each pair is a one-row product of its expert, so it matches affine_wx bit for bit.
@@ -26,15 +23,13 @@ template <int Bits, class Rows>
 __global__ void __launch_bounds__(kWarpsPerBlock * 32)
     grouped_kernel(typename detail::AffineUnit<Bits>::Matrix m, int64_t n_out, int64_t n_experts,
                    int64_t n_x_rows, const ExpertRow* pairs, Rows rows, float* y, int64_t ldy) {
-  const int64_t warp = int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
-  const int64_t o0 = warp * kOutputsPerWarp;
-  if (o0 >= n_out) return;
   const ExpertRow pr = pairs[blockIdx.y];
   float* y_row = y + int64_t(blockIdx.y) * ldy;
   if (pr.expert < 0 || pr.expert >= n_experts || pr.row < 0 || pr.row >= n_x_rows) {
     // A bad pair cannot throw from the device: its outputs become NaN, visibly wrong.
-    const int lane = threadIdx.x & 31;
-    if (lane < kOutputsPerWarp && o0 + lane < n_out) y_row[o0 + lane] = __int_as_float(0x7FC00000);
+    for (int64_t o = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; o < n_out;
+         o += int64_t(gridDim.x) * blockDim.x)
+      y_row[o] = __int_as_float(0x7FC00000);
     return;
   }
   typename detail::AffineUnit<Bits>::Matrix me = m;
@@ -42,7 +37,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
   me.codes += e * n_out * (m.cols / 32 * Bits);
   me.scales += e * n_out * (m.cols >> m.group_shift);
   me.biases += e * n_out * (m.cols >> m.group_shift);
-  detail::warp_product<detail::AffineUnit<Bits>, Rows, 1>(me, n_out, o0, rows, pr.row, 1, y_row, ldy);
+  detail::block_product<detail::AffineUnit<Bits>, Rows, 1>(me, n_out, rows, pr.row, 1, y_row, ldy);
 }
 
 [[noreturn]] void bad_arg(const char* op, const std::string& what) {
@@ -78,8 +73,11 @@ int group_shift_of(const char* op, const AffineWeight& w) {
   return w.group == 32 ? 5 : w.group == 64 ? 6 : 7;
 }
 
-int64_t blocks_for(int64_t n_out) {
-  const int64_t per_block = int64_t(kWarpsPerBlock) * kOutputsPerWarp;
+// Outputs per block: kOutputsPerWarp per warp, or kOutputsPerWarp per block when its warps split the columns.
+template <class Unit>
+int64_t blocks_for(int64_t n_out, int64_t cols) {
+  const int64_t per_block =
+      int64_t(kWarpsPerBlock / detail::column_slices<Unit>(n_out, cols)) * kOutputsPerWarp;
   return (n_out + per_block - 1) / per_block;
 }
 
@@ -88,7 +86,7 @@ int64_t blocks_for(int64_t n_out) {
 template <class Unit, class Rows>
 void launch_window(const typename Unit::Matrix& m, int64_t n_out, const Rows& rows, int n_rows, float* y,
                    int64_t ldy, cudaStream_t stream, const char* op) {
-  const dim3 grid(static_cast<unsigned>(blocks_for(n_out)));
+  const dim3 grid(static_cast<unsigned>(blocks_for<Unit>(n_out, m.cols)));
   const dim3 block(kWarpsPerBlock * 32);
   if (n_rows <= 1)
     window_kernel<Unit, Rows, 1><<<grid, block, 0, stream>>>(m, n_out, rows, n_rows, y, ldy);
@@ -176,10 +174,11 @@ void affine_wx_grouped(const AffineWeight& w, const ExpertRow* pairs, int n_pair
     bad_arg(op, "n_pairs must be 0..65535 (got " + std::to_string(n_pairs) + ")");
   if (n_x_rows < 1) bad_arg(op, "n_x_rows must be >= 1");
   if (n_pairs == 0) return;
-  const dim3 grid(static_cast<unsigned>(blocks_for(w.rows)), static_cast<unsigned>(n_pairs));
   const dim3 block(kWarpsPerBlock * 32);
   with_bits(w.bits, [&](auto bits) {
     constexpr int B = decltype(bits)::value;
+    const dim3 grid(static_cast<unsigned>(blocks_for<detail::AffineUnit<B>>(w.rows, w.cols)),
+                    static_cast<unsigned>(n_pairs));
     const auto m = affine_matrix<B>(w, shift);
     if (x.type == ActType::F32)
       grouped_kernel<B, detail::F32Rows>
