@@ -276,6 +276,12 @@ void check_arguments(Tally& tally, const Stream& stream) {
   bad.cols = 96;
   expect_argument_error(tally, "cols 96 with group 64", "cols", [&] { run(bad, x, 1); });
   expect_argument_error(tally, "17 rows", "n_rows", [&] { run(good, x, 17); });
+  bad = good;
+  bad.codes += 1;
+  expect_argument_error(tally, "misaligned codes", "codes", [&] { run(bad, x, 1); });
+  bad = good;
+  bad.n_experts = 2;
+  expect_argument_error(tally, "affine_wx with 2 experts", "n_experts", [&] { run(bad, x, 1); });
   expect_argument_error(tally, "ld 100", "x.ld", [&] {
     run(good, Activations{buf.data(), ActType::F32, 100}, 1);
   });

@@ -70,6 +70,8 @@ int group_shift_of(const char* op, const AffineWeight& w) {
   if (w.codes == nullptr || w.scales == nullptr || w.biases == nullptr)
     bad_arg(op, "codes, scales and biases must be device pointers");
   if (w.n_experts < 1) bad_arg(op, "n_experts must be >= 1");
+  // Codes are read as 16-, 8- or 4-byte vectors; rows keep that alignment (cols is a multiple of 32).
+  if (reinterpret_cast<uintptr_t>(w.codes) % 16 != 0) bad_arg(op, "codes must be 16-byte aligned");
   return w.group == 32 ? 5 : w.group == 64 ? 6 : 7;
 }
 
@@ -147,6 +149,7 @@ void affine_wx(const AffineWeight& w, const Activations& x, int n_rows, float* y
                cudaStream_t stream) {
   constexpr const char* op = "affine_wx";
   const int shift = group_shift_of(op, w);
+  if (w.n_experts != 1) bad_arg(op, "n_experts must be 1 (point codes/scales/biases at the expert instead)");
   check_common(op, w.rows, w.cols, x, n_rows, y, ldy);
   with_bits(w.bits, [&](auto bits) {
     constexpr int B = decltype(bits)::value;
@@ -160,6 +163,7 @@ void dense_wx(const DenseBf16Weight& w, const Activations& x, int n_rows, float*
   constexpr const char* op = "dense_wx";
   if (w.values == nullptr) bad_arg(op, "values must be a device pointer");
   if (w.cols % 8 != 0) bad_arg(op, "cols must be a multiple of 8 (got " + std::to_string(w.cols) + ")");
+  if (reinterpret_cast<uintptr_t>(w.values) % 16 != 0) bad_arg(op, "values must be 16-byte aligned");
   check_common(op, w.rows, w.cols, x, n_rows, y, ldy);
   launch_window_any_x<detail::DenseBf16Unit>({w.values, w.cols}, w.rows, x, n_rows, y, ldy, stream, op);
 }

@@ -21,7 +21,8 @@ struct Activations {
 
 // MLX affine weight in device memory: `codes` [rows, cols*bits/32] little-endian bit stream of bits-wide
 // codes, `scales`/`biases` bf16 [rows, cols/group]; value = scale*q + bias. bits 2,3,4,5,6,8; group 32, 64,
-// 128. With n_experts > 1 the three arrays hold n_experts such matrices back to back ([E, rows, ...]).
+// 128. `codes` 16-byte aligned. For affine_wx_grouped the three arrays hold n_experts such matrices back to
+// back ([E, rows, ...]); affine_wx takes one (n_experts == 1).
 struct AffineWeight {
   const uint32_t* codes = nullptr;
   const uint16_t* scales = nullptr;
