@@ -72,7 +72,8 @@ std::vector<float> run_attn(const AttentionCase& c, const DeviceAttnWeights& w, 
     v.insert(v.end(), c.v.begin() + src * kvw, c.v.begin() + (src + cnt) * kvw);
     kbufs.push_back(upload(caches.keys[i]));
     vbufs.push_back(upload(caches.values[i]));
-    wins.push_back({rows, cnt, hw.pos0 + t0, hw.pos0 + hw.count, kbufs.back().as<float>(), vbufs.back().as<float>()});
+    wins.push_back(
+        {rows, cnt, hw.pos0 + t0, hw.pos0 + hw.count, kbufs.back().as<float>(), vbufs.back().as<float>()});
     rows += cnt;
     max_count = std::max(max_count, cnt);
   }
@@ -80,8 +81,8 @@ std::vector<float> run_attn(const AttentionCase& c, const DeviceAttnWeights& w, 
   DeviceBuffer out(rows * int64_t{s.nh} * s.hd * sizeof(float));
   out.fill_bytes(0xFF);
   AttentionRows r{d_qg.as<float>(), d_k.as<float>(), d_v.as<float>(), out.as<float>()};
-  attention_decode(s, w.view(), d_wins.as<AttentionWindow>(), static_cast<int>(wins.size()), max_count, r, rows,
-                   stream.get());
+  attention_decode(s, w.view(), d_wins.as<AttentionWindow>(), static_cast<int>(wins.size()), max_count, r,
+                   rows, stream.get());
   stream.synchronize();
   for (size_t j = 0; j < sel.size(); ++j) {
     caches.keys[sel[j]] = download<float>(kbufs[j], caches.keys[sel[j]].size());
@@ -94,7 +95,8 @@ bool same_bits(const std::vector<float>& x, const std::vector<float>& y) {
   return x.size() == y.size() && std::memcmp(x.data(), y.data(), x.size() * sizeof(float)) == 0;
 }
 
-void check_attention_shape(Tally& tally, const AttentionShape& s, const std::string& name, std::mt19937_64& rng) {
+void check_attention_shape(Tally& tally, const AttentionShape& s, const std::string& name,
+                           std::mt19937_64& rng) {
   const std::vector<int> counts = {1, 16, 3, 7, 2, 12, 5, 1}, prefixes = {0, 37, 1000, 5, 300, 64, 2000, 1};
   const AttentionCase c = random_attention_case(s, counts, prefixes, rng);
   const DeviceAttnWeights w(c);
@@ -114,14 +116,17 @@ void check_attention_shape(Tally& tally, const AttentionShape& s, const std::str
     const HostAttentionWindow& hw = c.windows[i];
     const float* got = full.data() + packed * ow;
     for (int64_t j = 0; j < hw.count * ow; ++j) finite = finite && std::isfinite(got[j]);
-    out_ratio = std::max(out_ratio, head_err_ratio(got, ref.out.data() + hw.row0 * ow, hw.count * int64_t{s.nh}, s.hd));
-    out_control = std::max(out_control,
-                           head_err_ratio(got, control.out.data() + hw.row0 * ow, hw.count * int64_t{s.nh}, s.hd));
+    out_ratio = std::max(out_ratio,
+                         head_err_ratio(got, ref.out.data() + hw.row0 * ow, hw.count * int64_t{s.nh}, s.hd));
+    out_control = std::max(
+        out_control, head_err_ratio(got, control.out.data() + hw.row0 * ow, hw.count * int64_t{s.nh}, s.hd));
     const float* new_keys = full_caches.keys[i].data() + int64_t{hw.pos0} * kvw;
-    key_ratio = std::max(key_ratio, head_err_ratio(new_keys, ref.new_keys[i].data(), hw.count * int64_t{s.nkv}, s.hd));
+    key_ratio = std::max(key_ratio,
+                         head_err_ratio(new_keys, ref.new_keys[i].data(), hw.count * int64_t{s.nkv}, s.hd));
     values_exact = values_exact && std::memcmp(full_caches.values[i].data() + int64_t{hw.pos0} * kvw,
                                                c.v.data() + int64_t{hw.row0} * kvw, hw.count * kvw * 4) == 0;
-    prefix_kept = prefix_kept && std::memcmp(full_caches.keys[i].data(), hw.keys.data(), hw.keys.size() * 4) == 0;
+    prefix_kept =
+        prefix_kept && std::memcmp(full_caches.keys[i].data(), hw.keys.data(), hw.keys.size() * 4) == 0;
     packed += hw.count;
   }
   std::printf("attention %-26s out err/bound %.4f (control %.1f)  new keys err/bound %.4f\n", name.c_str(),
@@ -129,8 +134,10 @@ void check_attention_shape(Tally& tally, const AttentionShape& s, const std::str
   tally.expect(finite, "attention " + name + ": every output written and finite");
   tally.expect(out_ratio <= 1.0, "attention " + name + ": output within the bound");
   tally.expect(key_ratio <= 1.0, "attention " + name + ": appended keys within the bound");
-  tally.expect(out_control > 1.0, "attention " + name + ": negative control (scores 1% off) exceeds the bound");
-  tally.expect(values_exact && prefix_kept, "attention " + name + ": values appended exactly, prefix untouched");
+  tally.expect(out_control > 1.0,
+               "attention " + name + ": negative control (scores 1% off) exceeds the bound");
+  tally.expect(values_exact && prefix_kept,
+               "attention " + name + ": values appended exactly, prefix untouched");
 
   bool alone_same = true;
   packed = 0;
@@ -138,7 +145,8 @@ void check_attention_shape(Tally& tally, const AttentionShape& s, const std::str
     HostCaches caches = initial_caches(c);
     const std::vector<float> one = run_attn(c, w, {i}, 0, 1 << 30, caches, stream);
     alone_same = alone_same && std::memcmp(one.data(), full.data() + packed * ow, one.size() * 4) == 0 &&
-                 same_bits(caches.keys[i], full_caches.keys[i]) && same_bits(caches.values[i], full_caches.values[i]);
+                 same_bits(caches.keys[i], full_caches.keys[i]) &&
+                 same_bits(caches.values[i], full_caches.values[i]);
     packed += c.windows[i].count;
   }
   tally.expect(alone_same, "attention " + name + ": each stream alone == inside the 8-stream launch (bits)");
@@ -165,10 +173,12 @@ void check_attention_shape(Tally& tally, const AttentionShape& s, const std::str
       const int64_t n = c.windows[i].count * ow;
       same = same && outs[i].size() == static_cast<size_t>(n) &&
              std::memcmp(outs[i].data(), full.data() + packed * ow, n * 4) == 0 &&
-             same_bits(caches.keys[i], full_caches.keys[i]) && same_bits(caches.values[i], full_caches.values[i]);
+             same_bits(caches.keys[i], full_caches.keys[i]) &&
+             same_bits(caches.values[i], full_caches.values[i]);
       packed += c.windows[i].count;
     }
-    tally.expect(same, "attention " + name + ": windows == steps of " + std::to_string(step) + " tokens (bits)");
+    tally.expect(same,
+                 "attention " + name + ": windows == steps of " + std::to_string(step) + " tokens (bits)");
   }
 }
 
@@ -196,8 +206,9 @@ void run_attention_checks(Tally& tally) {
 }
 
 void run_attention_bench(int reps) {
-  std::printf("\nAttention decode step, Flash Next shape (24 q / 2 kv heads, hd 256, rotary 64); one token per "
-              "stream; KV bytes = streams x context x 2 x 2 KB (f32)\n");
+  std::printf(
+      "\nAttention decode step, Flash Next shape (24 q / 2 kv heads, hd 256, rotary 64); one token per "
+      "stream; KV bytes = streams x context x 2 x 2 KB (f32)\n");
   std::printf("%8s %8s %10s %10s %8s\n", "streams", "context", "us/step", "KV GB/s", "%4.3TB");
   const AttentionShape s;
   std::mt19937_64 rng(13);

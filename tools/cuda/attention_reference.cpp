@@ -38,7 +38,8 @@ void norm_rope(const float* x, const float* w, const std::vector<float>& inv_fre
 std::vector<float> rope_inv_freq(int rd, double theta) {
   std::vector<float> f;
   for (int i = 0; i < rd / 2; ++i)
-    f.push_back(1.0f / std::pow(static_cast<float>(theta), static_cast<float>(2 * i) / static_cast<float>(rd)));
+    f.push_back(1.0f /
+                std::pow(static_cast<float>(theta), static_cast<float>(2 * i) / static_cast<float>(rd)));
   return f;
 }
 

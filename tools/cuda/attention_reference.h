@@ -1,8 +1,8 @@
 #pragma once
-// Host side of the attention decode checks: a random step (norm weights, RoPE table, rows, windows with cached
-// prefixes) and its float64 reference, the math of src/model/layers/attention.cpp without the indexer: RMSNorm,
-// RoPE with the f32 angle float(pos) * inv_freq (as torch and ds::Rope form it; cos/sin in double), softmax
-// over keys 0..pos, sigmoid gate.
+// Host side of the attention decode checks: a random step (norm weights, RoPE table, rows, windows with
+// cached prefixes) and its float64 reference, the math of src/model/layers/attention.cpp without the indexer:
+// RMSNorm, RoPE with the f32 angle float(pos) * inv_freq (as torch and ds::Rope form it; cos/sin in double),
+// softmax over keys 0..pos, sigmoid gate.
 #include <cstdint>
 #include <random>
 #include <vector>
@@ -32,8 +32,8 @@ AttentionCase random_attention_case(const AttentionShape& shape, const std::vect
                                     const std::vector<int>& prefixes, std::mt19937_64& rng);
 
 struct AttentionReference {
-  std::vector<double> out;                       // [n_rows, nh*hd]
-  std::vector<std::vector<double>> new_keys;     // per window [count, kv_width]: normalised, rotated
+  std::vector<double> out;                    // [n_rows, nh*hd]
+  std::vector<std::vector<double>> new_keys;  // per window [count, kv_width]: normalised, rotated
 };
 
 // score_factor scales every score (1.0 = the function; 1.01 = the negative control).

@@ -20,12 +20,14 @@ void run_checks(Tally& tally, bool quick);
 // Timings on the Flash Next shapes; prints a table.
 void run_bench(int reps);
 
-// The DeltaNet decode step (deltanet_checks.cpp): bound, negative control, streams alone == together, a window
+// The DeltaNet decode step (deltanet_checks.cpp): bound, negative control, streams alone == together, a
+// window
 // == its tokens step by step; and its timings at the Flash Next shape.
 void run_deltanet_checks(Tally& tally);
 void run_deltanet_bench(int reps);
 
-// The attention decode step (attention_checks.cpp): the same kinds of checks, and timings over context lengths.
+// The attention decode step (attention_checks.cpp): the same kinds of checks, and timings over context
+// lengths.
 void run_attention_checks(Tally& tally);
 void run_attention_bench(int reps);
 

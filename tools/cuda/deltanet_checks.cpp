@@ -1,5 +1,6 @@
 // Checks and timings of the DeltaNet decode step (backend/cuda/deltanet_decode.h) against the float64
-// reference: bound, negative control, streams alone == streams in one launch, a window == its tokens one by one.
+// reference: bound, negative control, streams alone == streams in one launch, a window == its tokens one by
+// one.
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -67,12 +68,13 @@ StepResult run_step(const DeltaNetCase& c, const DeviceWeights& w, const std::ve
     wins.push_back({rows, cnt, conv_bufs.back().as<float>(), state_bufs.back().as<float>()});
     rows += cnt;
   }
-  DeviceBuffer d_mixed = upload(mixed), d_z = upload(z), d_b = upload(b), d_a = upload(a), d_wins = upload(wins);
+  DeviceBuffer d_mixed = upload(mixed), d_z = upload(z), d_b = upload(b), d_a = upload(a),
+               d_wins = upload(wins);
   DeviceBuffer gates(rows * 2 * nv * sizeof(float)), core(rows * vd * sizeof(float));
   core.fill_bytes(0xFF);
   gates.fill_bytes(0xFF);
-  DeltaNetRows r{d_mixed.as<float>(), d_z.as<float>(), d_b.as<float>(), d_a.as<float>(), gates.as<float>(),
-                 core.as<float>()};
+  DeltaNetRows r{d_mixed.as<float>(), d_z.as<float>(),   d_b.as<float>(),
+                 d_a.as<float>(),     gates.as<float>(), core.as<float>()};
   deltanet_decode(s, w.view(), d_wins.as<DeltaNetWindow>(), static_cast<int>(wins.size()), r, rows,
                   stream.get());
   stream.synchronize();
@@ -118,9 +120,10 @@ void check_shape(Tally& tally, const DeltaNetShape& s, const std::string& name, 
     for (int64_t j = 0; j < hw.count * vd; ++j) finite = finite && std::isfinite(got[j]);
     core_ratio = std::max(core_ratio, head_err_ratio(got, want, hw.count * int64_t{s.nv}, s.dv));
     core_control = std::max(core_control, head_err_ratio(got, control.core.data() + int64_t{hw.row0} * vd,
-                                                             hw.count * int64_t{s.nv}, s.dv));
+                                                         hw.count * int64_t{s.nv}, s.dv));
     const int64_t heads = int64_t{s.nv} * s.dk;  // state rows of dv
-    state_ratio = std::max(state_ratio, head_err_ratio(full.states[i].data(), ref.states[i].data(), heads, s.dv));
+    state_ratio =
+        std::max(state_ratio, head_err_ratio(full.states[i].data(), ref.states[i].data(), heads, s.dv));
     state_control =
         std::max(state_control, head_err_ratio(full.states[i].data(), control.states[i].data(), heads, s.dv));
     conv_exact = conv_exact && same_bits(full.conv_states[i], ref.conv_states[i]);
@@ -131,7 +134,8 @@ void check_shape(Tally& tally, const DeltaNetShape& s, const std::string& name, 
   tally.expect(finite, "deltanet " + name + ": every core output written and finite");
   tally.expect(core_ratio <= 1.0, "deltanet " + name + ": core within the bound");
   tally.expect(state_ratio <= 1.0, "deltanet " + name + ": state within the bound");
-  tally.expect(core_control > 1.0, "deltanet " + name + ": negative control (beta 1% off) exceeds the core bound");
+  tally.expect(core_control > 1.0,
+               "deltanet " + name + ": negative control (beta 1% off) exceeds the core bound");
   tally.expect(state_control > 1.0, "deltanet " + name + ": negative control exceeds the state bound");
   tally.expect(conv_exact, "deltanet " + name + ": conv state = the last K-1 inputs, exactly");
 
@@ -142,12 +146,14 @@ void check_shape(Tally& tally, const DeltaNetShape& s, const std::string& name, 
     const StepResult one = run_step(c, w, {i}, 0, 1 << 30, conv0, st0, stream);
     const int64_t n = c.windows[i].count * vd;
     alone_same = alone_same && std::memcmp(one.core.data(), full.core.data() + packed * vd, n * 4) == 0 &&
-                 same_bits(one.states[i], full.states[i]) && same_bits(one.conv_states[i], full.conv_states[i]);
+                 same_bits(one.states[i], full.states[i]) &&
+                 same_bits(one.conv_states[i], full.conv_states[i]);
     packed += c.windows[i].count;
   }
   tally.expect(alone_same, "deltanet " + name + ": each stream alone == inside the 8-stream launch (bits)");
 
-  // A window == its tokens in successive steps of 1, and of 4 then the rest, bit for bit (all streams at once).
+  // A window == its tokens in successive steps of 1, and of 4 then the rest, bit for bit (all streams at
+  // once).
   for (int step : {1, 4}) {
     auto conv = conv0, st = st0;
     std::vector<std::vector<float>> cores(nw);
@@ -175,7 +181,8 @@ void check_shape(Tally& tally, const DeltaNetShape& s, const std::string& name, 
              same_bits(st[i], full.states[i]) && same_bits(conv[i], full.conv_states[i]);
       packed += c.windows[i].count;
     }
-    tally.expect(same, "deltanet " + name + ": windows == steps of " + std::to_string(step) + " tokens (bits)");
+    tally.expect(same,
+                 "deltanet " + name + ": windows == steps of " + std::to_string(step) + " tokens (bits)");
   }
 }
 
@@ -212,9 +219,11 @@ void run_deltanet_checks(Tally& tally) {
 }
 
 void run_deltanet_bench(int reps) {
-  std::printf("\nDeltaNet decode step, Flash Next shape (nk 16, nv 48, 128 x 128, K 4); state bytes read + written "
-              "per step = streams x 2 x 3.15 MB\n");
-  std::printf("%8s %7s %10s %12s %8s %12s\n", "streams", "window", "us/step", "state GB/s", "%4.3TB", "us/token");
+  std::printf(
+      "\nDeltaNet decode step, Flash Next shape (nk 16, nv 48, 128 x 128, K 4); state bytes read + written "
+      "per step = streams x 2 x 3.15 MB\n");
+  std::printf("%8s %7s %10s %12s %8s %12s\n", "streams", "window", "us/step", "state GB/s", "%4.3TB",
+              "us/token");
   const DeltaNetShape s;
   std::mt19937_64 rng(11);
   for (int streams : {1, 8, 32, 128}) {
@@ -237,8 +246,8 @@ void run_deltanet_bench(int reps) {
         wins.push_back({i * window, window, conv.as<float>() + i * (s.conv_kernel - 1) * cd,
                         state.as<float>() + i * state_n});
       DeviceBuffer d_wins = upload(wins);
-      DeltaNetRows r{d_mixed.as<float>(), d_z.as<float>(), d_ba.as<float>(), d_ba.as<float>(),
-                     gates.as<float>(), core.as<float>()};
+      DeltaNetRows r{d_mixed.as<float>(), d_z.as<float>(),   d_ba.as<float>(),
+                     d_ba.as<float>(),    gates.as<float>(), core.as<float>()};
       Stream stream;
       Event start, stop;
       auto launch = [&] {
@@ -251,8 +260,7 @@ void run_deltanet_bench(int reps) {
       stop.synchronize();
       const double us = 1000.0 * stop.ms_since(start) / reps;
       const double gbs = streams * 2.0 * state_n * 4 / (us * 1e3);
-      std::printf("%8d %7d %10.2f %12.0f %7.1f%% %12.3f\n", streams, window, us, gbs, gbs / 43.0,
-                  us / rows);
+      std::printf("%8d %7d %10.2f %12.0f %7.1f%% %12.3f\n", streams, window, us, gbs, gbs / 43.0, us / rows);
     }
   }
 }

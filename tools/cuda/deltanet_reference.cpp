@@ -34,7 +34,8 @@ double softplus(double x) {
 
 }  // namespace
 
-DeltaNetCase random_deltanet_case(const DeltaNetShape& s, const std::vector<int>& counts, std::mt19937_64& rng) {
+DeltaNetCase random_deltanet_case(const DeltaNetShape& s, const std::vector<int>& counts,
+                                  std::mt19937_64& rng) {
   DeltaNetCase c;
   c.shape = s;
   const int64_t cd = s.conv_dim(), vd = s.value_dim(), K = s.conv_kernel;

@@ -29,8 +29,8 @@ DeltaNetCase random_deltanet_case(const DeltaNetShape& shape, const std::vector<
                                   std::mt19937_64& rng);
 
 struct DeltaNetReference {
-  std::vector<double> core;                 // [n_rows, value_dim]
-  std::vector<std::vector<double>> states;  // per window [nv, dk, dv]
+  std::vector<double> core;                     // [n_rows, value_dim]
+  std::vector<std::vector<double>> states;      // per window [nv, dk, dv]
   std::vector<std::vector<float>> conv_states;  // per window: the last K-1 pre-conv rows (copies, exact)
 };
 

@@ -1,5 +1,6 @@
 // cuda_wx_check: correctness checks, then timings, of the CUDA kernels (weight products, DeltaNet decode,
-// attention decode, MoE routing). Exit code 1 when a check fails. Usage: cuda_wx_check [--quick] [--no-bench] [--reps N]
+// attention decode, MoE routing). Exit code 1 when a check fails. Usage: cuda_wx_check [--quick] [--no-bench]
+// [--reps N]
 #include <cstdio>
 #include <cstdlib>
 #include <exception>

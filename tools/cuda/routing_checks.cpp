@@ -22,8 +22,8 @@ namespace {
 constexpr double kRouteTol = 1.0 / 131072;
 
 // route_row in double on logits scaled by `factor` (1.0 = the function).
-void reference_route(const float* logits, int E, int k, bool renormalise, double factor, std::vector<int>& ids,
-                     std::vector<double>& w) {
+void reference_route(const float* logits, int E, int k, bool renormalise, double factor,
+                     std::vector<int>& ids, std::vector<double>& w) {
   std::vector<double> l(E);
   for (int e = 0; e < E; ++e) l[e] = logits[e] * factor;
   const double mx = *std::max_element(l.begin(), l.end());
@@ -81,8 +81,8 @@ void check_routing(Tally& tally, int E, int k, bool renormalise, std::mt19937_64
   bool alone_same = true;
   DeviceBuffer one_ids(k * 4), one_w(k * 4);
   for (int r = 0; r < n; ++r) {
-    moe_route(d_logits.as<float>() + int64_t{r} * E, 1, E, k, renormalise, one_ids.as<int32_t>(), one_w.as<float>(),
-              stream.get());
+    moe_route(d_logits.as<float>() + int64_t{r} * E, 1, E, k, renormalise, one_ids.as<int32_t>(),
+              one_w.as<float>(), stream.get());
     stream.synchronize();
     std::vector<int32_t> oi(k);
     std::vector<float> ow(k);
@@ -104,7 +104,7 @@ void check_routing(Tally& tally, int E, int k, bool renormalise, std::mt19937_64
 
 void run_routing_checks(Tally& tally) {
   std::mt19937_64 rng(17);
-  check_routing(tally, 512, 10, true, rng);   // Flash Next
+  check_routing(tally, 512, 10, true, rng);  // Flash Next
   check_routing(tally, 512, 10, false, rng);
   check_routing(tally, 60, 4, true, rng);     // E not a multiple of 32
   check_routing(tally, 1024, 32, true, rng);  // the limits

@@ -1,9 +1,8 @@
 // Gated attention decode (attention_decode.h). One block per (row, head): the key order each warp walks and
 // the merge of the warps depend on the row's key count alone, never on the other rows of the launch.
-#include "backend/cuda/attention_decode.h"
-
 #include <string>
 
+#include "backend/cuda/attention_decode.h"
 #include "backend/cuda/cuda_error.h"
 
 namespace ds::cuda {
@@ -45,7 +44,8 @@ __global__ void norm_rope_append_kernel(AttentionShape s, const AttentionWindow*
     float ss = 0.0f;
     for (int i = lane; i < s.hd; i += kWarp) ss = __fmaf_rn(src[i], src[i], ss);
     ss = warp_sum(ss);
-    const float inv = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(ss, static_cast<float>(s.hd)), s.rms_eps)));
+    const float inv =
+        __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(ss, static_cast<float>(s.hd)), s.rms_eps)));
     for (int i = lane; i < s.hd; i += kWarp) buf[i] = __fmul_rn(__fmul_rn(src[i], inv), norm[i]);
     __syncwarp();
     for (int i = lane; i < s.hd; i += kWarp) {
@@ -54,7 +54,8 @@ __global__ void norm_rope_append_kernel(AttentionShape s, const AttentionWindow*
         const int j = i < half ? i : i - half;  // the pair (j, j + half)
         const float angle = __fmul_rn(static_cast<float>(pos), w.inv_freq[j]);
         const float c = cosf(angle), sn = sinf(angle), a = buf[j], b = buf[j + half];
-        out = i < half ? __fsub_rn(__fmul_rn(a, c), __fmul_rn(b, sn)) : __fadd_rn(__fmul_rn(b, c), __fmul_rn(a, sn));
+        out = i < half ? __fsub_rn(__fmul_rn(a, c), __fmul_rn(b, sn))
+                       : __fadd_rn(__fmul_rn(b, c), __fmul_rn(a, sn));
       }
       dst[i] = out;
     }
@@ -67,8 +68,9 @@ __global__ void norm_rope_append_kernel(AttentionShape s, const AttentionWindow*
 // online softmax (running max m, sum l, accumulator per value dim); lane holds dims [lane*D, lane*D + D). The
 // warps meet as (w0 + w1) + (w2 + w3) after rescaling to the common max.
 template <int D>
-__global__ void __launch_bounds__(kAttendWarps * kWarp)
-    attend_kernel(AttentionShape s, const AttentionWindow* windows, AttentionRows r, int n_rows, float scale) {
+__global__ void __launch_bounds__(kAttendWarps* kWarp)
+    attend_kernel(AttentionShape s, const AttentionWindow* windows, AttentionRows r, int n_rows,
+                  float scale) {
   constexpr int hd = D * kWarp;
   __shared__ float m_sh[kAttendWarps], l_sh[kAttendWarps], acc_sh[kAttendWarps][hd];
   const AttentionWindow win = windows[blockIdx.z];
@@ -129,7 +131,8 @@ void fail(const std::string& what) {
 }  // namespace
 
 void attention_decode(const AttentionShape& s, const AttentionWeights& w, const AttentionWindow* windows,
-                      int n_windows, int max_count, const AttentionRows& rows, int n_rows, cudaStream_t stream) {
+                      int n_windows, int max_count, const AttentionRows& rows, int n_rows,
+                      cudaStream_t stream) {
   if (s.hd != 128 && s.hd != 256) fail("hd must be 128 or 256 (got " + std::to_string(s.hd) + ")");
   if (s.nkv <= 0 || s.nh <= 0 || s.nh % s.nkv != 0) fail("nh must be a positive multiple of nkv");
   if (s.rotary_dim < 0 || s.rotary_dim % 2 != 0 || s.rotary_dim > s.hd)
@@ -140,10 +143,11 @@ void attention_decode(const AttentionShape& s, const AttentionWeights& w, const 
   if (!windows || !rows.qg || !rows.k || !rows.v || !rows.out) fail("a row buffer pointer is null");
   const int prep_threads = 256;
   const size_t prep_shared = static_cast<size_t>(prep_threads / kWarp) * s.hd * sizeof(float);
-  norm_rope_append_kernel<<<dim3(max_count, n_windows), prep_threads, prep_shared, stream>>>(s, windows, rows, w,
-                                                                                            n_rows);
+  norm_rope_append_kernel<<<dim3(max_count, n_windows), prep_threads, prep_shared, stream>>>(s, windows, rows,
+                                                                                             w, n_rows);
   check_launch("attention_decode norm/rope/append");
-  // 1/sqrt(hd) is a power of two for hd 256 (exact); for 128 it is the f32 rounding of the CPU's double scale.
+  // 1/sqrt(hd) is a power of two for hd 256 (exact); for 128 it is the f32 rounding of the CPU's double
+  // scale.
   const float scale = static_cast<float>(1.0 / __builtin_sqrt(static_cast<double>(s.hd)));
   const dim3 grid(s.nh, max_count, n_windows);
   if (s.hd == 256) {

@@ -1,8 +1,8 @@
 #pragma once
 // Gated attention decode on the GPU (docs/backend-cuda.md): per row, centred RMSNorm of q and k per head,
 // partial RoPE (rotate-half on the first rotary_dim values, f32 angles as torch computes them), the K/V cache
-// append, softmax attention over the stream's cached keys (GQA) and the sigmoid output gate. The CPU reference
-// math is src/model/layers/attention.cpp (without the indexer's block selection).
+// append, softmax attention over the stream's cached keys (GQA) and the sigmoid output gate. The CPU
+// reference math is src/model/layers/attention.cpp (without the indexer's block selection).
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -46,10 +46,11 @@ struct AttentionRows {
   float* out = nullptr;
 };
 
-// Enqueues the step on `stream` (2 launches). windows: a device array of n_windows disjoint windows of at most
-// max_count tokens. A row's output bits depend only on its own q, gate and its stream's cache: not on the
-// other windows, nor on whether earlier tokens of the window ran in the same step.
+// Enqueues the step on `stream` (2 launches). windows: a device array of n_windows disjoint windows of at
+// most max_count tokens. A row's output bits depend only on its own q, gate and its stream's cache: not on
+// the other windows, nor on whether earlier tokens of the window ran in the same step.
 void attention_decode(const AttentionShape& shape, const AttentionWeights& w, const AttentionWindow* windows,
-                      int n_windows, int max_count, const AttentionRows& rows, int n_rows, cudaStream_t stream);
+                      int n_windows, int max_count, const AttentionRows& rows, int n_rows,
+                      cudaStream_t stream);
 
 }  // namespace ds::cuda

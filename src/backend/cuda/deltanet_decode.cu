@@ -1,10 +1,9 @@
 // Gated DeltaNet decode step (deltanet_decode.h). Every reduction has one fixed order that depends on the
 // shape alone; a stream's tokens run the same instructions whatever the window size or the other streams.
-#include "backend/cuda/deltanet_decode.h"
-
 #include <string>
 
 #include "backend/cuda/cuda_error.h"
+#include "backend/cuda/deltanet_decode.h"
 
 namespace ds::cuda {
 
@@ -81,7 +80,8 @@ __global__ void qk_norm_gates_kernel(DeltaNetShape s, float* mixed, const float*
   }
   for (int h = threadIdx.x; h < s.nv; h += blockDim.x) {
     gates[row * 2 * s.nv + h] = sigmoidf_exact(b[row * s.nv + h]);
-    const float decay_rate = __fmul_rn(-expf(a_log[h]), softplusf_exact(__fadd_rn(a[row * s.nv + h], dt_bias[h])));
+    const float decay_rate =
+        __fmul_rn(-expf(a_log[h]), softplusf_exact(__fadd_rn(a[row * s.nv + h], dt_bias[h])));
     gates[row * 2 * s.nv + s.nv + h] = decay_rate;
   }
 }
@@ -89,9 +89,9 @@ __global__ void qk_norm_gates_kernel(DeltaNetShape s, float* mixed, const float*
 // The delta rule for one (window, value head, 32 value columns): lane = column, warp w holds key rows
 // 32w..32w+31 of the state in registers for the whole window. Per token: S *= exp(g); u = k^T S;
 // S += k ((v - u) beta)^T; o = q^T S. Column sums meet as (w0 + w1) + (w2 + w3) in shared memory.
-__global__ void __launch_bounds__(128) delta_rule_kernel(DeltaNetShape s, DeltaNetWindow* windows,
-                                                         const float* mixed, const float* gates, float* core,
-                                                         int n_rows) {
+__global__ void __launch_bounds__(128)
+    delta_rule_kernel(DeltaNetShape s, DeltaNetWindow* windows, const float* mixed, const float* gates,
+                      float* core, int n_rows) {
   __shared__ float q_sh[kKeyRows], k_sh[kKeyRows], part[4][kColumnsPerBlock];
   const DeltaNetWindow win = windows[blockIdx.z];
   if (!window_ok(win, n_rows)) return;
@@ -146,7 +146,8 @@ __global__ void gated_norm_kernel(DeltaNetShape s, float* core, const float* z, 
     float ss = 0.0f;
     for (int i = lane; i < s.dv; i += kWarp) ss = __fmaf_rn(o[i], o[i], ss);
     ss = warp_sum(ss);
-    const float inv = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(ss, static_cast<float>(s.dv)), s.rms_eps)));
+    const float inv =
+        __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(ss, static_cast<float>(s.dv)), s.rms_eps)));
     for (int i = lane; i < s.dv; i += kWarp) {
       const float gate = s.gate_sigmoid ? sigmoidf_exact(zz[i]) : siluf_exact(zz[i]);
       o[i] = __fmul_rn(__fmul_rn(__fmul_rn(o[i], inv), norm[i]), gate);
@@ -175,15 +176,20 @@ void deltanet_decode(const DeltaNetShape& s, const DeltaNetWeights& w, const Del
   const int64_t cd = s.conv_dim();
   const dim3 conv_grid(static_cast<unsigned>((cd + 127) / 128), static_cast<unsigned>(n_windows));
   switch (s.conv_kernel) {
-    case 2: conv_silu_kernel<2><<<conv_grid, 128, 0, stream>>>(wins, rows.mixed, w.conv_taps, cd, n_rows); break;
-    case 3: conv_silu_kernel<3><<<conv_grid, 128, 0, stream>>>(wins, rows.mixed, w.conv_taps, cd, n_rows); break;
-    default: conv_silu_kernel<4><<<conv_grid, 128, 0, stream>>>(wins, rows.mixed, w.conv_taps, cd, n_rows);
+    case 2:
+      conv_silu_kernel<2><<<conv_grid, 128, 0, stream>>>(wins, rows.mixed, w.conv_taps, cd, n_rows);
+      break;
+    case 3:
+      conv_silu_kernel<3><<<conv_grid, 128, 0, stream>>>(wins, rows.mixed, w.conv_taps, cd, n_rows);
+      break;
+    default:
+      conv_silu_kernel<4><<<conv_grid, 128, 0, stream>>>(wins, rows.mixed, w.conv_taps, cd, n_rows);
   }
   check_launch("deltanet_decode conv");
   // q scale as the CPU forms it: 1 / sqrt(float(dk)).
   const float q_scale = 1.0f / __builtin_sqrtf(static_cast<float>(s.dk));
-  qk_norm_gates_kernel<<<n_rows, 256, 0, stream>>>(s, rows.mixed, rows.b, rows.a, w.a_log, w.dt_bias, rows.gates,
-                                                   q_scale);
+  qk_norm_gates_kernel<<<n_rows, 256, 0, stream>>>(s, rows.mixed, rows.b, rows.a, w.a_log, w.dt_bias,
+                                                   rows.gates, q_scale);
   check_launch("deltanet_decode qk norm");
   const dim3 rule_grid(static_cast<unsigned>(s.dv / kColumnsPerBlock), static_cast<unsigned>(s.nv),
                        static_cast<unsigned>(n_windows));

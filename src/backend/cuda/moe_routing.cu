@@ -1,11 +1,11 @@
-// MoE routing (moe_routing.h): one warp per row. Lane l holds experts l, l+32, ...; every reduction is a fixed
-// per-lane order then an xor butterfly over a commutative, associative combine, so all lanes agree bit for bit.
-#include "backend/cuda/moe_routing.h"
-
+// MoE routing (moe_routing.h): one warp per row. Lane l holds experts l, l+32, ...; every reduction is a
+// fixed per-lane order then an xor butterfly over a commutative, associative combine, so all lanes agree bit
+// for bit.
 #include <climits>
 #include <string>
 
 #include "backend/cuda/cuda_error.h"
+#include "backend/cuda/moe_routing.h"
 
 namespace ds::cuda {
 
@@ -20,8 +20,9 @@ __device__ __forceinline__ bool better(float v, int id, float best, int best_id)
   return best_id < 0 || v > best || (v == best && id < best_id);
 }
 
-__global__ void __launch_bounds__(kRowsPerBlock * kWarp)
-    route_kernel(const float* logits, int n_rows, int E, int k, bool renormalise, int32_t* ids, float* weights) {
+__global__ void __launch_bounds__(kRowsPerBlock* kWarp)
+    route_kernel(const float* logits, int n_rows, int E, int k, bool renormalise, int32_t* ids,
+                 float* weights) {
   const int row = blockIdx.x * kRowsPerBlock + threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   if (row >= n_rows) return;
   const float* l = logits + int64_t{row} * E;
