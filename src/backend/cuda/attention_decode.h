@@ -1,0 +1,56 @@
+#pragma once
+// Gated attention decode on the GPU (docs/backend-cuda.md): per row, centred RMSNorm of q and k per head,
+// partial RoPE (rotate-half on the first rotary_dim values, f32 angles as torch computes them), the K/V cache
+// append, softmax attention over the stream's cached keys (GQA) and the sigmoid output gate. The CPU
+// reference math is src/model/layers/attention.cpp (without the indexer's block selection).
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace ds::cuda {
+
+// hd 128 or 256; nh a multiple of nkv; rotary_dim even and <= hd.
+struct AttentionShape {
+  int nh = 24, nkv = 2, hd = 256, rotary_dim = 64;
+  float rms_eps = 1e-6f;
+  __host__ __device__ int64_t q_width() const { return int64_t{nh} * 2 * hd; }  // per head: q, then the gate
+  __host__ __device__ int64_t kv_width() const { return int64_t{nkv} * hd; }
+};
+
+// Device memory, fp32: q_norm, k_norm [hd] (effective weights, 1 + w for a centred norm); inv_freq
+// [rotary_dim / 2] as ds::Rope computes it on the host (1 / theta^(2i/rd) in f32).
+struct AttentionWeights {
+  const float* q_norm = nullptr;
+  const float* k_norm = nullptr;
+  const float* inv_freq = nullptr;
+};
+
+// One stream's window: rows row0 .. row0+count-1 at positions pos0 .. pos0+count-1; the caches [capacity,
+// kv_width] hold positions 0 .. pos0-1 and receive the window's keys and values. A window out of range of
+// n_rows or capacity (checked on the device) is skipped.
+struct AttentionWindow {
+  int32_t row0 = 0;
+  int32_t count = 0;
+  int32_t pos0 = 0;
+  int32_t capacity = 0;
+  float* keys = nullptr;
+  float* values = nullptr;
+};
+
+// qg [n_rows, q_width]: q and gate per head on entry; q is normalised and rotated in place. k, v [n_rows,
+// kv_width] (k is normalised and rotated into the cache). out [n_rows, nh*hd].
+struct AttentionRows {
+  float* qg = nullptr;
+  const float* k = nullptr;
+  const float* v = nullptr;
+  float* out = nullptr;
+};
+
+// Enqueues the step on `stream` (2 launches). windows: a device array of n_windows disjoint windows of at
+// most max_count tokens. A row's output bits depend only on its own q, gate and its stream's cache: not on
+// the other windows, nor on whether earlier tokens of the window ran in the same step.
+void attention_decode(const AttentionShape& shape, const AttentionWeights& w, const AttentionWindow* windows,
+                      int n_windows, int max_count, const AttentionRows& rows, int n_rows,
+                      cudaStream_t stream);
+
+}  // namespace ds::cuda

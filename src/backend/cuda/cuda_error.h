@@ -1,0 +1,38 @@
+#pragma once
+// CUDA failures as exceptions that name the operation and carry CUDA's own error string.
+#include <cuda_runtime.h>
+
+#include <stdexcept>
+#include <string>
+
+namespace ds::cuda {
+
+class CudaError : public std::runtime_error {
+ public:
+  CudaError(const std::string& op, cudaError_t code)
+      : std::runtime_error(op + ": " + cudaGetErrorName(code) + " (" + cudaGetErrorString(code) + ")"),
+        code_(code) {}
+  cudaError_t code() const { return code_; }
+
+ private:
+  cudaError_t code_;
+};
+
+// Throws CudaError naming `op` when `code` is not cudaSuccess.
+inline void check(cudaError_t code, const char* op) {
+  if (code != cudaSuccess) throw CudaError(op, code);
+}
+
+// After a kernel launch: a bad configuration shows up here, not at the next synchronisation.
+inline void check_launch(const char* op) {
+  check(cudaGetLastError(), op);
+}
+
+// Invalid arguments to a backend call (shape, alignment, encoding), named like ds::fail names them on the
+// CPU.
+class ArgumentError : public std::invalid_argument {
+ public:
+  using std::invalid_argument::invalid_argument;
+};
+
+}  // namespace ds::cuda

@@ -1,0 +1,202 @@
+// Gated DeltaNet decode step (deltanet_decode.h). Every reduction has one fixed order that depends on the
+// shape alone; a stream's tokens run the same instructions whatever the window size or the other streams.
+#include <string>
+
+#include "backend/cuda/cuda_error.h"
+#include "backend/cuda/deltanet_decode.h"
+
+namespace ds::cuda {
+
+namespace {
+
+constexpr int kWarp = 32;
+constexpr int kKeyRows = 128;  // dk: 4 warps x 32 key rows per block in the recurrence
+constexpr int kRowsPerWarp = kKeyRows / 4;
+constexpr int kColumnsPerBlock = 32;  // one value column per lane
+
+__device__ __forceinline__ float sigmoidf_exact(float x) {
+  return __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-x)));
+}
+__device__ __forceinline__ float siluf_exact(float x) {
+  return __fdiv_rn(x, __fadd_rn(1.0f, expf(-x)));
+}
+__device__ __forceinline__ float softplusf_exact(float x) {
+  return x > 20.0f ? x : log1pf(expf(x));
+}
+
+// Sum over the 32 lanes in a fixed xor butterfly; every lane ends with the same bits (a + b == b + a).
+__device__ __forceinline__ float warp_sum(float v) {
+  for (int m = 16; m >= 1; m >>= 1) v = __fadd_rn(v, __shfl_xor_sync(0xffffffffu, v, m));
+  return v;
+}
+
+__device__ __forceinline__ bool window_ok(const DeltaNetWindow& win, int n_rows) {
+  return win.count > 0 && win.row0 >= 0 && win.row0 + win.count <= n_rows;
+}
+
+// Causal depthwise conv + SiLU, one thread per (window, channel): taps in order over the K-1 history rows and
+// the window's rows; the last K-1 inputs become the history.
+template <int K>
+__global__ void conv_silu_kernel(DeltaNetWindow* windows, float* mixed, const float* taps, int64_t cd,
+                                 int n_rows) {
+  const DeltaNetWindow win = windows[blockIdx.y];
+  const int64_t ch = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
+  if (ch >= cd || !window_ok(win, n_rows)) return;
+  float tap[K], hist[K];  // hist[0..K-2]: previous inputs, oldest first
+#pragma unroll
+  for (int k = 0; k < K; ++k) tap[k] = taps[ch * K + k];
+#pragma unroll
+  for (int k = 0; k < K - 1; ++k) hist[k] = win.conv_state[k * cd + ch];
+  for (int t = 0; t < win.count; ++t) {
+    float* cell = mixed + (int64_t{win.row0} + t) * cd + ch;
+    hist[K - 1] = *cell;
+    float s = 0.0f;
+#pragma unroll
+    for (int k = 0; k < K; ++k) s = __fmaf_rn(tap[k], hist[k], s);
+    *cell = siluf_exact(s);
+#pragma unroll
+    for (int k = 0; k < K - 1; ++k) hist[k] = hist[k + 1];
+  }
+#pragma unroll
+  for (int k = 0; k < K - 1; ++k) win.conv_state[k * cd + ch] = hist[k];
+}
+
+// Per row: L2-normalise q and k per key head (q then scaled), one warp per head; beta and g per value head.
+__global__ void qk_norm_gates_kernel(DeltaNetShape s, float* mixed, const float* b, const float* a,
+                                     const float* a_log, const float* dt_bias, float* gates, float q_scale) {
+  const int64_t row = blockIdx.x;
+  float* m = mixed + row * s.conv_dim();
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp, n_warps = blockDim.x / kWarp;
+  for (int head = warp; head < 2 * s.nk; head += n_warps) {
+    float* x = m + int64_t{head} * s.dk;  // q heads, then k heads (k starts at key_dim = nk*dk)
+    float ss = 0.0f;
+    for (int i = lane; i < s.dk; i += kWarp) ss = __fmaf_rn(x[i], x[i], ss);
+    ss = warp_sum(ss);
+    const float inv = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(ss, 1e-6f)));
+    for (int i = lane; i < s.dk; i += kWarp) {
+      float v = __fmul_rn(x[i], inv);
+      x[i] = head < s.nk ? __fmul_rn(v, q_scale) : v;
+    }
+  }
+  for (int h = threadIdx.x; h < s.nv; h += blockDim.x) {
+    gates[row * 2 * s.nv + h] = sigmoidf_exact(b[row * s.nv + h]);
+    const float decay_rate =
+        __fmul_rn(-expf(a_log[h]), softplusf_exact(__fadd_rn(a[row * s.nv + h], dt_bias[h])));
+    gates[row * 2 * s.nv + s.nv + h] = decay_rate;
+  }
+}
+
+// The delta rule for one (window, value head, 32 value columns): lane = column, warp w holds key rows
+// 32w..32w+31 of the state in registers for the whole window. Per token: S *= exp(g); u = k^T S;
+// S += k ((v - u) beta)^T; o = q^T S. Column sums meet as (w0 + w1) + (w2 + w3) in shared memory.
+__global__ void __launch_bounds__(128)
+    delta_rule_kernel(DeltaNetShape s, DeltaNetWindow* windows, const float* mixed, const float* gates,
+                      float* core, int n_rows) {
+  __shared__ float q_sh[kKeyRows], k_sh[kKeyRows], part[4][kColumnsPerBlock];
+  const DeltaNetWindow win = windows[blockIdx.z];
+  if (!window_ok(win, n_rows)) return;
+  const int h = blockIdx.y, warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  const int c = blockIdx.x * kColumnsPerBlock + lane;
+  const int key_head = h / (s.nv / s.nk);
+  const int64_t cd = s.conv_dim(), kd = s.key_dim(), vd = s.value_dim();
+  float* S = win.state + int64_t{h} * kKeyRows * s.dv;
+  float st[kRowsPerWarp];
+  for (int i = 0; i < kRowsPerWarp; ++i) st[i] = S[int64_t{warp * kRowsPerWarp + i} * s.dv + c];
+  for (int t = 0; t < win.count; ++t) {
+    const int64_t row = int64_t{win.row0} + t;
+    const float* m = mixed + row * cd;
+    __syncthreads();  // the previous token is done with q_sh, k_sh, part
+    q_sh[threadIdx.x] = m[int64_t{key_head} * kKeyRows + threadIdx.x];
+    k_sh[threadIdx.x] = m[kd + int64_t{key_head} * kKeyRows + threadIdx.x];
+    const float v = m[2 * kd + int64_t{h} * s.dv + c];
+    const float beta = gates[row * 2 * s.nv + h];
+    const float alpha = expf(gates[row * 2 * s.nv + s.nv + h]);
+    __syncthreads();
+    float u = 0.0f;
+    for (int i = 0; i < kRowsPerWarp; ++i) {
+      st[i] = __fmul_rn(st[i], alpha);
+      u = __fmaf_rn(k_sh[warp * kRowsPerWarp + i], st[i], u);
+    }
+    part[warp][lane] = u;
+    __syncthreads();
+    u = __fadd_rn(__fadd_rn(part[0][lane], part[1][lane]), __fadd_rn(part[2][lane], part[3][lane]));
+    const float kv = __fmul_rn(__fsub_rn(v, u), beta);
+    float o = 0.0f;
+    for (int i = 0; i < kRowsPerWarp; ++i) {
+      st[i] = __fmaf_rn(k_sh[warp * kRowsPerWarp + i], kv, st[i]);
+      o = __fmaf_rn(q_sh[warp * kRowsPerWarp + i], st[i], o);
+    }
+    __syncthreads();  // every warp has read part's u
+    part[warp][lane] = o;
+    __syncthreads();
+    if (warp == 0)
+      core[row * vd + int64_t{h} * s.dv + c] =
+          __fadd_rn(__fadd_rn(part[0][lane], part[1][lane]), __fadd_rn(part[2][lane], part[3][lane]));
+  }
+  for (int i = 0; i < kRowsPerWarp; ++i) S[int64_t{warp * kRowsPerWarp + i} * s.dv + c] = st[i];
+}
+
+// Gated RMSNorm per (row, value head), one warp per head: o / sqrt(mean(o^2) + eps) * w * gate(z).
+__global__ void gated_norm_kernel(DeltaNetShape s, float* core, const float* z, const float* norm) {
+  const int64_t row = blockIdx.x;
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp, n_warps = blockDim.x / kWarp;
+  for (int h = warp; h < s.nv; h += n_warps) {
+    float* o = core + row * s.value_dim() + int64_t{h} * s.dv;
+    const float* zz = z + row * s.value_dim() + int64_t{h} * s.dv;
+    float ss = 0.0f;
+    for (int i = lane; i < s.dv; i += kWarp) ss = __fmaf_rn(o[i], o[i], ss);
+    ss = warp_sum(ss);
+    const float inv =
+        __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(ss, static_cast<float>(s.dv)), s.rms_eps)));
+    for (int i = lane; i < s.dv; i += kWarp) {
+      const float gate = s.gate_sigmoid ? sigmoidf_exact(zz[i]) : siluf_exact(zz[i]);
+      o[i] = __fmul_rn(__fmul_rn(__fmul_rn(o[i], inv), norm[i]), gate);
+    }
+  }
+}
+
+void fail(const std::string& what) {
+  throw ArgumentError("deltanet_decode: " + what);
+}
+
+}  // namespace
+
+void deltanet_decode(const DeltaNetShape& s, const DeltaNetWeights& w, const DeltaNetWindow* windows,
+                     int n_windows, const DeltaNetRows& rows, int n_rows, cudaStream_t stream) {
+  if (s.dk != kKeyRows) fail("dk must be 128 (got " + std::to_string(s.dk) + ")");
+  if (s.dv <= 0 || s.dv % kColumnsPerBlock != 0) fail("dv must be a positive multiple of 32");
+  if (s.nk <= 0 || s.nv <= 0 || s.nv % s.nk != 0) fail("nv must be a positive multiple of nk");
+  if (s.conv_kernel < 2 || s.conv_kernel > 4) fail("conv_kernel must be 2, 3 or 4");
+  if (n_windows <= 0 || n_rows <= 0) fail("n_windows and n_rows must be positive");
+  if (n_windows > 65535) fail("at most 65535 windows per launch");
+  if (!w.conv_taps || !w.a_log || !w.dt_bias || !w.norm) fail("a weight pointer is null");
+  if (!windows || !rows.mixed || !rows.z || !rows.b || !rows.a || !rows.gates || !rows.core)
+    fail("a row buffer pointer is null");
+  auto* wins = const_cast<DeltaNetWindow*>(windows);
+  const int64_t cd = s.conv_dim();
+  const dim3 conv_grid(static_cast<unsigned>((cd + 127) / 128), static_cast<unsigned>(n_windows));
+  switch (s.conv_kernel) {
+    case 2:
+      conv_silu_kernel<2><<<conv_grid, 128, 0, stream>>>(wins, rows.mixed, w.conv_taps, cd, n_rows);
+      break;
+    case 3:
+      conv_silu_kernel<3><<<conv_grid, 128, 0, stream>>>(wins, rows.mixed, w.conv_taps, cd, n_rows);
+      break;
+    default:
+      conv_silu_kernel<4><<<conv_grid, 128, 0, stream>>>(wins, rows.mixed, w.conv_taps, cd, n_rows);
+  }
+  check_launch("deltanet_decode conv");
+  // q scale as the CPU forms it: 1 / sqrt(float(dk)).
+  const float q_scale = 1.0f / __builtin_sqrtf(static_cast<float>(s.dk));
+  qk_norm_gates_kernel<<<n_rows, 256, 0, stream>>>(s, rows.mixed, rows.b, rows.a, w.a_log, w.dt_bias,
+                                                   rows.gates, q_scale);
+  check_launch("deltanet_decode qk norm");
+  const dim3 rule_grid(static_cast<unsigned>(s.dv / kColumnsPerBlock), static_cast<unsigned>(s.nv),
+                       static_cast<unsigned>(n_windows));
+  delta_rule_kernel<<<rule_grid, 128, 0, stream>>>(s, wins, rows.mixed, rows.gates, rows.core, n_rows);
+  check_launch("deltanet_decode delta rule");
+  gated_norm_kernel<<<n_rows, 256, 0, stream>>>(s, rows.core, rows.z, w.norm);
+  check_launch("deltanet_decode gated norm");
+}
+
+}  // namespace ds::cuda

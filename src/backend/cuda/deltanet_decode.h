@@ -1,0 +1,59 @@
+#pragma once
+// Gated DeltaNet decode step on the GPU (docs/backend-cuda.md): for windows of tokens of many streams in one
+// launch sequence, the causal conv + SiLU, q/k L2 norm, beta and the log decay, the per-token delta rule on
+// the fp32 state and the gated RMSNorm; the CPU reference math is src/model/layers/deltanet.cpp.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace ds::cuda {
+
+// The layer's shape. dk must be 128 (the 4 warps of a block own 32 key rows each), dv a multiple of 32,
+// nv a multiple of nk, conv_kernel 2..4.
+struct DeltaNetShape {
+  int nk = 16, nv = 48, dk = 128, dv = 128, conv_kernel = 4;
+  bool gate_sigmoid = true;  // output gate: sigmoid(z) (qwen4_exp) or silu(z) (qwen3_next)
+  float rms_eps = 1e-6f;
+  __host__ __device__ int64_t key_dim() const { return int64_t{nk} * dk; }
+  __host__ __device__ int64_t value_dim() const { return int64_t{nv} * dv; }
+  __host__ __device__ int64_t conv_dim() const { return 2 * key_dim() + value_dim(); }
+};
+
+// Layer weights in device memory, fp32: conv taps [conv_dim, conv_kernel]; a_log, dt_bias [nv]; the gated
+// norm's effective weight [dv].
+struct DeltaNetWeights {
+  const float* conv_taps = nullptr;
+  const float* a_log = nullptr;
+  const float* dt_bias = nullptr;
+  const float* norm = nullptr;
+};
+
+// One stream's window: rows row0 .. row0+count-1 of the step's rows, in token order. conv_state [K-1,
+// conv_dim] holds the stream's last K-1 pre-conv rows; state [nv, dk, dv] the recurrent state (row = key
+// index). Both are updated in place. A window out of range of n_rows (checked on the device) is skipped.
+struct DeltaNetWindow {
+  int32_t row0 = 0;
+  int32_t count = 0;
+  float* conv_state = nullptr;
+  float* state = nullptr;
+};
+
+// Per-row buffers of the step in device memory. mixed [n_rows, conv_dim] holds the qkv projection on entry
+// and is overwritten with the conv'd, normalised q|k|v; z [n_rows, value_dim]; b, a [n_rows, nv]; gates
+// [n_rows, 2*nv] is scratch (beta, then g); core [n_rows, value_dim] receives the gated-normed output.
+struct DeltaNetRows {
+  float* mixed = nullptr;
+  const float* z = nullptr;
+  const float* b = nullptr;
+  const float* a = nullptr;
+  float* gates = nullptr;
+  float* core = nullptr;
+};
+
+// Enqueues the step on `stream`: 4 launches. `windows` is a device array of n_windows disjoint windows. The
+// bits of a stream's outputs and states depend only on its own rows and states, not on the other windows,
+// and a window of L tokens gives the same bits as L successive one-token steps.
+void deltanet_decode(const DeltaNetShape& shape, const DeltaNetWeights& w, const DeltaNetWindow* windows,
+                     int n_windows, const DeltaNetRows& rows, int n_rows, cudaStream_t stream);
+
+}  // namespace ds::cuda

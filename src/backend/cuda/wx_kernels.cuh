@@ -1,0 +1,245 @@
+#pragma once
+// Device-side pieces of the weight products: weight decoders, activation loaders and the per-warp product.
+// Row invariance: every (row, output) result is one fp32 FMA chain per lane, in an order fixed by the
+// weight's shape (lane l takes units l, l+32, ...; a unit's columns in order), then a fixed xor butterfly
+// over the 32 lanes. Rows only ever share the decoded weights, never an accumulator; the window size only
+// decides how many rows ride along.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace ds::cuda::detail {
+
+constexpr int kWarpsPerBlock = 4;
+constexpr int kOutputsPerWarp = 4;
+
+__device__ __forceinline__ float bf16_bits_to_float(uint32_t v) {
+  return __uint_as_float(v << 16);
+}
+
+// Integer code (< 2^23) to float, exactly, without the quarter-rate I2F unit.
+__device__ __forceinline__ float code_to_float(uint32_t q) {
+  return __fsub_rn(__uint_as_float(q | 0x4B000000u), 8388608.0f);
+}
+
+// Loads `Words` consecutive 32-bit words at p (aligned to their natural vector) with the streaming hint:
+// weights are read once per product and should not push activations out of L1.
+template <int Words>
+__device__ __forceinline__ void load_words_streaming(const uint32_t* p, uint32_t (&w)[Words]) {
+  if constexpr (Words % 4 == 0) {
+#pragma unroll
+    for (int k = 0; k < Words / 4; ++k) {
+      const uint4 v = __ldcs(reinterpret_cast<const uint4*>(p) + k);
+      w[4 * k] = v.x;
+      w[4 * k + 1] = v.y;
+      w[4 * k + 2] = v.z;
+      w[4 * k + 3] = v.w;
+    }
+  } else if constexpr (Words % 2 == 0) {
+#pragma unroll
+    for (int k = 0; k < Words / 2; ++k) {
+      const uint2 v = __ldcs(reinterpret_cast<const uint2*>(p) + k);
+      w[2 * k] = v.x;
+      w[2 * k + 1] = v.y;
+    }
+  } else {
+#pragma unroll
+    for (int k = 0; k < Words; ++k) w[k] = __ldcs(p + k);
+  }
+}
+
+// MLX affine: a unit is 32 codes = Bits words, always inside one group (groups are 32, 64 or 128 wide).
+template <int Bits>
+struct AffineUnit {
+  static constexpr int kCols = 32;
+  static constexpr int kChunks = 4;  // chunks of 8 columns
+  struct Matrix {
+    const uint32_t* codes;
+    const uint16_t* scales;
+    const uint16_t* biases;
+    int64_t cols;
+    int group_shift;  // log2(group)
+  };
+
+  uint32_t w[Bits];
+  float scale;
+  float bias;
+
+  __device__ __forceinline__ void load(const Matrix& m, int64_t out_row, int64_t unit) {
+    load_words_streaming<Bits>(m.codes + out_row * (m.cols / 32 * Bits) + unit * Bits, w);
+    const int64_t g = out_row * (m.cols >> m.group_shift) + ((unit * 32) >> m.group_shift);
+    scale = bf16_bits_to_float(m.scales[g]);
+    bias = bf16_bits_to_float(m.biases[g]);
+  }
+
+  // Values of the unit's columns chunk*8 .. chunk*8+7: fma(scale, q, bias), one rounding of the exact value.
+  __device__ __forceinline__ void decode(int chunk, float (&out)[8]) const {
+#pragma unroll
+    for (int t = 0; t < 8; ++t) {
+      const int bit = (chunk * 8 + t) * Bits;
+      const int wi = bit >> 5;
+      const int sh = bit & 31;
+      const int next = wi + 1 < Bits ? wi + 1 : Bits - 1;
+      const uint32_t raw = sh + Bits <= 32 ? (w[wi] >> sh) : __funnelshift_r(w[wi], w[next], sh);
+      out[t] = __fmaf_rn(scale, code_to_float(raw & ((1u << Bits) - 1u)), bias);
+    }
+  }
+};
+
+// Dense bf16: a unit is 8 columns (16 bytes); bf16 -> float is exact.
+struct DenseBf16Unit {
+  static constexpr int kCols = 8;
+  static constexpr int kChunks = 1;
+  struct Matrix {
+    const uint16_t* values;
+    int64_t cols;
+  };
+
+  uint4 v;
+
+  __device__ __forceinline__ void load(const Matrix& m, int64_t out_row, int64_t unit) {
+    v = __ldcs(reinterpret_cast<const uint4*>(m.values + out_row * m.cols) + unit);
+  }
+  __device__ __forceinline__ void decode(int, float (&out)[8]) const {
+    const uint32_t p[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      out[2 * k] = __uint_as_float(p[k] << 16);
+      out[2 * k + 1] = __uint_as_float(p[k] & 0xFFFF0000u);
+    }
+  }
+};
+
+struct F32Rows {
+  const float* p;
+  int64_t ld;
+  __device__ __forceinline__ void load8(int64_t row, int64_t col, float (&out)[8]) const {
+    const float4* q = reinterpret_cast<const float4*>(p + row * ld + col);
+    const float4 a = q[0];
+    const float4 b = q[1];
+    out[0] = a.x, out[1] = a.y, out[2] = a.z, out[3] = a.w;
+    out[4] = b.x, out[5] = b.y, out[6] = b.z, out[7] = b.w;
+  }
+};
+
+struct Bf16Rows {
+  const uint16_t* p;
+  int64_t ld;
+  __device__ __forceinline__ void load8(int64_t row, int64_t col, float (&out)[8]) const {
+    const uint4 v = *reinterpret_cast<const uint4*>(p + row * ld + col);
+    const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      out[2 * k] = __uint_as_float(w[k] << 16);
+      out[2 * k + 1] = __uint_as_float(w[k] & 0xFFFF0000u);
+    }
+  }
+};
+
+// Column slices of one product: 1, or kWarpsPerBlock when the weight has many columns and few rows (then the
+// block's warps split the columns and a product that would leave the GPU idle gets 4x the warps). A function
+// of the weight's shape alone, so it never depends on the window.
+template <class Unit>
+__host__ __device__ __forceinline__ int column_slices(int64_t rows, int64_t cols) {
+  return cols / Unit::kCols >= 64 && rows <= 32768 ? kWarpsPerBlock : 1;
+}
+
+// Rows x[row0 .. row0+n_rows-1] (n_rows <= R) times outputs o0 .. o0+kOutputsPerWarp-1 (those < n_out), over
+// the columns of slice `slice` of `slices`: lane l of the slice takes units slice*32 + l, then every
+// 32*slices-th unit. Returns each (row, output) sum over the slice in acc (every lane holds the same bits).
+template <class Unit, class Rows, int R>
+__device__ __forceinline__ void slice_product(const typename Unit::Matrix& m, int64_t n_out, int64_t o0,
+                                              const Rows& rows, int64_t x_row0, int n_rows, int slice,
+                                              int slices, float (&acc)[R][kOutputsPerWarp]) {
+  constexpr int NO = kOutputsPerWarp;
+  const int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int r = 0; r < R; ++r)
+#pragma unroll
+    for (int o = 0; o < NO; ++o) acc[r][o] = 0.0f;
+
+  const int64_t units = m.cols / Unit::kCols;
+  const int64_t stride = 32 * slices;
+  int64_t u = slice * 32 + lane;
+  Unit cur[NO];
+  if (u < units) {
+#pragma unroll
+    for (int o = 0; o < NO; ++o) cur[o].load(m, o0 + o < n_out ? o0 + o : n_out - 1, u);
+  }
+  for (; u < units; u += stride) {
+    // The next unit's loads go out before this one's arithmetic, so two units per lane are in flight.
+    Unit next[NO];
+    if (u + stride < units) {
+#pragma unroll
+      for (int o = 0; o < NO; ++o) next[o].load(m, o0 + o < n_out ? o0 + o : n_out - 1, u + stride);
+    }
+#pragma unroll
+    for (int c = 0; c < Unit::kChunks; ++c) {
+      float w[NO][8];
+#pragma unroll
+      for (int o = 0; o < NO; ++o) cur[o].decode(c, w[o]);
+      const int64_t col = u * Unit::kCols + c * 8;
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        if (r < n_rows) {
+          float xv[8];
+          rows.load8(x_row0 + r, col, xv);
+#pragma unroll
+          for (int o = 0; o < NO; ++o)
+#pragma unroll
+            for (int t = 0; t < 8; ++t) acc[r][o] = __fmaf_rn(xv[t], w[o][t], acc[r][o]);
+        }
+      }
+    }
+#pragma unroll
+    for (int o = 0; o < NO; ++o) cur[o] = next[o];
+  }
+  // Fixed xor butterfly: a + b == b + a, so every lane ends with the same bits.
+#pragma unroll
+  for (int r = 0; r < R; ++r)
+#pragma unroll
+    for (int o = 0; o < NO; ++o)
+#pragma unroll
+      for (int mask = 16; mask > 0; mask >>= 1)
+        acc[r][o] = __fadd_rn(acc[r][o], __shfl_xor_sync(0xFFFFFFFFu, acc[r][o], mask));
+}
+
+// One block of kWarpsPerBlock warps: with one slice each warp owns its own outputs; with kWarpsPerBlock
+// slices the warps share outputs and their sums meet in shared memory as (s0 + s1) + (s2 + s3).
+template <class Unit, class Rows, int R>
+__device__ __forceinline__ void block_product(const typename Unit::Matrix& m, int64_t n_out, const Rows& rows,
+                                              int64_t x_row0, int n_rows, float* y, int64_t ldy) {
+  constexpr int NO = kOutputsPerWarp;
+  const int warp = threadIdx.x / 32;
+  const int lane = threadIdx.x & 31;
+  const int slices = column_slices<Unit>(n_out, m.cols);
+  const int64_t o0 =
+      slices == 1 ? (int64_t(blockIdx.x) * kWarpsPerBlock + warp) * NO : int64_t(blockIdx.x) * NO;
+  if (o0 >= n_out) return;  // uniform over the warp, and over the block when it shares outputs
+  float acc[R][NO];
+  slice_product<Unit, Rows, R>(m, n_out, o0, rows, x_row0, n_rows, slices == 1 ? 0 : warp, slices, acc);
+  if (slices > 1) {
+    __shared__ float part[kWarpsPerBlock][R][NO];
+    if (lane == 0) {
+#pragma unroll
+      for (int r = 0; r < R; ++r)
+#pragma unroll
+        for (int o = 0; o < NO; ++o) part[warp][r][o] = acc[r][o];
+    }
+    __syncthreads();
+    if (warp != 0) return;
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+      for (int o = 0; o < NO; ++o)
+        acc[r][o] =
+            __fadd_rn(__fadd_rn(part[0][r][o], part[1][r][o]), __fadd_rn(part[2][r][o], part[3][r][o]));
+  }
+#pragma unroll
+  for (int r = 0; r < R; ++r)
+#pragma unroll
+    for (int o = 0; o < NO; ++o)
+      if (r < n_rows && o0 + o < n_out && lane == ((r * NO + o) & 31)) y[r * ldy + o0 + o] = acc[r][o];
+}
+
+}  // namespace ds::cuda::detail

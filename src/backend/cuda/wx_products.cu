@@ -1,0 +1,199 @@
+// Launch side of the weight products: argument checks, window-size tiers and kernel dispatch.
+#include <cstdint>
+#include <string>
+
+#include "backend/cuda/cuda_error.h"
+#include "backend/cuda/wx_kernels.cuh"
+#include "backend/cuda/wx_products.h"
+
+namespace ds::cuda {
+namespace {
+
+using detail::kOutputsPerWarp;
+using detail::kWarpsPerBlock;
+
+template <class Unit, class Rows, int R>
+__global__ void __launch_bounds__(kWarpsPerBlock * 32)
+    window_kernel(typename Unit::Matrix m, int64_t n_out, Rows rows, int n_rows, float* y, int64_t ldy) {
+  detail::block_product<Unit, Rows, R>(m, n_out, rows, 0, n_rows, y, ldy);
+}
+
+// blockIdx.y is the pair; each pair is a one-row product of its expert, so it matches affine_wx bit for bit.
+template <int Bits, class Rows>
+__global__ void __launch_bounds__(kWarpsPerBlock * 32)
+    grouped_kernel(typename detail::AffineUnit<Bits>::Matrix m, int64_t n_out, int64_t n_experts,
+                   int64_t n_x_rows, const ExpertRow* pairs, Rows rows, float* y, int64_t ldy) {
+  const ExpertRow pr = pairs[blockIdx.y];
+  float* y_row = y + int64_t(blockIdx.y) * ldy;
+  if (pr.expert < 0 || pr.expert >= n_experts || pr.row < 0 || pr.row >= n_x_rows) {
+    // A bad pair cannot throw from the device: its outputs become NaN, visibly wrong.
+    for (int64_t o = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; o < n_out;
+         o += int64_t(gridDim.x) * blockDim.x)
+      y_row[o] = __int_as_float(0x7FC00000);
+    return;
+  }
+  typename detail::AffineUnit<Bits>::Matrix me = m;
+  const int64_t e = pr.expert;
+  me.codes += e * n_out * (m.cols / 32 * Bits);
+  me.scales += e * n_out * (m.cols >> m.group_shift);
+  me.biases += e * n_out * (m.cols >> m.group_shift);
+  detail::block_product<detail::AffineUnit<Bits>, Rows, 1>(me, n_out, rows, pr.row, 1, y_row, ldy);
+}
+
+[[noreturn]] void bad_arg(const char* op, const std::string& what) {
+  throw ArgumentError(std::string(op) + ": " + what);
+}
+
+void check_common(const char* op, int64_t rows, int64_t cols, const Activations& x, int n_rows,
+                  const float* y, int64_t ldy) {
+  if (rows <= 0 || cols <= 0)
+    bad_arg(op, "weight shape must be positive (rows " + std::to_string(rows) + ", cols " +
+                    std::to_string(cols) + ")");
+  if (n_rows < 1 || n_rows > kMaxWindowRows)
+    bad_arg(op,
+            "n_rows must be 1.." + std::to_string(kMaxWindowRows) + " (got " + std::to_string(n_rows) + ")");
+  if (x.data == nullptr || y == nullptr) bad_arg(op, "x and y must be device pointers");
+  if (reinterpret_cast<uintptr_t>(x.data) % 16 != 0) bad_arg(op, "x must be 16-byte aligned");
+  if (x.ld < cols || x.ld % 8 != 0)
+    bad_arg(op, "x.ld must be >= cols and a multiple of 8 (got " + std::to_string(x.ld) + ")");
+  if (ldy < rows) bad_arg(op, "ldy must be >= the weight's rows (got " + std::to_string(ldy) + ")");
+}
+
+int group_shift_of(const char* op, const AffineWeight& w) {
+  if (w.bits != 2 && w.bits != 3 && w.bits != 4 && w.bits != 5 && w.bits != 6 && w.bits != 8)
+    bad_arg(op, "bits must be 2, 3, 4, 5, 6 or 8 (got " + std::to_string(w.bits) + ")");
+  if (w.group != 32 && w.group != 64 && w.group != 128)
+    bad_arg(op, "group must be 32, 64 or 128 (got " + std::to_string(w.group) + ")");
+  if (w.cols % w.group != 0)
+    bad_arg(op, "cols must be a multiple of the group size (cols " + std::to_string(w.cols) + ", group " +
+                    std::to_string(w.group) + ")");
+  if (w.codes == nullptr || w.scales == nullptr || w.biases == nullptr)
+    bad_arg(op, "codes, scales and biases must be device pointers");
+  if (w.n_experts < 1) bad_arg(op, "n_experts must be >= 1");
+  // Codes are read as 16-, 8- or 4-byte vectors; rows keep that alignment (cols is a multiple of 32).
+  if (reinterpret_cast<uintptr_t>(w.codes) % 16 != 0) bad_arg(op, "codes must be 16-byte aligned");
+  return w.group == 32 ? 5 : w.group == 64 ? 6 : 7;
+}
+
+// Outputs per block: kOutputsPerWarp per warp, or kOutputsPerWarp per block when its warps split the columns.
+template <class Unit>
+int64_t blocks_for(int64_t n_out, int64_t cols) {
+  const int64_t per_block =
+      int64_t(kWarpsPerBlock / detail::column_slices<Unit>(n_out, cols)) * kOutputsPerWarp;
+  return (n_out + per_block - 1) / per_block;
+}
+
+// Window sizes run in tiers 1, 2, 4, 8, 16; a smaller window inside a tier skips the missing rows, so a row's
+// arithmetic is the same in every tier.
+template <class Unit, class Rows>
+void launch_window(const typename Unit::Matrix& m, int64_t n_out, const Rows& rows, int n_rows, float* y,
+                   int64_t ldy, cudaStream_t stream, const char* op) {
+  const dim3 grid(static_cast<unsigned>(blocks_for<Unit>(n_out, m.cols)));
+  const dim3 block(kWarpsPerBlock * 32);
+  if (n_rows <= 1)
+    window_kernel<Unit, Rows, 1><<<grid, block, 0, stream>>>(m, n_out, rows, n_rows, y, ldy);
+  else if (n_rows <= 2)
+    window_kernel<Unit, Rows, 2><<<grid, block, 0, stream>>>(m, n_out, rows, n_rows, y, ldy);
+  else if (n_rows <= 4)
+    window_kernel<Unit, Rows, 4><<<grid, block, 0, stream>>>(m, n_out, rows, n_rows, y, ldy);
+  else if (n_rows <= 8)
+    window_kernel<Unit, Rows, 8><<<grid, block, 0, stream>>>(m, n_out, rows, n_rows, y, ldy);
+  else
+    window_kernel<Unit, Rows, 16><<<grid, block, 0, stream>>>(m, n_out, rows, n_rows, y, ldy);
+  check_launch(op);
+}
+
+template <class Unit>
+void launch_window_any_x(const typename Unit::Matrix& m, int64_t n_out, const Activations& x, int n_rows,
+                         float* y, int64_t ldy, cudaStream_t stream, const char* op) {
+  if (x.type == ActType::F32)
+    launch_window<Unit>(m, n_out, detail::F32Rows{static_cast<const float*>(x.data), x.ld}, n_rows, y, ldy,
+                        stream, op);
+  else
+    launch_window<Unit>(m, n_out, detail::Bf16Rows{static_cast<const uint16_t*>(x.data), x.ld}, n_rows, y,
+                        ldy, stream, op);
+}
+
+template <int Bits>
+typename detail::AffineUnit<Bits>::Matrix affine_matrix(const AffineWeight& w, int shift) {
+  return {w.codes, w.scales, w.biases, w.cols, shift};
+}
+
+template <class Fn>
+void with_bits(int bits, Fn&& fn) {
+  switch (bits) {
+    case 2:
+      fn(std::integral_constant<int, 2>{});
+      break;
+    case 3:
+      fn(std::integral_constant<int, 3>{});
+      break;
+    case 4:
+      fn(std::integral_constant<int, 4>{});
+      break;
+    case 5:
+      fn(std::integral_constant<int, 5>{});
+      break;
+    case 6:
+      fn(std::integral_constant<int, 6>{});
+      break;
+    default:
+      fn(std::integral_constant<int, 8>{});
+      break;
+  }
+}
+
+}  // namespace
+
+void affine_wx(const AffineWeight& w, const Activations& x, int n_rows, float* y, int64_t ldy,
+               cudaStream_t stream) {
+  constexpr const char* op = "affine_wx";
+  const int shift = group_shift_of(op, w);
+  if (w.n_experts != 1) bad_arg(op, "n_experts must be 1 (point codes/scales/biases at the expert instead)");
+  check_common(op, w.rows, w.cols, x, n_rows, y, ldy);
+  with_bits(w.bits, [&](auto bits) {
+    constexpr int B = decltype(bits)::value;
+    launch_window_any_x<detail::AffineUnit<B>>(affine_matrix<B>(w, shift), w.rows, x, n_rows, y, ldy, stream,
+                                               op);
+  });
+}
+
+void dense_wx(const DenseBf16Weight& w, const Activations& x, int n_rows, float* y, int64_t ldy,
+              cudaStream_t stream) {
+  constexpr const char* op = "dense_wx";
+  if (w.values == nullptr) bad_arg(op, "values must be a device pointer");
+  if (w.cols % 8 != 0) bad_arg(op, "cols must be a multiple of 8 (got " + std::to_string(w.cols) + ")");
+  if (reinterpret_cast<uintptr_t>(w.values) % 16 != 0) bad_arg(op, "values must be 16-byte aligned");
+  check_common(op, w.rows, w.cols, x, n_rows, y, ldy);
+  launch_window_any_x<detail::DenseBf16Unit>({w.values, w.cols}, w.rows, x, n_rows, y, ldy, stream, op);
+}
+
+void affine_wx_grouped(const AffineWeight& w, const ExpertRow* pairs, int n_pairs, const Activations& x,
+                       int n_x_rows, float* y, int64_t ldy, cudaStream_t stream) {
+  constexpr const char* op = "affine_wx_grouped";
+  const int shift = group_shift_of(op, w);
+  check_common(op, w.rows, w.cols, x, 1, y, ldy);
+  if (pairs == nullptr) bad_arg(op, "pairs must be a device pointer");
+  if (n_pairs < 0 || n_pairs > 65535)
+    bad_arg(op, "n_pairs must be 0..65535 (got " + std::to_string(n_pairs) + ")");
+  if (n_x_rows < 1) bad_arg(op, "n_x_rows must be >= 1");
+  if (n_pairs == 0) return;
+  const dim3 block(kWarpsPerBlock * 32);
+  with_bits(w.bits, [&](auto bits) {
+    constexpr int B = decltype(bits)::value;
+    const dim3 grid(static_cast<unsigned>(blocks_for<detail::AffineUnit<B>>(w.rows, w.cols)),
+                    static_cast<unsigned>(n_pairs));
+    const auto m = affine_matrix<B>(w, shift);
+    if (x.type == ActType::F32)
+      grouped_kernel<B, detail::F32Rows>
+          <<<grid, block, 0, stream>>>(m, w.rows, w.n_experts, n_x_rows, pairs,
+                                       detail::F32Rows{static_cast<const float*>(x.data), x.ld}, y, ldy);
+    else
+      grouped_kernel<B, detail::Bf16Rows>
+          <<<grid, block, 0, stream>>>(m, w.rows, w.n_experts, n_x_rows, pairs,
+                                       detail::Bf16Rows{static_cast<const uint16_t*>(x.data), x.ld}, y, ldy);
+  });
+  check_launch(op);
+}
+
+}  // namespace ds::cuda

@@ -1,0 +1,62 @@
+#pragma once
+// Weight x activation products on the GPU for decode windows of 1-16 rows (docs/backend-cuda.md):
+// y[r*ldy + o] = sum_i W[o,i] * x[r*x.ld + i], fp32 accumulation, row invariant by construction.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace ds::cuda {
+
+constexpr int kMaxWindowRows = 16;
+
+enum class ActType { F32, BF16 };
+
+// Rows of activations in device memory: row r starts at data + r*ld elements (ld a multiple of 8, data
+// 16-byte aligned).
+struct Activations {
+  const void* data = nullptr;
+  ActType type = ActType::F32;
+  int64_t ld = 0;
+};
+
+// MLX affine weight in device memory: `codes` [rows, cols*bits/32] little-endian bit stream of bits-wide
+// codes, `scales`/`biases` bf16 [rows, cols/group]; value = scale*q + bias. bits 2,3,4,5,6,8; group 32, 64,
+// 128. `codes` 16-byte aligned. For affine_wx_grouped the three arrays hold n_experts such matrices back to
+// back ([E, rows, ...]); affine_wx takes one (n_experts == 1).
+struct AffineWeight {
+  const uint32_t* codes = nullptr;
+  const uint16_t* scales = nullptr;
+  const uint16_t* biases = nullptr;
+  int64_t rows = 0;
+  int64_t cols = 0;
+  int bits = 4;
+  int group = 64;
+  int64_t n_experts = 1;
+};
+
+// Dense bf16 weight [rows, cols] in device memory (cols a multiple of 8).
+struct DenseBf16Weight {
+  const uint16_t* values = nullptr;
+  int64_t rows = 0;
+  int64_t cols = 0;
+};
+
+// One row of a grouped expert product: y row p = expert `expert` applied to x row `row`.
+struct ExpertRow {
+  int32_t expert;
+  int32_t row;
+};
+
+// y = x W^T for n_rows in 1..16, enqueued on `stream`. The bits of y[r, o] depend only on x row r and W.
+void affine_wx(const AffineWeight& w, const Activations& x, int n_rows, float* y, int64_t ldy,
+               cudaStream_t stream);
+void dense_wx(const DenseBf16Weight& w, const Activations& x, int n_rows, float* y, int64_t ldy,
+              cudaStream_t stream);
+
+// Grouped expert products in one launch: for each p < n_pairs, y[p*ldy + o] = sum_i W_e[o,i] * x[row*ld + i]
+// with (e, row) = pairs[p] (`pairs` in device memory, row < n_x_rows). Each result equals affine_wx of that
+// expert on that row alone, bit for bit. A pair out of range (checked on the device) yields NaN outputs.
+void affine_wx_grouped(const AffineWeight& w, const ExpertRow* pairs, int n_pairs, const Activations& x,
+                       int n_x_rows, float* y, int64_t ldy, cudaStream_t stream);
+
+}  // namespace ds::cuda

@@ -1,0 +1,38 @@
+#pragma once
+// Correctness checks and timings of the CUDA weight products (run by cuda_wx_check's main).
+#include <string>
+#include <vector>
+
+namespace ds::cuda::wxcheck {
+
+// Counts and a short log of what failed; every check adds to it.
+struct Tally {
+  int passed = 0;
+  int failed = 0;
+  std::vector<std::string> failures;
+  void expect(bool ok, const std::string& what);
+};
+
+// Each kernel against the float64 reference within its bound, a negative control, rows alone == rows in every
+// window, poisoned outputs, grouped == one-row products, and argument errors.
+void run_checks(Tally& tally, bool quick);
+
+// Timings on the Flash Next shapes; prints a table.
+void run_bench(int reps);
+
+// The DeltaNet decode step (deltanet_checks.cpp): bound, negative control, streams alone == together, a
+// window
+// == its tokens step by step; and its timings at the Flash Next shape.
+void run_deltanet_checks(Tally& tally);
+void run_deltanet_bench(int reps);
+
+// The attention decode step (attention_checks.cpp): the same kinds of checks, and timings over context
+// lengths.
+void run_attention_checks(Tally& tally);
+void run_attention_bench(int reps);
+
+// MoE routing (routing_checks.cpp): experts and order exact, weights within the bound, rows alone == batch.
+void run_routing_checks(Tally& tally);
+void run_routing_bench(int reps);
+
+}  // namespace ds::cuda::wxcheck

@@ -1,0 +1,268 @@
+// Checks and timings of the DeltaNet decode step (backend/cuda/deltanet_decode.h) against the float64
+// reference: bound, negative control, streams alone == streams in one launch, a window == its tokens one by
+// one.
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+#include "backend/cuda/device_buffer.h"
+#include "backend/cuda/stream.h"
+#include "checks.h"
+#include "deltanet_reference.h"
+
+namespace ds::cuda::wxcheck {
+
+namespace {
+
+template <class T>
+DeviceBuffer upload(const std::vector<T>& v) {
+  DeviceBuffer b(std::max<size_t>(v.size(), 1) * sizeof(T));
+  if (!v.empty()) b.upload(v.data(), v.size() * sizeof(T));
+  return b;
+}
+
+template <class T>
+std::vector<T> download(const DeviceBuffer& b, size_t n) {
+  std::vector<T> h(n);
+  b.download(h.data(), n * sizeof(T));
+  return h;
+}
+
+struct DeviceWeights {
+  DeviceBuffer taps, a_log, dt_bias, norm;
+  explicit DeviceWeights(const DeltaNetCase& c)
+      : taps(upload(c.taps)), a_log(upload(c.a_log)), dt_bias(upload(c.dt_bias)), norm(upload(c.norm)) {}
+  DeltaNetWeights view() const {
+    return {taps.as<float>(), a_log.as<float>(), dt_bias.as<float>(), norm.as<float>()};
+  }
+};
+
+// What one launch sequence left: core rows, and per window its conv state and state.
+struct StepResult {
+  std::vector<float> core;
+  std::vector<std::vector<float>> conv_states, states;
+};
+
+// Runs windows `sel` of case `c` (their rows packed in the given order, starting at row 0) for tokens
+// [t0, t0+n) of each window, starting from `conv_states`/`states`; core of the packed rows is poisoned first.
+StepResult run_step(const DeltaNetCase& c, const DeviceWeights& w, const std::vector<int>& sel, int t0, int n,
+                    const std::vector<std::vector<float>>& conv_states,
+                    const std::vector<std::vector<float>>& states, const Stream& stream) {
+  const DeltaNetShape& s = c.shape;
+  const int64_t cd = s.conv_dim(), vd = s.value_dim(), nv = s.nv;
+  std::vector<float> mixed, z, b, a;
+  std::vector<DeltaNetWindow> wins;
+  std::vector<DeviceBuffer> conv_bufs, state_bufs;
+  int rows = 0;
+  for (int i : sel) {
+    const HostWindow& hw = c.windows[i];
+    const int cnt = std::min(n, hw.count - t0);
+    const int64_t src = hw.row0 + t0;
+    mixed.insert(mixed.end(), c.mixed.begin() + src * cd, c.mixed.begin() + (src + cnt) * cd);
+    z.insert(z.end(), c.z.begin() + src * vd, c.z.begin() + (src + cnt) * vd);
+    b.insert(b.end(), c.b.begin() + src * nv, c.b.begin() + (src + cnt) * nv);
+    a.insert(a.end(), c.a.begin() + src * nv, c.a.begin() + (src + cnt) * nv);
+    conv_bufs.push_back(upload(conv_states[i]));
+    state_bufs.push_back(upload(states[i]));
+    wins.push_back({rows, cnt, conv_bufs.back().as<float>(), state_bufs.back().as<float>()});
+    rows += cnt;
+  }
+  DeviceBuffer d_mixed = upload(mixed), d_z = upload(z), d_b = upload(b), d_a = upload(a),
+               d_wins = upload(wins);
+  DeviceBuffer gates(rows * 2 * nv * sizeof(float)), core(rows * vd * sizeof(float));
+  core.fill_bytes(0xFF);
+  gates.fill_bytes(0xFF);
+  DeltaNetRows r{d_mixed.as<float>(), d_z.as<float>(),   d_b.as<float>(),
+                 d_a.as<float>(),     gates.as<float>(), core.as<float>()};
+  deltanet_decode(s, w.view(), d_wins.as<DeltaNetWindow>(), static_cast<int>(wins.size()), r, rows,
+                  stream.get());
+  stream.synchronize();
+  StepResult out;
+  out.core = download<float>(core, rows * vd);
+  out.conv_states = conv_states;
+  out.states = states;
+  for (size_t k = 0; k < sel.size(); ++k) {
+    out.conv_states[sel[k]] = download<float>(conv_bufs[k], conv_states[sel[k]].size());
+    out.states[sel[k]] = download<float>(state_bufs[k], states[sel[k]].size());
+  }
+  return out;
+}
+
+bool same_bits(const std::vector<float>& x, const std::vector<float>& y) {
+  return x.size() == y.size() && std::memcmp(x.data(), y.data(), x.size() * sizeof(float)) == 0;
+}
+
+void check_shape(Tally& tally, const DeltaNetShape& s, const std::string& name, std::mt19937_64& rng) {
+  const std::vector<int> counts = {1, 16, 3, 7, 2, 12, 5, 1};
+  const DeltaNetCase c = random_deltanet_case(s, counts, rng);
+  const DeviceWeights w(c);
+  Stream stream;
+  const int64_t vd = s.value_dim(), nw = static_cast<int64_t>(c.windows.size());
+  std::vector<std::vector<float>> conv0, st0;
+  for (const auto& hw : c.windows) {
+    conv0.push_back(hw.conv_state);
+    st0.push_back(hw.state);
+  }
+  const DeltaNetReference ref = deltanet_reference(c, 1.0), control = deltanet_reference(c, 1.01);
+
+  // All windows in one launch; packed rows are window 0 first, so map them back to the case's rows.
+  std::vector<int> all(nw);
+  for (int i = 0; i < nw; ++i) all[i] = i;
+  const StepResult full = run_step(c, w, all, 0, 1 << 30, conv0, st0, stream);
+  double core_ratio = 0, core_control = 0, state_ratio = 0, state_control = 0;
+  bool conv_exact = true, finite = true;
+  int64_t packed = 0;
+  for (int i = 0; i < nw; ++i) {
+    const HostWindow& hw = c.windows[i];
+    const float* got = full.core.data() + packed * vd;
+    const double* want = ref.core.data() + int64_t{hw.row0} * vd;
+    for (int64_t j = 0; j < hw.count * vd; ++j) finite = finite && std::isfinite(got[j]);
+    core_ratio = std::max(core_ratio, head_err_ratio(got, want, hw.count * int64_t{s.nv}, s.dv));
+    core_control = std::max(core_control, head_err_ratio(got, control.core.data() + int64_t{hw.row0} * vd,
+                                                         hw.count * int64_t{s.nv}, s.dv));
+    const int64_t heads = int64_t{s.nv} * s.dk;  // state rows of dv
+    state_ratio =
+        std::max(state_ratio, head_err_ratio(full.states[i].data(), ref.states[i].data(), heads, s.dv));
+    state_control =
+        std::max(state_control, head_err_ratio(full.states[i].data(), control.states[i].data(), heads, s.dv));
+    conv_exact = conv_exact && same_bits(full.conv_states[i], ref.conv_states[i]);
+    packed += hw.count;
+  }
+  std::printf("deltanet %-28s core err/bound %.4f (control %.1f)  state err/bound %.4f (control %.1f)\n",
+              name.c_str(), core_ratio, core_control, state_ratio, state_control);
+  tally.expect(finite, "deltanet " + name + ": every core output written and finite");
+  tally.expect(core_ratio <= 1.0, "deltanet " + name + ": core within the bound");
+  tally.expect(state_ratio <= 1.0, "deltanet " + name + ": state within the bound");
+  tally.expect(core_control > 1.0,
+               "deltanet " + name + ": negative control (beta 1% off) exceeds the core bound");
+  tally.expect(state_control > 1.0, "deltanet " + name + ": negative control exceeds the state bound");
+  tally.expect(conv_exact, "deltanet " + name + ": conv state = the last K-1 inputs, exactly");
+
+  // Each window alone (its rows at row 0, one window per launch) == inside the full launch, bit for bit.
+  bool alone_same = true;
+  packed = 0;
+  for (int i = 0; i < nw; ++i) {
+    const StepResult one = run_step(c, w, {i}, 0, 1 << 30, conv0, st0, stream);
+    const int64_t n = c.windows[i].count * vd;
+    alone_same = alone_same && std::memcmp(one.core.data(), full.core.data() + packed * vd, n * 4) == 0 &&
+                 same_bits(one.states[i], full.states[i]) &&
+                 same_bits(one.conv_states[i], full.conv_states[i]);
+    packed += c.windows[i].count;
+  }
+  tally.expect(alone_same, "deltanet " + name + ": each stream alone == inside the 8-stream launch (bits)");
+
+  // A window == its tokens in successive steps of 1, and of 4 then the rest, bit for bit (all streams at
+  // once).
+  for (int step : {1, 4}) {
+    auto conv = conv0, st = st0;
+    std::vector<std::vector<float>> cores(nw);
+    for (int t0 = 0; t0 < 16; t0 += step) {
+      std::vector<int> sel;
+      for (int i = 0; i < nw; ++i)
+        if (c.windows[i].count > t0) sel.push_back(i);
+      if (sel.empty()) break;
+      const StepResult r = run_step(c, w, sel, t0, step, conv, st, stream);
+      int64_t p = 0;
+      for (int i : sel) {
+        const int cnt = std::min(step, c.windows[i].count - t0);
+        cores[i].insert(cores[i].end(), r.core.begin() + p * vd, r.core.begin() + (p + cnt) * vd);
+        p += cnt;
+      }
+      conv = r.conv_states;
+      st = r.states;
+    }
+    bool same = true;
+    packed = 0;
+    for (int i = 0; i < nw; ++i) {
+      const int64_t n = c.windows[i].count * vd;
+      same = same && cores[i].size() == static_cast<size_t>(n) &&
+             std::memcmp(cores[i].data(), full.core.data() + packed * vd, n * 4) == 0 &&
+             same_bits(st[i], full.states[i]) && same_bits(conv[i], full.conv_states[i]);
+      packed += c.windows[i].count;
+    }
+    tally.expect(same,
+                 "deltanet " + name + ": windows == steps of " + std::to_string(step) + " tokens (bits)");
+  }
+}
+
+void check_arguments(Tally& tally) {
+  DeltaNetShape bad;
+  bad.dk = 64;
+  bool named = false;
+  try {
+    DeltaNetRows r{};
+    deltanet_decode(bad, {}, nullptr, 1, r, 1, nullptr);
+  } catch (const ArgumentError& e) {
+    named = std::string(e.what()).find("dk must be 128") != std::string::npos;
+  }
+  tally.expect(named, "deltanet: dk = 64 is an ArgumentError naming dk");
+}
+
+}  // namespace
+
+void run_deltanet_checks(Tally& tally) {
+  std::mt19937_64 rng(7);
+  DeltaNetShape flash;  // Flash Next large: 16 key heads, 48 value heads, 128 x 128, sigmoid gate, K = 4
+  check_shape(tally, flash, "flashnext 16/48 sigmoid K4", rng);
+  DeltaNetShape next;
+  next.nv = 32;
+  next.gate_sigmoid = false;
+  check_shape(tally, next, "qwen3next 16/32 silu K4", rng);
+  DeltaNetShape small;
+  small.nk = 2;
+  small.nv = 6;
+  small.dv = 64;
+  small.conv_kernel = 3;
+  check_shape(tally, small, "small 2/6 dv64 silu K3", rng);
+  check_arguments(tally);
+}
+
+void run_deltanet_bench(int reps) {
+  std::printf(
+      "\nDeltaNet decode step, Flash Next shape (nk 16, nv 48, 128 x 128, K 4); state bytes read + written "
+      "per step = streams x 2 x 3.15 MB\n");
+  std::printf("%8s %7s %10s %12s %8s %12s\n", "streams", "window", "us/step", "state GB/s", "%4.3TB",
+              "us/token");
+  const DeltaNetShape s;
+  std::mt19937_64 rng(11);
+  for (int streams : {1, 8, 32, 128}) {
+    for (int window : {1, 4, 16}) {
+      const int rows = streams * window;
+      const int64_t cd = s.conv_dim(), vd = s.value_dim(), state_n = int64_t{s.nv} * s.dk * s.dv;
+      DeltaNetCase weights_only = random_deltanet_case(s, {1}, rng);
+      const DeviceWeights w(weights_only);
+      std::normal_distribution<float> d(0.0f, 1.0f);
+      std::vector<float> mixed(rows * cd), small(rows * vd);
+      for (auto& x : mixed) x = d(rng);
+      for (auto& x : small) x = d(rng);
+      DeviceBuffer d_mixed = upload(mixed), d_z = upload(small), d_ba = upload(small);
+      DeviceBuffer gates(rows * 2 * s.nv * sizeof(float)), core(rows * vd * sizeof(float));
+      DeviceBuffer conv(streams * (s.conv_kernel - 1) * cd * sizeof(float)), state(streams * state_n * 4);
+      conv.fill_bytes(0);
+      state.fill_bytes(0);
+      std::vector<DeltaNetWindow> wins;
+      for (int i = 0; i < streams; ++i)
+        wins.push_back({i * window, window, conv.as<float>() + i * (s.conv_kernel - 1) * cd,
+                        state.as<float>() + i * state_n});
+      DeviceBuffer d_wins = upload(wins);
+      DeltaNetRows r{d_mixed.as<float>(), d_z.as<float>(),   d_ba.as<float>(),
+                     d_ba.as<float>(),    gates.as<float>(), core.as<float>()};
+      Stream stream;
+      Event start, stop;
+      auto launch = [&] {
+        deltanet_decode(s, w.view(), d_wins.as<DeltaNetWindow>(), streams, r, rows, stream.get());
+      };
+      for (int i = 0; i < 3; ++i) launch();
+      start.record(stream.get());
+      for (int i = 0; i < reps; ++i) launch();
+      stop.record(stream.get());
+      stop.synchronize();
+      const double us = 1000.0 * stop.ms_since(start) / reps;
+      const double gbs = streams * 2.0 * state_n * 4 / (us * 1e3);
+      std::printf("%8d %7d %10.2f %12.0f %7.1f%% %12.3f\n", streams, window, us, gbs, gbs / 43.0, us / rows);
+    }
+  }
+}
+
+}  // namespace ds::cuda::wxcheck

@@ -1,0 +1,63 @@
+// cuda_wx_check: correctness checks, then timings, of the CUDA kernels (weight products, DeltaNet decode,
+// attention decode, MoE routing). Exit code 1 when a check fails. Usage: cuda_wx_check [--quick] [--no-bench]
+// [--reps N]
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <string>
+
+#include "checks.h"
+
+namespace {
+
+// Runs one section; an exception fails it (and is logged) but the later sections still run.
+template <class F>
+void section(ds::cuda::wxcheck::Tally& tally, const char* name, F&& f) {
+  try {
+    f();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "cuda_wx_check: %s: %s\n", name, e.what());
+    tally.expect(false, std::string(name) + " threw: " + e.what());
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  bool quick = false, bench = true;
+  int reps = 50;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--quick") {
+      quick = true;
+    } else if (a == "--no-bench") {
+      bench = false;
+    } else if (a == "--reps" && i + 1 < argc) {
+      reps = std::atoi(argv[++i]);
+    } else {
+      std::fprintf(stderr, "usage: %s [--quick] [--no-bench] [--reps N]\n", argv[0]);
+      return 2;
+    }
+  }
+  namespace wx = ds::cuda::wxcheck;
+  wx::Tally tally;
+  section(tally, "weight product checks", [&] { wx::run_checks(tally, quick); });
+  section(tally, "deltanet checks", [&] { wx::run_deltanet_checks(tally); });
+  section(tally, "attention checks", [&] { wx::run_attention_checks(tally); });
+  section(tally, "routing checks", [&] { wx::run_routing_checks(tally); });
+  std::printf("checks: %d passed, %d failed\n", tally.passed, tally.failed);
+  std::fflush(stdout);
+  if (bench) {
+    section(tally, "weight product bench", [&] { wx::run_bench(reps); });
+    section(tally, "deltanet bench", [&] { wx::run_deltanet_bench(reps); });
+    section(tally, "attention bench", [&] { wx::run_attention_bench(reps); });
+    section(tally, "routing bench", [&] { wx::run_routing_bench(reps); });
+  }
+  if (tally.failed > 0) {
+    std::printf("\nFAILED checks:\n");
+    for (const auto& f : tally.failures) std::printf("  %s\n", f.c_str());
+    return 1;
+  }
+  std::printf("\nall %d checks passed\n", tally.passed);
+  return 0;
+}

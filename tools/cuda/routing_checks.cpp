@@ -1,0 +1,143 @@
+// Checks and timings of MoE routing (backend/cuda/moe_routing.h) against a float64 reference of route_row
+// (src/model/layers/moe.cpp): the same experts in the same order (ties to the lower id), weights within the
+// bound, a negative control, rows alone == rows in a batch.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <string>
+
+#include "backend/cuda/device_buffer.h"
+#include "backend/cuda/moe_routing.h"
+#include "backend/cuda/stream.h"
+#include "checks.h"
+
+namespace ds::cuda::wxcheck {
+
+namespace {
+
+// Stated bound: |w - ref| <= kRouteTol * ref (positive sums of <= 1024 terms, exp and one division in fp32).
+constexpr double kRouteTol = 1.0 / 131072;
+
+// route_row in double on logits scaled by `factor` (1.0 = the function).
+void reference_route(const float* logits, int E, int k, bool renormalise, double factor,
+                     std::vector<int>& ids, std::vector<double>& w) {
+  std::vector<double> l(E);
+  for (int e = 0; e < E; ++e) l[e] = logits[e] * factor;
+  const double mx = *std::max_element(l.begin(), l.end());
+  std::vector<double> p(E);
+  double sum = 0;
+  for (int e = 0; e < E; ++e) sum += (p[e] = std::exp(l[e] - mx));
+  std::vector<int> order(E);
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return l[a] > l[b]; });
+  double top = 0;
+  for (int i = 0; i < k; ++i) top += p[order[i]];
+  ids.assign(order.begin(), order.begin() + k);
+  w.resize(k);
+  for (int i = 0; i < k; ++i) w[i] = p[order[i]] / (renormalise ? top : sum);
+}
+
+void check_routing(Tally& tally, int E, int k, bool renormalise, std::mt19937_64& rng) {
+  const int n = 64;
+  std::normal_distribution<float> d(0.0f, 2.0f);
+  std::vector<float> logits(int64_t{n} * E);
+  for (auto& x : logits) x = d(rng);
+  // Plant ties: in each row, copy the largest logit to a higher and a lower id, and tie two mid-rank experts.
+  for (int r = 0; r < n; ++r) {
+    float* l = logits.data() + int64_t{r} * E;
+    const int top = static_cast<int>(std::max_element(l, l + E) - l);
+    l[(top + 7) % E] = l[top];
+    l[(top + E - 5) % E] = l[top];
+    l[(r * 13 + 3) % E] = l[(r * 29 + 11) % E];
+  }
+  DeviceBuffer d_logits(logits.size() * 4), d_ids(int64_t{n} * k * 4), d_w(int64_t{n} * k * 4);
+  d_logits.upload(logits.data(), logits.size() * 4);
+  d_ids.fill_bytes(0xFF);
+  d_w.fill_bytes(0xFF);
+  Stream stream;
+  moe_route(d_logits.as<float>(), n, E, k, renormalise, d_ids.as<int32_t>(), d_w.as<float>(), stream.get());
+  stream.synchronize();
+  std::vector<int32_t> ids(int64_t{n} * k);
+  std::vector<float> w(int64_t{n} * k);
+  d_ids.download(ids.data(), ids.size() * 4);
+  d_w.download(w.data(), w.size() * 4);
+  bool ids_same = true;
+  double worst = 0, control = 0;
+  for (int r = 0; r < n; ++r) {
+    std::vector<int> rid, cid;
+    std::vector<double> rw, cw;
+    reference_route(logits.data() + int64_t{r} * E, E, k, renormalise, 1.0, rid, rw);
+    reference_route(logits.data() + int64_t{r} * E, E, k, renormalise, 1.001, cid, cw);
+    for (int i = 0; i < k; ++i) {
+      ids_same = ids_same && ids[r * k + i] == rid[i];
+      worst = std::max(worst, std::fabs(w[r * k + i] - rw[i]) / (kRouteTol * rw[i]));
+      control = std::max(control, std::fabs(w[r * k + i] - cw[i]) / (kRouteTol * cw[i]));
+    }
+  }
+  // Each row alone == the same row in the batch of 64, bit for bit.
+  bool alone_same = true;
+  DeviceBuffer one_ids(k * 4), one_w(k * 4);
+  for (int r = 0; r < n; ++r) {
+    moe_route(d_logits.as<float>() + int64_t{r} * E, 1, E, k, renormalise, one_ids.as<int32_t>(),
+              one_w.as<float>(), stream.get());
+    stream.synchronize();
+    std::vector<int32_t> oi(k);
+    std::vector<float> ow(k);
+    one_ids.download(oi.data(), k * 4);
+    one_w.download(ow.data(), k * 4);
+    alone_same = alone_same && std::memcmp(oi.data(), ids.data() + r * k, k * 4) == 0 &&
+                 std::memcmp(ow.data(), w.data() + r * k, k * 4) == 0;
+  }
+  const std::string name = "routing E" + std::to_string(E) + " k" + std::to_string(k) +
+                           (renormalise ? " renormalised" : " full-sum");
+  std::printf("%-32s weight err/bound %.4f (control %.1f)\n", name.c_str(), worst, control);
+  tally.expect(ids_same, name + ": experts and order == reference (ties to the lower id)");
+  tally.expect(worst <= 1.0, name + ": weights within the bound");
+  tally.expect(control > 1.0, name + ": negative control (logits 0.1% off) exceeds the bound");
+  tally.expect(alone_same, name + ": rows alone == rows in the batch (bits)");
+}
+
+}  // namespace
+
+void run_routing_checks(Tally& tally) {
+  std::mt19937_64 rng(17);
+  check_routing(tally, 512, 10, true, rng);  // Flash Next
+  check_routing(tally, 512, 10, false, rng);
+  check_routing(tally, 60, 4, true, rng);     // E not a multiple of 32
+  check_routing(tally, 1024, 32, true, rng);  // the limits
+  bool named = false;
+  try {
+    moe_route(nullptr, 1, 2048, 10, true, nullptr, nullptr, nullptr);
+  } catch (const ArgumentError& e) {
+    named = std::string(e.what()).find("E must be") != std::string::npos;
+  }
+  tally.expect(named, "routing: E = 2048 is an ArgumentError naming E");
+}
+
+void run_routing_bench(int reps) {
+  std::printf("\nMoE routing, E 512, k 10\n%8s %10s\n", "rows", "us");
+  std::mt19937_64 rng(19);
+  std::normal_distribution<float> d(0.0f, 2.0f);
+  for (int n : {1, 64, 1024}) {
+    std::vector<float> logits(int64_t{n} * 512);
+    for (auto& x : logits) x = d(rng);
+    DeviceBuffer d_logits(logits.size() * 4), d_ids(int64_t{n} * 10 * 4), d_w(int64_t{n} * 10 * 4);
+    d_logits.upload(logits.data(), logits.size() * 4);
+    Stream stream;
+    Event start, stop;
+    auto launch = [&] {
+      moe_route(d_logits.as<float>(), n, 512, 10, true, d_ids.as<int32_t>(), d_w.as<float>(), stream.get());
+    };
+    for (int i = 0; i < 3; ++i) launch();
+    start.record(stream.get());
+    for (int i = 0; i < reps; ++i) launch();
+    stop.record(stream.get());
+    stop.synchronize();
+    std::printf("%8d %10.2f\n", n, 1000.0 * stop.ms_since(start) / reps);
+  }
+}
+
+}  // namespace ds::cuda::wxcheck
