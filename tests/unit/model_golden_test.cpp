@@ -70,7 +70,9 @@ TEST_P(Golden, GreedyContinuationOnDecodePath) {
 INSTANTIATE_TEST_SUITE_P(Fixtures, Golden,
                          ::testing::Values("qwen4exp_base", "qwen4exp_hc2_sigmoid", "qwen4exp_multimodal",
                                            "qwen4exp_mlx_mixed", "qwen4exp_mlx_8bit_g128",
-                                           "qwen4exp_mlx_2bit_g32", "qwen3next", "qwen35moe"));
+                                           "qwen4exp_mlx_2bit_g32", "qwen3next", "qwen35moe",
+                                           // the shipped default model (links into models/flashnext-tiny)
+                                           "flashnext_tiny"));
 
 }  // namespace
 }  // namespace ds
