@@ -12,15 +12,6 @@ namespace ds {
 
 namespace {
 
-bool starts_with(const std::string& s, const std::string& p) {
-  return s.compare(0, p.size(), p) == 0;
-}
-bool ends_with(const std::string& s, const std::string& p) {
-  return s.size() >= p.size() && s.compare(s.size() - p.size(), p.size(), p) == 0;
-}
-std::string strip_weight(const std::string& s) {
-  return ends_with(s, ".weight") ? s.substr(0, s.size() - 7) : s;
-}
 bool is_float(DType t) {
   return t == DType::BF16 || t == DType::F16 || t == DType::F32;
 }
@@ -52,7 +43,7 @@ PlannedModule whole(std::string logical, std::string out, const TensorInfo& t) {
 }  // namespace
 
 std::string PlannedModule::out_module() const {
-  return strip_weight(out_tensor);
+  return module_of_tensor(out_tensor);
 }
 
 int64_t PlannedModule::rows() const {
@@ -100,14 +91,14 @@ class Planner {
     for (const std::string& name : ck_.store().names()) {
       const TensorInfo& t = ck_.store().get(name);
       std::string logical, out;
-      if (starts_with(name, names_.in_text)) {
+      if (name.starts_with(names_.in_text)) {
         logical = name.substr(names_.in_text.size());
         out = names_.out_text + logical;
-      } else if (starts_with(name, "lm_head.")) {
+      } else if (name.starts_with("lm_head.")) {
         if (tied) continue;  // the head is embed_tokens; mlx-lm drops the copy
         logical = name;
         out = names_.out_lm_head + name;
-      } else if (starts_with(name, "mtp.")) {
+      } else if (name.starts_with("mtp.")) {
         logical = out = name;  // the draft head keeps its HF names (resolved without prefix in every layout)
       } else {
         add(whole(name, name, t));  // vision tower and the like: carried over as stored
@@ -123,13 +114,13 @@ class Planner {
         continue;
       }
       PlannedModule p = whole(logical, out, t);
-      const std::string module = strip_weight(logical);
-      if (t.shape.size() == 1 && is_float(t.dtype) && ends_with(name, ".weight") &&
+      const std::string module = module_of_tensor(logical);
+      if (t.shape.size() == 1 && is_float(t.dtype) && name.ends_with(".weight") &&
           is_centred_norm_module(module))
         p.transform = Transform::ShiftNorm;
-      if (t.shape.size() == 3 && ends_with(module, "conv1d") && t.shape[1] == 1)
+      if (t.shape.size() == 3 && module.ends_with("conv1d") && t.shape[1] == 1)
         p.shape = {t.shape[0], t.shape[2], 1};  // [C, 1, K] -> [C, K, 1]: same bytes, MLX's shape
-      p.linear = t.shape.size() == 2 && is_float(t.dtype) && ends_with(name, ".weight");
+      p.linear = t.shape.size() == 2 && is_float(t.dtype) && name.ends_with(".weight");
       add(std::move(p));
     }
     for (const auto& [key, per_expert] : experts) add_stacked(key.first, key.second, per_expert);
@@ -216,7 +207,7 @@ class Planner {
   // mlx-lm's choice (global settings; routers and the shared-expert gate at 8-bit g64), the exclusions, then
   // the overrides, the last matching one winning.
   void choose(PlannedModule& p) {
-    const std::string module = strip_weight(p.logical);
+    const std::string module = module_of_tensor(p.logical);
     std::optional<AffineParams> q = o_.global;
     if (module.find("ngram_embedding") != std::string::npos) {
       q.reset();
@@ -225,7 +216,7 @@ class Planner {
       q.reset();
       p.reason =
           "small gate: " + std::to_string(p.rows()) + " rows < --min-rows " + std::to_string(o_.min_rows);
-    } else if (ends_with(module, "mlp.gate") || ends_with(module, "shared_expert_gate")) {
+    } else if (module.ends_with("mlp.gate") || module.ends_with("shared_expert_gate")) {
       q = AffineParams{8, 64};
     }
     const ModuleOverride* rule = nullptr;

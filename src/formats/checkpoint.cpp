@@ -16,17 +16,11 @@ namespace ds {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-namespace {
+std::string module_of_tensor(const std::string& tensor) {
+  return tensor.ends_with(".weight") ? tensor.substr(0, tensor.size() - 7) : tensor;
+}
 
-bool starts_with(const std::string& s, const std::string& p) {
-  return s.compare(0, p.size(), p) == 0;
-}
-bool ends_with(const std::string& s, const std::string& p) {
-  return s.size() >= p.size() && s.compare(s.size() - p.size(), p.size(), p) == 0;
-}
-std::string strip_weight(const std::string& s) {
-  return ends_with(s, ".weight") ? s.substr(0, s.size() - 7) : s;
-}
+namespace {
 
 std::string shape_str(const std::vector<int64_t>& shape) {
   return fmt::format("[{}]", fmt::join(shape, ", "));
@@ -56,8 +50,8 @@ const std::set<std::string> kCentredNormLeaves = {"q_norm",
 
 // Vision towers have norms of their own conventions; only the text model decides.
 bool is_vision(const std::string& name) {
-  return starts_with(name, "model.visual.") || starts_with(name, "visual.") ||
-         starts_with(name, "vision_tower.");
+  return name.starts_with("model.visual.") || name.starts_with("visual.") ||
+         name.starts_with("vision_tower.");
 }
 
 json read_config(const fs::path& file) {
@@ -94,9 +88,9 @@ Checkpoint::Checkpoint(json config, std::unique_ptr<TensorStore> store)
 void Checkpoint::detect_layout() {
   bool mlx_vlm = false, multimodal = false, mlx_marks = false;
   for (const auto& name : store_->names()) {
-    mlx_vlm |= starts_with(name, "language_model.");
-    multimodal |= starts_with(name, "model.language_model.");
-    mlx_marks |= ends_with(name, ".scales") || name.find(".switch_mlp.") != std::string::npos;
+    mlx_vlm |= name.starts_with("language_model.");
+    multimodal |= name.starts_with("model.language_model.");
+    mlx_marks |= name.ends_with(".scales") || name.find(".switch_mlp.") != std::string::npos;
   }
   // The empty prefix comes last: it finds top-level tensors (HF `lm_head`, `mtp.*`) and full stored names.
   if (mlx_vlm) {
@@ -127,7 +121,7 @@ std::optional<std::string> Checkpoint::resolve(const std::string& logical_tensor
 
 std::string Checkpoint::logical_of(const std::string& stored) const {
   for (const auto& p : prefixes_)
-    if (!p.empty() && starts_with(stored, p)) return stored.substr(p.size());
+    if (!p.empty() && stored.starts_with(p)) return stored.substr(p.size());
   return stored;
 }
 
@@ -161,7 +155,7 @@ MatrixWeight Checkpoint::view(const std::string& stored, const std::string& logi
   for (size_t i = 0; i + 1 < w.shape.size(); ++i) m.rows *= w.shape[i];
   const int64_t last = w.shape.back();
 
-  const std::string module = strip_weight(stored);
+  const std::string module = module_of_tensor(stored);
   const std::string scales_name = module + ".scales", biases_name = module + ".biases";
   if (!store_->has(scales_name)) {
     switch (w.dtype) {
@@ -187,7 +181,7 @@ MatrixWeight Checkpoint::view(const std::string& stored, const std::string& logi
          file, stored, scales_name, biases_name);
   const TensorInfo& s = store_->get(scales_name);
   const TensorInfo& b = store_->get(biases_name);
-  auto params = quant_.lookup(module, strip_weight(logical_module), stored);
+  auto params = quant_.lookup(module, module_of_tensor(logical_module), stored);
   if (!params)
     fail("{}: config.json marks module '{}' unquantized (false) but tensor '{}' has '{}'", file, module,
          stored, scales_name);
@@ -269,7 +263,7 @@ MatrixWeight Checkpoint::expert_matrix(const std::string& mlp, int expert, const
 
 std::vector<float> Checkpoint::stored_floats(const std::string& stored) const {
   const TensorInfo& t = store_->get(stored);
-  if (ends_with(stored, ".weight") && store_->has(strip_weight(stored) + ".scales")) {
+  if (stored.ends_with(".weight") && store_->has(module_of_tensor(stored) + ".scales")) {
     MatrixWeight m = view(stored, logical_of(stored));
     std::vector<float> out(static_cast<size_t>(m.rows * m.cols));
     for (int64_t r = 0; r < m.rows; ++r) dequantize_row_reference(m, r, out.data() + r * m.cols);
@@ -348,8 +342,8 @@ bool Checkpoint::detect_shifted_norms() const {
   double sum = 0;
   int64_t count = 0;
   for (const auto& name : store_->names()) {
-    if (!ends_with(name, ".weight") || is_vision(name)) continue;
-    const std::string logical = logical_of(strip_weight(name));
+    if (!name.ends_with(".weight") || is_vision(name)) continue;
+    const std::string logical = logical_of(module_of_tensor(name));
     if (!is_centred_norm_module(logical)) continue;
     const DType dt = store_->get(name).dtype;
     if (dt != DType::F32 && dt != DType::BF16 && dt != DType::F16 && dt != DType::F64) continue;
@@ -365,9 +359,9 @@ std::string Checkpoint::quantization_summary() const {
   std::map<std::string, std::pair<size_t, int>>
       dense;  // lower-case dtype -> (bytes, tensors) of dense weights
   for (const auto& name : store_->names()) {
-    if (!ends_with(name, ".weight")) continue;
+    if (!name.ends_with(".weight")) continue;
     const TensorInfo& t = store_->get(name);
-    if (store_->has(strip_weight(name) + ".scales")) {
+    if (store_->has(module_of_tensor(name) + ".scales")) {
       MatrixWeight m = view(name, logical_of(name));
       ++affine[{m.bits, m.group}];
     } else if (t.shape.size() >= 2) {

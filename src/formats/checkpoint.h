@@ -19,6 +19,9 @@ namespace ds {
 
 enum class CheckpointLayout { HF, HFMultimodal, MLX };
 
+// The module a tensor belongs to: its name without a trailing ".weight" ("a.b.weight" -> "a.b").
+std::string module_of_tensor(const std::string& tensor);
+
 class Checkpoint {
  public:
   // Reads DIR/config.json and the tensors; throws ds::Error naming the file on failure.
