@@ -40,6 +40,7 @@ bool Engine::Impl::captures_hidden(const StreamState& state, const std::vector<f
 void Engine::Impl::follow_prompt_rows(std::span<HeadRows> items) {
   if (items.empty()) return;
   try {
+    std::lock_guard lock(forward_mutex());  // the head runs on the shared thread pool
     run_head_rows(model, items);
   } catch (const std::exception&) {
     for (HeadRows& h : items) {
@@ -92,7 +93,10 @@ void Engine::Impl::plan_windows() {
   // What the policy would verify if every stream offered its max: a chained source drafts that deep.
   const auto hints = depths([](const DraftAsk& a) { return a.max; });
   for (size_t i = 0; i < asks.size(); ++i) asks[i].depth_hint = hints[i].depth;
-  drafter->propose(asks);
+  {
+    std::lock_guard lock(forward_mutex());  // a model-based source runs on the shared thread pool
+    drafter->propose(asks);
+  }
 
   const auto choices =
       depths([](const DraftAsk& a) { return static_cast<int>(std::min<size_t>(a.drafts.size(), a.max)); });
