@@ -67,7 +67,13 @@ Engine::Impl::Impl(const Model& m, const EngineOptions& o)
     fail("engine: memory_limit_gib {} is below the weights ({:.3f} GiB)", o.memory_limit_gib,
          gib(weights_bytes));
   stats.weights_bytes = weights_bytes;
-  drafter = o.draft_source ? o.draft_source : std::make_shared<NgramDrafter>();
+  // The MTP head drafts when the model has one (n-gram copies still win where they agree and run further).
+  if (o.draft_source)
+    drafter = o.draft_source;
+  else if (m.has_mtp())
+    drafter = std::make_shared<MtpDrafter>(m);
+  else
+    drafter = std::make_shared<NgramDrafter>();
   // Timed at load, so the first drafted reply does not pay for it.
   if (o.drafts && o.max_drafts > 0 && o.draft_depth == 0) calibrate_costs();
   cache.set_capacity(cache_budget());

@@ -31,6 +31,25 @@ void Engine::Impl::calibrate_costs() {
   });
 }
 
+bool Engine::Impl::captures_hidden(const StreamState& state, const std::vector<float>& pending) const {
+  return drafter->uses_hidden() && head_in_sync(model, state, pending);
+}
+
+// Runs the MTP head over prompt rows whose next token is known, so the head's cache stands at the same mark
+// as the stream's when a snapshot is taken. A failure only costs drafts: the head stops following.
+void Engine::Impl::follow_prompt_rows(std::span<HeadRows> items) {
+  if (items.empty()) return;
+  try {
+    std::lock_guard lock(forward_mutex());  // the head runs on the shared thread pool
+    run_head_rows(model, items);
+  } catch (const std::exception&) {
+    for (HeadRows& h : items) {
+      h.hidden->clear();
+      h.state->truncate_mtp(0);
+    }
+  }
+}
+
 // Sets each decoding stream's window for this round: the last drawn token, then the drafts worth verifying.
 void Engine::Impl::plan_windows() {
   std::vector<Stream*> streams;
@@ -43,26 +62,44 @@ void Engine::Impl::plan_windows() {
     const int max = static_cast<int>(std::min<int64_t>(options.max_drafts, room));
     if (!s->drafting || max <= 0) continue;
     streams.push_back(s.get());
-    asks.push_back({s->request.prompt, s->generated, &s->state, max, {}});
+    asks.push_back({s->request.prompt,
+                    s->generated,
+                    &s->state,
+                    max,
+                    0,
+                    drafter->uses_hidden() ? &s->head_hidden : nullptr,
+                    {}});
   }
   if (asks.empty()) return;
-  drafter->propose(asks);
+  if (options.draft_depth == 0 && !round_costs.calibrated()) calibrate_costs();
+  // Plain streams' rows are in the round too: they make drafting rows relatively cheaper.
+  int64_t plain = 0;
+  for (auto& s : running)
+    if (!s->done && !s->prefilling()) ++plain;
+  plain -= static_cast<int64_t>(asks.size());
+  auto depths = [&](auto offered) {
+    std::vector<DepthChoice> choices(asks.size());
+    for (size_t i = 0; i < asks.size(); ++i) {
+      choices[i].rates = &streams[i]->landing;
+      choices[i].offered = offered(asks[i]);
+    }
+    if (options.draft_depth > 0) {
+      for (auto& c : choices) c.depth = std::min(c.offered, options.draft_depth);
+    } else {
+      choose_depths(round_costs, choices, plain);
+    }
+    return choices;
+  };
+  // What the policy would verify if every stream offered its max: a chained source drafts that deep.
+  const auto hints = depths([](const DraftAsk& a) { return a.max; });
+  for (size_t i = 0; i < asks.size(); ++i) asks[i].depth_hint = hints[i].depth;
+  {
+    std::lock_guard lock(forward_mutex());  // a model-based source runs on the shared thread pool
+    drafter->propose(asks);
+  }
 
-  std::vector<DepthChoice> choices(asks.size());
-  for (size_t i = 0; i < asks.size(); ++i) {
-    choices[i].rates = &streams[i]->landing;
-    choices[i].offered = static_cast<int>(std::min<size_t>(asks[i].drafts.size(), asks[i].max));
-  }
-  if (options.draft_depth > 0) {
-    for (auto& c : choices) c.depth = std::min(c.offered, options.draft_depth);
-  } else {
-    if (!round_costs.calibrated()) calibrate_costs();
-    // Plain streams' rows are in the round too: they make drafting rows relatively cheaper.
-    int64_t plain = 0;
-    for (auto& s : running)
-      if (!s->done && !s->prefilling()) ++plain;
-    choose_depths(round_costs, choices, plain - static_cast<int64_t>(choices.size()));
-  }
+  const auto choices =
+      depths([](const DraftAsk& a) { return static_cast<int>(std::min<size_t>(a.drafts.size(), a.max)); });
   for (size_t i = 0; i < asks.size(); ++i)
     streams[i]->window.insert(streams[i]->window.end(), asks[i].drafts.begin(),
                               asks[i].drafts.begin() + choices[i].depth);

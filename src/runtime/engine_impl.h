@@ -18,6 +18,7 @@
 #include "runtime/draft_source.h"
 #include "runtime/engine.h"
 #include "runtime/keyed_sampler.h"
+#include "runtime/mtp_drafter.h"
 #include "runtime/prompt_cache.h"
 #include "runtime/token_counts.h"
 
@@ -44,6 +45,7 @@ struct Stream {
   std::vector<int32_t> window;     // decode rows for the next round: the last drawn token, then drafts
   bool drafting = false;           // drafts on for this request (engine option and request field)
   WindowRecord record;             // per-row recurrent states of the last verify window, for rollback
+  std::vector<float> head_hidden;  // H rows the MTP head has not consumed yet (from state.mtp_position)
   LandingRates landing;            // how often each draft depth landed, for the depth choice
   int64_t drafted = 0, accepted = 0;
   bool caching = false;  // takes and uses prompt-cache snapshots
@@ -62,6 +64,7 @@ struct WarmJob {
   std::vector<int32_t> tokens;
   int64_t target = 0;  // the last grid mark within tokens
   StreamState state;
+  std::vector<float> head_hidden;  // as Stream::head_hidden
 };
 
 // The CPU thread pool runs one job at a time: engines sharing a process take turns at forward calls.
@@ -95,6 +98,8 @@ struct Engine::Impl {
   void plan_windows();
   void verify(Stream& s, const float* logits, int64_t rows);
   void calibrate_costs();
+  bool captures_hidden(const StreamState& state, const std::vector<float>& pending) const;
+  void follow_prompt_rows(std::span<HeadRows> items);
 
   const Model& model;
   EngineOptions options;

@@ -32,7 +32,9 @@ struct RowOwner {
   RowKind kind;
   Stream* stream = nullptr;
   WarmJob* warm = nullptr;
-  int64_t rows = 1;  // logits rows this segment returns
+  int64_t rows = 1;           // logits rows this segment returns
+  int64_t position = 0;       // the stream's position before the round
+  std::vector<float> hidden;  // every row's H for the MTP head, when captured
 };
 
 }  // namespace
@@ -45,14 +47,23 @@ std::mutex& forward_mutex() {
 void Engine::Impl::run_round() {
   std::vector<ForwardSegment> segs;
   std::vector<RowOwner> owners;
+  owners.reserve(running.size() + warm.size());  // segments point into owners' hidden buffers
+  // A stream's rows are captured for the MTP head while the head follows it (and drafts or caching want it).
+  auto capture = [&](RowOwner& o, int64_t rows, bool wanted, Stream& s) -> float* {
+    if (!wanted || !captures_hidden(s.state, s.head_hidden)) return nullptr;
+    o.hidden.resize(static_cast<size_t>(rows * model.mtp_hidden_width()));
+    return o.hidden.data();
+  };
   plan_windows();
   int64_t decode_rows = 0;
   for (auto& s : running)
     if (!s->done && !s->prefilling()) {
       // A window with drafts keeps its per-row states (rollback) and returns logits for every row.
       const bool drafts = s->window.size() > 1;
-      segs.push_back({&s->state, s->window, false, drafts, nullptr, drafts ? &s->record : nullptr});
-      owners.push_back({RowKind::Decode, s.get(), nullptr, static_cast<int64_t>(s->window.size())});
+      const auto rows = static_cast<int64_t>(s->window.size());
+      owners.push_back({RowKind::Decode, s.get(), nullptr, rows, s->state.position, {}});
+      segs.push_back({&s->state, s->window, false, drafts, capture(owners.back(), rows, s->drafting, *s),
+                      drafts ? &s->record : nullptr});
       decode_rows += static_cast<int64_t>(s->window.size());
     }
   int64_t budget = round_prompt_rows;
@@ -60,17 +71,22 @@ void Engine::Impl::run_round() {
     if (s->done || !s->prefilling()) continue;
     const int64_t pos = s->state.position, end = piece_end(pos, s->prompt_len(), budget, s->caching);
     if (end == pos) continue;
-    segs.push_back(
-        {&s->state, std::span<const int32_t>(s->request.prompt).subspan(pos, end - pos), true, false});
-    owners.push_back({RowKind::Prompt, s.get()});
+    owners.push_back({RowKind::Prompt, s.get(), nullptr, 1, pos, {}});
+    segs.push_back({&s->state, std::span<const int32_t>(s->request.prompt).subspan(pos, end - pos), true,
+                    false, capture(owners.back(), end - pos, s->drafting || s->caching, *s)});
     budget -= end - pos;
   }
   // Warm passes only take what prompts left over: they never delay a reply.
   for (auto& w : warm) {
     const int64_t pos = w.state.position, end = piece_end(pos, w.target, budget, true);
     if (end == pos) break;
-    segs.push_back({&w.state, std::span<const int32_t>(w.tokens).subspan(pos, end - pos), true, false});
-    owners.push_back({RowKind::Warm, nullptr, &w});
+    owners.push_back({RowKind::Warm, nullptr, &w, 1, pos, {}});
+    float* h = nullptr;
+    if (captures_hidden(w.state, w.head_hidden)) {
+      owners.back().hidden.resize(static_cast<size_t>((end - pos) * model.mtp_hidden_width()));
+      h = owners.back().hidden.data();
+    }
+    segs.push_back({&w.state, std::span<const int32_t>(w.tokens).subspan(pos, end - pos), true, false, h});
     budget -= end - pos;
   }
   if (segs.empty()) return;
@@ -90,6 +106,19 @@ void Engine::Impl::run_round() {
     warm.clear();
     return;
   }
+
+  // Prompt and warm rows go through the head now, so snapshots below hold its cache at the same mark.
+  std::vector<HeadRows> follow;
+  for (auto& o : owners) {
+    if (o.kind == RowKind::Decode || o.hidden.empty()) continue;
+    auto& pending = o.stream ? o.stream->head_hidden : o.warm->head_hidden;
+    pending.insert(pending.end(), o.hidden.begin(), o.hidden.end());
+    if (o.stream)
+      follow.push_back({&o.stream->state, &pending, o.stream->request.prompt, {}, {}, {}});
+    else
+      follow.push_back({&o.warm->state, &pending, o.warm->tokens, {}, {}, {}});
+  }
+  follow_prompt_rows(follow);
 
   const int64_t V = model.config().vocab_size;
   size_t row = 0;
@@ -114,6 +143,11 @@ void Engine::Impl::run_round() {
         continue;
       }
       verify(s, first, o.rows);
+      // The rows kept (the state's advance) are the ones the head reads next round.
+      const int64_t kept = s.state.position - o.position;
+      if (!s.done && !o.hidden.empty() && kept > 0)
+        s.head_hidden.insert(s.head_hidden.end(), o.hidden.begin(),
+                             o.hidden.begin() + kept * model.mtp_hidden_width());
     } catch (const std::exception& e) {
       finish(s, FinishReason::Error, e.what());
     }

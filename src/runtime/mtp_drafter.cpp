@@ -1,0 +1,115 @@
+#include "runtime/mtp_drafter.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+
+namespace ds {
+namespace {
+
+int32_t argmax(const float* row, int64_t n) {
+  return static_cast<int32_t>(std::max_element(row, row + n) - row);
+}
+
+}  // namespace
+
+bool head_in_sync(const Model& model, const StreamState& state, const std::vector<float>& hidden) {
+  if (!model.has_mtp()) return false;
+  const auto W = static_cast<size_t>(model.mtp_hidden_width());
+  return hidden.size() % W == 0 &&
+         state.mtp_position + static_cast<int64_t>(hidden.size() / W) == state.position;
+}
+
+void run_head_rows(const Model& model, std::span<HeadRows> items) {
+  const int64_t W = model.mtp_hidden_width(), V = model.config().vocab_size;
+  std::vector<MtpSegment> segs;
+  std::vector<std::vector<int32_t>> next(items.size());
+  std::vector<std::vector<float>> outs(items.size());
+  std::vector<size_t> which;
+  for (size_t i = 0; i < items.size(); ++i) {
+    HeadRows& h = items[i];
+    h.last_logits.clear();
+    h.last_hidden.clear();
+    const int64_t np = static_cast<int64_t>(h.prompt.size());
+    const int64_t known = np + static_cast<int64_t>(h.reply.size());
+    const int64_t pos0 = h.state->mtp_position, pending = static_cast<int64_t>(h.hidden->size()) / W;
+    // Row k reads the token at k + 1, so it runs only once that token is known.
+    const int64_t rows = std::min(pending, known - 1 - pos0);
+    if (rows <= 0) continue;
+    for (int64_t k = pos0 + 1; k <= pos0 + rows; ++k)
+      next[i].push_back(k < np ? h.prompt[k] : h.reply[k - np]);
+    outs[i].resize(static_cast<size_t>(rows * W));
+    segs.push_back({h.state, std::span<const float>(h.hidden->data(), static_cast<size_t>(rows * W)), next[i],
+                    pos0, outs[i].data()});
+    which.push_back(i);
+  }
+  if (segs.empty()) return;
+  const std::vector<float> logits = model.mtp_forward(segs);
+  int64_t row = 0;
+  for (size_t j = 0; j < which.size(); ++j) {
+    HeadRows& h = items[which[j]];
+    const auto rows = static_cast<int64_t>(segs[j].next_tokens.size());
+    row += rows;
+    h.last_logits.assign(logits.begin() + (row - 1) * V, logits.begin() + row * V);
+    h.last_hidden.assign(outs[which[j]].end() - W, outs[which[j]].end());
+    h.hidden->erase(h.hidden->begin(), h.hidden->begin() + rows * W);
+  }
+}
+
+MtpDrafter::MtpDrafter(const Model& model, NgramOptions ngram) : model_(model), ngram_(ngram) {
+  if (!model.has_mtp()) fail("MtpDrafter: the model has no MTP head");
+}
+
+void MtpDrafter::propose(std::span<DraftAsk> asks) {
+  const int64_t V = model_.config().vocab_size;
+  std::vector<HeadRows> items;
+  std::vector<size_t> owner;
+  for (size_t i = 0; i < asks.size(); ++i) {
+    DraftAsk& a = asks[i];
+    a.drafts = ngram_.propose_one(a.prompt, a.reply, a.max);
+    if (!a.state || !a.hidden || !head_in_sync(model_, *a.state, *a.hidden)) continue;
+    items.push_back({a.state, a.hidden, a.prompt, a.reply, {}, {}});
+    owner.push_back(i);
+  }
+  run_head_rows(model_, items);
+
+  // Draft 1 from the last verified row; chains go on from the head's own hidden and the previous draft.
+  std::vector<size_t> chaining;
+  for (size_t j = 0; j < items.size(); ++j) {
+    if (items[j].last_logits.empty()) continue;
+    DraftAsk& a = asks[owner[j]];
+    const int chain = std::min(a.max, std::max(1, a.depth_hint));
+    const int32_t d1 = argmax(items[j].last_logits.data(), V);
+    // Copies that agree with the head and reach as far are kept: they cost no head rows.
+    if (!a.drafts.empty() && a.drafts[0] == d1 && static_cast<int>(a.drafts.size()) >= chain) continue;
+    a.drafts.assign(1, d1);
+    if (chain > 1) chaining.push_back(j);
+  }
+  for (int depth = 2; !chaining.empty(); ++depth) {
+    std::vector<MtpSegment> segs;
+    std::vector<std::vector<float>> outs(chaining.size());
+    for (size_t c = 0; c < chaining.size(); ++c) {
+      HeadRows& h = items[chaining[c]];
+      DraftAsk& a = asks[owner[chaining[c]]];
+      outs[c].resize(h.last_hidden.size());
+      segs.push_back({h.state, h.last_hidden, std::span<const int32_t>(&a.drafts.back(), 1),
+                      h.state->mtp_position, outs[c].data()});
+    }
+    const std::vector<float> logits = model_.mtp_forward(segs);
+    std::vector<size_t> still;
+    for (size_t c = 0; c < chaining.size(); ++c) {
+      HeadRows& h = items[chaining[c]];
+      DraftAsk& a = asks[owner[chaining[c]]];
+      a.drafts.push_back(argmax(logits.data() + c * V, V));
+      h.last_hidden = std::move(outs[c]);
+      if (depth < std::min(a.max, std::max(1, a.depth_hint))) still.push_back(chaining[c]);
+    }
+    chaining = std::move(still);
+  }
+  // Chained rows read guessed tokens: the head's cache goes back to the verified rows.
+  for (size_t j = 0; j < items.size(); ++j)
+    if (items[j].state->mtp_position > items[j].state->position)
+      items[j].state->truncate_mtp(items[j].state->position);
+}
+
+}  // namespace ds

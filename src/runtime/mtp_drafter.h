@@ -1,0 +1,42 @@
+#pragma once
+// MTP head drafts (docs/speculative.md): the head reads the main model's H rows and the token after each, its
+// cache follows the stream one row behind, and drafts 2..k are chained from the head's own output hidden.
+// N-gram copies are kept when they agree with the head's first draft and run at least as far.
+#include <span>
+#include <vector>
+
+#include "model/model.h"
+#include "runtime/draft_source.h"
+#include "runtime/ngram_drafter.h"
+
+namespace ds {
+
+// One stream's H rows for the head: `hidden` holds rows for positions state->mtp_position onward; the
+// stream's known tokens are `prompt` then `reply` (the token at position k is the k-th of them).
+struct HeadRows {
+  StreamState* state = nullptr;
+  std::vector<float>* hidden = nullptr;
+  std::span<const int32_t> prompt, reply;
+  std::vector<float> last_logits, last_hidden;  // out: the last row run's logits and output hidden
+};
+
+// Whether the head's cache plus the pending rows reach exactly the stream's position (else the head cannot
+// follow this stream: a snapshot without the head's rows, say).
+bool head_in_sync(const Model& model, const StreamState& state, const std::vector<float>& hidden);
+
+// Runs the head, in one mtp_forward, over every item's pending rows whose next token is known, and erases
+// them from `hidden`. Items with no such row are left alone (empty last_logits).
+void run_head_rows(const Model& model, std::span<HeadRows> items);
+
+class MtpDrafter final : public DraftSource {
+ public:
+  explicit MtpDrafter(const Model& model, NgramOptions ngram = {});
+  void propose(std::span<DraftAsk> asks) override;
+  bool uses_hidden() const override { return true; }
+
+ private:
+  const Model& model_;
+  NgramDrafter ngram_;
+};
+
+}  // namespace ds

@@ -1,0 +1,225 @@
+// drafted == plain with the MTP head as the draft source (runtime/mtp_drafter.*), on both fixtures with a
+// head: greedy and sampled, alone and beside other streams, partial windows, a cancel mid-window, a resumed
+// prompt-cache hit; and the head's drafts are its golden chained drafts, some of which land.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <mutex>
+
+#include "engine_test_support.h"
+#include "runtime/mtp_drafter.h"
+
+namespace ds {
+namespace {
+
+using test::Collector;
+using test::Reply;
+
+// The plain reference: one slot, no cache, no drafts.
+Reply run_plain(const Model& model, const GenerationRequest& r) {
+  EngineOptions o;
+  o.parallel = 1;
+  o.prompt_cache_gib = 0;
+  o.drafts = false;
+  Engine engine(model, o);
+  return test::run_on(engine, r);
+}
+
+void expect_same(const Reply& got, const Reply& want, const std::string& what) {
+  EXPECT_EQ(got.tokens, want.tokens) << what;
+  EXPECT_EQ(got.final.reason, want.final.reason) << what;
+  EXPECT_EQ(got.final.completion_tokens, want.final.completion_tokens) << what;
+  EXPECT_LE(got.final.accepted_tokens, got.final.drafted_tokens) << what;
+}
+
+// The head alone (n-gram copies never match), recording every proposal so tests can see what it drafted.
+class HeadOnly final : public DraftSource {
+ public:
+  explicit HeadOnly(const Model& m) : head_(m, NgramOptions{1000, 1000, 4096}) {}
+  void propose(std::span<DraftAsk> asks) override {
+    head_.propose(asks);
+    std::lock_guard lock(mutex_);
+    for (const DraftAsk& a : asks) proposals.push_back(a.drafts);
+  }
+  bool uses_hidden() const override { return true; }
+  std::vector<std::vector<int32_t>> proposals;
+
+ private:
+  MtpDrafter head_;
+  std::mutex mutex_;
+};
+
+class EngineMtpDrafts : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override { model_ = std::make_unique<Model>(test::fixture(GetParam())); }
+  // The fixture heads are random: a draft lands about once in 320 (the vocabulary). These request indices
+  // are ones whose replies land some (found by running 40 of them; deterministic on the fixture), so the
+  // checks below that drafts land and are cut are not vacuous. Index 2 asks for logprobs, 3 has penalties.
+  std::vector<GenerationRequest> requests() const {
+    const int64_t V = model_->config().vocab_size;
+    const std::vector<uint32_t> picked = GetParam() == "qwen4exp_mtp"
+                                             ? std::vector<uint32_t>{2, 3, 6, 7, 13, 15}
+                                             : std::vector<uint32_t>{2, 3, 5, 25, 38};
+    std::vector<GenerationRequest> rs;
+    for (uint32_t i : picked) {
+      auto r = test::make_request(test::random_prompt(30 + 7 * (i % 4), V, 70 + i), 48, i % 2 == 1, 300 + i);
+      if (i == 3) r.sampling.repetition_penalty = 1.2f;
+      if (i == 2) r.top_logprobs = 2;
+      rs.push_back(r);
+    }
+    return rs;
+  }
+  std::unique_ptr<Model> model_;
+};
+
+TEST_P(EngineMtpDrafts, TheModelsHeadIsTheDefaultSource) {
+  ASSERT_TRUE(model_->has_mtp());
+  EngineOptions o;
+  o.parallel = 1;
+  o.prompt_cache_gib = 0;
+  Engine engine(*model_, o);
+  auto r = requests()[0];
+  expect_same(test::run_on(engine, r), run_plain(*model_, r), "default source");
+}
+
+// Alone, at fixed depths and by cost: every reply equals plain; drafts were proposed, some landed, some
+// missed.
+TEST_P(EngineMtpDrafts, HeadDraftsEqualPlain) {
+  const Model& m = *model_;
+  auto rs = requests();
+  std::vector<Reply> want;
+  for (const auto& r : rs) want.push_back(run_plain(m, r));
+  for (int depth : {1, 3, 0}) {
+    auto head = std::make_shared<HeadOnly>(m);
+    EngineOptions o;
+    o.parallel = 1;
+    o.prompt_cache_gib = 0;
+    o.draft_depth = depth;
+    o.draft_source = head;
+    Engine engine(m, o);
+    int64_t drafted = 0, accepted = 0;
+    for (size_t i = 0; i < rs.size(); ++i) {
+      Reply got = test::run_on(engine, rs[i]);
+      expect_same(got, want[i], "depth " + std::to_string(depth) + " request " + std::to_string(i));
+      drafted += got.final.drafted_tokens;
+      accepted += got.final.accepted_tokens;
+    }
+    EXPECT_FALSE(head->proposals.empty());
+    if (depth > 0) {
+      EXPECT_GT(drafted, 0) << "depth " << depth;
+      EXPECT_GT(accepted, 0) << "depth " << depth;
+      EXPECT_LT(accepted, drafted) << "depth " << depth;  // partial windows were rolled back
+    }
+  }
+}
+
+TEST_P(EngineMtpDrafts, BesideOtherStreams) {
+  const Model& m = *model_;
+  auto rs = requests();
+  rs[1].use_drafts = false;
+  std::vector<Reply> want;
+  for (const auto& r : rs) want.push_back(run_plain(m, r));
+  EngineOptions o;
+  o.parallel = 3;
+  o.draft_depth = 3;
+  o.draft_source = std::make_shared<HeadOnly>(m);
+  Engine engine(m, o);
+  std::vector<std::unique_ptr<Collector>> got;
+  for (const auto& r : rs) {
+    got.push_back(std::make_unique<Collector>());
+    engine.submit(r, got.back()->callback());
+    got.back()->wait_tokens(3);  // staggered arrivals: later requests prefill beside decoding windows
+  }
+  int64_t accepted = 0;
+  for (size_t i = 0; i < rs.size(); ++i) {
+    Reply r = got[i]->wait();
+    expect_same(r, want[i], "request " + std::to_string(i));
+    accepted += r.final.accepted_tokens;
+  }
+  EXPECT_EQ(got[1]->wait().final.drafted_tokens, 0);
+  EXPECT_GT(accepted, 0);
+}
+
+TEST_P(EngineMtpDrafts, CancelInTheMiddleOfAWindow) {
+  const Model& m = *model_;
+  auto r = requests()[0];
+  r.max_tokens = 120;
+  Reply want = run_plain(m, r);
+  EngineOptions o;
+  o.draft_depth = 4;
+  o.draft_source = std::make_shared<HeadOnly>(m);
+  Engine engine(m, o);
+  for (size_t at : {5u, 17u}) {
+    Collector c;
+    auto forward = c.callback();
+    std::atomic<uint64_t> id{0};
+    std::atomic<size_t> seen{0};
+    id = engine.submit(r, [&, forward](const TokenEvent& ev) {
+      forward(ev);
+      if (ev.token >= 0 && ++seen == at) engine.cancel(id.load());
+    });
+    Reply got = c.wait();
+    EXPECT_EQ(got.final.reason, FinishReason::Cancelled) << "cancel at " << at;
+    ASSERT_GE(got.tokens.size(), at);
+    EXPECT_LT(got.tokens.size(), want.tokens.size());
+    EXPECT_EQ(got.tokens, std::vector<int32_t>(want.tokens.begin(), want.tokens.begin() + got.tokens.size()));
+  }
+  expect_same(test::run_on(engine, requests()[1]), run_plain(m, requests()[1]), "after cancels");
+}
+
+// A follow-up turn resumes from the warm pass's mark: the head's cache came with the snapshot, so the resumed
+// stream still drafts with the head, and the reply is the plain one.
+TEST_P(EngineMtpDrafts, PromptCacheHitStillDrafts) {
+  const Model& m = *model_;
+  const int64_t V = m.config().vocab_size;
+  auto first = test::make_request(test::random_prompt(100, V, 11), 40, false, 1);
+  auto head = std::make_shared<HeadOnly>(m);
+  EngineOptions o;
+  o.parallel = 1;
+  o.draft_depth = 3;
+  o.draft_source = head;
+  Engine engine(m, o);
+  Reply a = test::run_on(engine, first);
+  expect_same(a, run_plain(m, first), "first turn");
+  test::wait_warm(engine);
+  auto second = first;
+  second.prompt.insert(second.prompt.end(), a.tokens.begin(), a.tokens.end());
+  auto more = test::random_prompt(9, V, 12);
+  second.prompt.insert(second.prompt.end(), more.begin(), more.end());
+  const size_t before = head->proposals.size();
+  Reply b = test::run_on(engine, second);
+  expect_same(b, run_plain(m, second), "second turn");
+  EXPECT_EQ(b.final.cached_tokens, 128);  // the warm pass's mark over prompt + reply (140 tokens)
+  EXPECT_GT(b.final.drafted_tokens, 0);
+  bool head_drafted = false;
+  for (size_t i = before; i < head->proposals.size(); ++i) head_drafted |= !head->proposals[i].empty();
+  EXPECT_TRUE(head_drafted);
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, EngineMtpDrafts, ::testing::Values("qwen4exp_mtp", "qwen3next_mtp"));
+
+// The first proposal after the prompt is the golden chained draft (tools/mtp/make_mtp_fixtures.py): the
+// head's cache was filled over the prompt rows and the first drawn token, then chained 3 deep.
+TEST(MtpDrafter, FirstProposalIsTheGoldenChain) {
+  for (const std::string name : {"qwen4exp_mtp", "qwen3next_mtp"}) {
+    Model m(test::fixture(name));
+    const auto ref = test::read_json(test::fixture(name) / "mtp.json");
+    const auto depth = ref["chain_depth"].get<int>();
+    auto head = std::make_shared<HeadOnly>(m);
+    EngineOptions o;
+    o.parallel = 1;
+    o.prompt_cache_gib = 0;
+    o.draft_depth = depth;
+    o.draft_source = head;
+    Engine engine(m, o);
+    auto r = test::make_request(ref["prompt"].get<std::vector<int32_t>>(), 2 + depth, false, 0);
+    Reply got = test::run_on(engine, r);
+    ASSERT_FALSE(got.tokens.empty()) << name;
+    EXPECT_EQ(got.tokens[0], ref["next_token"].get<int32_t>()) << name;
+    ASSERT_FALSE(head->proposals.empty()) << name;
+    EXPECT_EQ(head->proposals[0], ref["chain_drafts"].get<std::vector<int32_t>>()) << name;
+  }
+}
+
+}  // namespace
+}  // namespace ds
