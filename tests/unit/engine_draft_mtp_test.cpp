@@ -3,7 +3,6 @@
 // prompt-cache hit; and the head's drafts are its golden chained drafts, some of which land.
 #include <gtest/gtest.h>
 
-#include <atomic>
 #include <mutex>
 
 #include "engine_test_support.h"
@@ -150,15 +149,7 @@ TEST_P(EngineMtpDrafts, CancelInTheMiddleOfAWindow) {
   o.draft_source = std::make_shared<HeadOnly>(m);
   Engine engine(m, o);
   for (size_t at : {5u, 17u}) {
-    Collector c;
-    auto forward = c.callback();
-    std::atomic<uint64_t> id{0};
-    std::atomic<size_t> seen{0};
-    id = engine.submit(r, [&, forward](const TokenEvent& ev) {
-      forward(ev);
-      if (ev.token >= 0 && ++seen == at) engine.cancel(id.load());
-    });
-    Reply got = c.wait();
+    Reply got = test::run_cancelled_at(engine, r, at);
     EXPECT_EQ(got.final.reason, FinishReason::Cancelled) << "cancel at " << at;
     ASSERT_GE(got.tokens.size(), at);
     EXPECT_LT(got.tokens.size(), want.tokens.size());

@@ -2,7 +2,6 @@
 // tokens, finish reasons and counts plain decoding gives, greedy and sampled, alone and beside others.
 #include <gtest/gtest.h>
 
-#include <atomic>
 
 #include "engine_test_support.h"
 #include "runtime/draft_policy.h"
@@ -228,16 +227,7 @@ TEST_P(EngineDrafts, CancelInTheMiddleOfAWindow) {
   o.draft_source = oracle;
   Engine engine(m, o);
   for (size_t at : {5u, 12u}) {
-    Collector c;
-    auto forward = c.callback();
-    std::atomic<uint64_t> id{0};
-    std::atomic<size_t> seen{0};
-    // Cancels from inside the callback at the at-th token: the rest of its window is still being drawn.
-    id = engine.submit(r, [&, forward](const TokenEvent& ev) {
-      forward(ev);
-      if (ev.token >= 0 && ++seen == at) engine.cancel(id.load());
-    });
-    Reply got = c.wait();
+    Reply got = test::run_cancelled_at(engine, r, at);
     EXPECT_EQ(got.final.reason, FinishReason::Cancelled) << "cancel at " << at;
     ASSERT_GE(got.tokens.size(), at);
     EXPECT_LT(got.tokens.size(), want.tokens.size());

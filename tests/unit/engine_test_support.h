@@ -2,6 +2,7 @@
 // Shared helpers for engine tests: collect a request's events, run a request alone, random prompts.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <memory>
@@ -77,6 +78,20 @@ inline GenerationRequest make_request(std::vector<int32_t> prompt, int32_t max_t
 inline Reply run_on(Engine& engine, const GenerationRequest& r) {
   Collector c;
   engine.submit(r, c.callback());
+  return c.wait();
+}
+
+// Runs r, cancelling it from inside the callback at its at-th token: with drafts, the rest of that verify window
+// is still being drawn when the cancel lands.
+inline Reply run_cancelled_at(Engine& engine, const GenerationRequest& r, size_t at) {
+  Collector c;
+  auto forward = c.callback();
+  std::atomic<uint64_t> id{0};
+  std::atomic<size_t> seen{0};
+  id = engine.submit(r, [&, forward](const TokenEvent& ev) {
+    forward(ev);
+    if (ev.token >= 0 && ++seen == at) engine.cancel(id.load());
+  });
   return c.wait();
 }
 
