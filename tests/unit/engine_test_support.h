@@ -81,8 +81,8 @@ inline Reply run_on(Engine& engine, const GenerationRequest& r) {
   return c.wait();
 }
 
-// Runs r, cancelling it from inside the callback at its at-th token: with drafts, the rest of that verify window
-// is still being drawn when the cancel lands.
+// Runs r, cancelling it from inside the callback at its at-th token: with drafts, the rest of that verify
+// window is still being drawn when the cancel lands.
 inline Reply run_cancelled_at(Engine& engine, const GenerationRequest& r, size_t at) {
   Collector c;
   auto forward = c.callback();
