@@ -2,18 +2,13 @@
 
 #include <algorithm>
 
+#include "server/stop_strings.h"
+
 namespace ds::server {
 
 namespace {
 
 constexpr std::string_view kOpen = "<think>", kClose = "</think>";
-
-// Length of the longest suffix of `text` that is a proper prefix of `tag`.
-size_t partial_tag(std::string_view text, std::string_view tag) {
-  for (size_t len = std::min(text.size(), tag.size() - 1); len > 0; --len)
-    if (text.substr(text.size() - len) == tag.substr(0, len)) return len;
-  return 0;
-}
 
 }  // namespace
 

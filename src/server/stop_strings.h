@@ -7,6 +7,10 @@
 
 namespace ds::server {
 
+// Length of the longest suffix of `text` that is a proper prefix of `tag`: how much streamed text must be
+// held back because the next token could complete `tag` (stop strings, <think> and <tool_call> tags).
+size_t partial_tag(std::string_view text, std::string_view tag);
+
 class StopStringFilter {
  public:
   explicit StopStringFilter(std::vector<std::string> stops);

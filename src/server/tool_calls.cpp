@@ -6,17 +6,13 @@
 #include <cctype>
 #include <nlohmann/json.hpp>
 
+#include "server/stop_strings.h"
+
 namespace ds::server {
 
 namespace {
 
 constexpr std::string_view kOpen = "<tool_call>", kClose = "</tool_call>";
-
-size_t partial_tag(std::string_view text, std::string_view tag) {
-  for (size_t len = std::min(text.size(), tag.size() - 1); len > 0; --len)
-    if (text.substr(text.size() - len) == tag.substr(0, len)) return len;
-  return 0;
-}
 
 bool is_space(char c) {
   return c == ' ' || c == '\t' || c == '\n' || c == '\r';
