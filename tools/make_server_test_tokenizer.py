@@ -29,19 +29,26 @@ TEMPLATE = (
 )
 
 
-def main():
-    out = pathlib.Path(__file__).resolve().parent.parent / "tests" / "data" / "server_model"
-    out.mkdir(parents=True, exist_ok=True)
+def train_byte_level_bpe(texts, vocab_size, special, added):
+    """Byte-level BPE (GPT-2 style pre-tokenizer, all 256 bytes in the alphabet) with `special + added` as ids
+    0..n-1; only `special` are marked special, so the `added` tags stay in decoded text for the parsers.
+    Shared with tools/train/bpe.py."""
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=VOCAB, special_tokens=SPECIAL + ADDED, show_progress=False,
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=special + added, show_progress=False,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
-    tok.train_from_iterator(CORPUS, trainer)
+    tok.train_from_iterator(texts, trainer)
     spec = json.loads(tok.to_str())
     for entry in spec["added_tokens"]:
-        entry["special"] = entry["content"] in SPECIAL
-    tok = Tokenizer.from_str(json.dumps(spec))
+        entry["special"] = entry["content"] in special
+    return Tokenizer.from_str(json.dumps(spec))
+
+
+def main():
+    out = pathlib.Path(__file__).resolve().parent.parent / "tests" / "data" / "server_model"
+    out.mkdir(parents=True, exist_ok=True)
+    tok = train_byte_level_bpe(CORPUS, VOCAB, SPECIAL, ADDED)
     assert tok.get_vocab_size() == VOCAB, tok.get_vocab_size()
     assert [tok.token_to_id(t) for t in SPECIAL + ADDED] == [0, 1, 2, 3, 4]
     tok.save(str(out / "tokenizer.json"))

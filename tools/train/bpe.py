@@ -7,35 +7,30 @@ import json
 import os
 import sys
 
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 ADDED = ["<think>", "</think>", "<tool_call>", "</tool_call>"]  # not special: they stay in decoded text for parsers
 ENDOFTEXT, IM_START, IM_END = 0, 1, 2
 
 
-def chat_template():
-    """The ChatML + enable_thinking template the engine's server tests already use (one definition, reused)."""
+def server_tokenizer_tools():
+    """tools/make_server_test_tokenizer.py, which holds the ChatML + enable_thinking template the server tests use
+    and the byte-level BPE recipe (one definition of each, reused); found beside tools/train or one level up."""
     here = os.path.dirname(os.path.abspath(__file__))
     for tools in (os.path.dirname(here), os.path.join(os.path.dirname(os.path.dirname(here)), "tools")):
         if os.path.exists(os.path.join(tools, "make_server_test_tokenizer.py")):
             sys.path.insert(0, tools)
-            from make_server_test_tokenizer import TEMPLATE
-            return TEMPLATE
+            import make_server_test_tokenizer
+            return make_server_test_tokenizer
     raise FileNotFoundError("tools/make_server_test_tokenizer.py not found next to tools/train")
 
 
+def chat_template():
+    return server_tokenizer_tools().TEMPLATE
+
+
 def train_tokenizer(texts, vocab_size):
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=SPECIAL + ADDED, show_progress=False,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
-    tok.train_from_iterator(texts, trainer)
-    spec = json.loads(tok.to_str())
-    for entry in spec["added_tokens"]:
-        entry["special"] = entry["content"] in SPECIAL
-    tok = Tokenizer.from_str(json.dumps(spec))
+    tok = server_tokenizer_tools().train_byte_level_bpe(texts, vocab_size, SPECIAL, ADDED)
     ids = [tok.token_to_id(t) for t in SPECIAL + ADDED]
     if ids != list(range(len(ids))):
         raise RuntimeError(f"special token ids {ids} are not 0..{len(ids) - 1}")
