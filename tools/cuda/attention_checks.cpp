@@ -97,7 +97,7 @@ bool same_bits(const std::vector<float>& x, const std::vector<float>& y) {
 
 void check_attention_shape(Tally& tally, const AttentionShape& s, const std::string& name,
                            std::mt19937_64& rng) {
-  const std::vector<int> counts = {1, 16, 3, 7, 2, 12, 5, 1}, prefixes = {0, 37, 1000, 5, 300, 64, 2000, 1};
+  const std::vector<int> counts = {1, 16, 3, 7, 2, 12, 5, 1}, prefixes = {0, 37, 1000, 5, 300, 64, 9000, 1};
   const AttentionCase c = random_attention_case(s, counts, prefixes, rng);
   const DeviceAttnWeights w(c);
   Stream stream;
@@ -212,7 +212,7 @@ void run_attention_bench(int reps) {
   std::printf("%8s %8s %10s %10s %8s\n", "streams", "context", "us/step", "KV GB/s", "%4.3TB");
   const AttentionShape s;
   std::mt19937_64 rng(13);
-  for (int streams : {1, 8, 32}) {
+  for (int streams : {1, 8, 32, 64}) {
     for (int context : {1024, 8192, 32768}) {
       const AttentionCase wc = random_attention_case(s, {1}, {0}, rng);
       const DeviceAttnWeights w(wc);

@@ -45,6 +45,7 @@ int main(int argc, char** argv) {
   section(tally, "deltanet checks", [&] { wx::run_deltanet_checks(tally); });
   section(tally, "attention checks", [&] { wx::run_attention_checks(tally); });
   section(tally, "routing checks", [&] { wx::run_routing_checks(tally); });
+  section(tally, "moe checks", [&] { wx::run_moe_checks(tally); });
   std::printf("checks: %d passed, %d failed\n", tally.passed, tally.failed);
   std::fflush(stdout);
   if (bench) {
@@ -52,6 +53,7 @@ int main(int argc, char** argv) {
     section(tally, "deltanet bench", [&] { wx::run_deltanet_bench(reps); });
     section(tally, "attention bench", [&] { wx::run_attention_bench(reps); });
     section(tally, "routing bench", [&] { wx::run_routing_bench(reps); });
+    section(tally, "moe bench", [&] { wx::run_moe_bench(reps); });
   }
   if (tally.failed > 0) {
     std::printf("\nFAILED checks:\n");

@@ -64,64 +64,183 @@ __global__ void norm_rope_append_kernel(AttentionShape s, const AttentionWindow*
   for (int64_t i = threadIdx.x; i < kvw; i += blockDim.x) win.values[pos * kvw + i] = r.v[row * kvw + i];
 }
 
-// Per (window, token, q head): softmax over the cached keys 0..pos. Warp w walks keys w, w+4, ... with an
-// online softmax (running max m, sum l, accumulator per value dim); lane holds dims [lane*D, lane*D + D). The
-// warps meet as (w0 + w1) + (w2 + w3) after rescaling to the common max.
-template <int D>
+// Split-KV attend (FlashDecoding's split over the keys, with the split fixed by the key count): the keys
+// 0..pos of a row are cut into chunks of chunk_keys(n_keys) keys; one block per (row, kv head, chunk, group of
+// up to 16 q heads) walks its chunk in tiles of 32 keys staged in shared memory (K and V read once for all the
+// q heads of the kv head), with an online softmax per head; attend_merge_kernel folds the chunks in order.
+// Every sum's order depends on n_keys and hd alone: never on the other rows, nor on the launch.
+constexpr int kTileKeys = 32;
+constexpr int kMaxChunks = 64;
+constexpr int kMinChunkKeys = 64;
+constexpr int kHeadsPerBlock = 16;
+constexpr int kHeadsPerWarp = kHeadsPerBlock / kAttendWarps;
+
+__host__ __device__ __forceinline__ int64_t chunk_keys(int64_t n_keys) {
+  int64_t c = kMinChunkKeys;
+  while ((n_keys + c - 1) / c > kMaxChunks) c *= 2;
+  return c;
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+  for (int m = 16; m >= 1; m >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, m));
+  return v;
+}
+
+// Partial result of (row, head, chunk) c: m (max score), l (sum of exp(score - m)), acc[hd] (sum of
+// exp(score - m) * v).
+struct Partials {
+  float* ml;   // [n_rows, nh, kMaxChunks, 2]
+  float* acc;  // [n_rows, nh, kMaxChunks, hd]
+};
+
+template <int HD>
 __global__ void __launch_bounds__(kAttendWarps* kWarp)
-    attend_kernel(AttentionShape s, const AttentionWindow* windows, AttentionRows r, int n_rows,
-                  float scale) {
-  constexpr int hd = D * kWarp;
-  __shared__ float m_sh[kAttendWarps], l_sh[kAttendWarps], acc_sh[kAttendWarps][hd];
+    attend_chunk_kernel(AttentionShape s, const AttentionWindow* windows, AttentionRows r, int n_rows,
+                        float scale, Partials part) {
+  constexpr int KS = HD + 4;          // padded key row: lane-per-key float4 reads hit distinct banks
+  constexpr int DS = HD / (4 * kWarp);  // float4 slots of value dims per lane: dims s*128 + lane*4 .. +3
+  extern __shared__ float4 smem4[];
+  const AttentionWindow win = windows[blockIdx.z];
+  const int t = blockIdx.y;
+  if (!window_ok(win, n_rows) || t >= win.count) return;
+  const int chunk = blockIdx.x % kMaxChunks, kv_head = (blockIdx.x / kMaxChunks) % s.nkv;
+  const int head_group = blockIdx.x / kMaxChunks / s.nkv;
+  const int64_t row = int64_t{win.row0} + t, n_keys = int64_t{win.pos0} + t + 1, kvw = s.kv_width();
+  const int64_t ck = chunk_keys(n_keys), k_begin = chunk * ck;
+  if (k_begin >= n_keys) return;
+  const int64_t k_end = k_begin + ck < n_keys ? k_begin + ck : n_keys;
+  const int group = s.nh / s.nkv, h_first = kv_head * group + head_group * kHeadsPerBlock;
+  const int n_heads = min(kHeadsPerBlock, group - head_group * kHeadsPerBlock);
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+
+  float* q_sh = reinterpret_cast<float*>(smem4);  // [n_heads][HD]
+  float* k_sh = q_sh + kHeadsPerBlock * HD;       // [kTileKeys][KS]
+  float* v_sh = k_sh + kTileKeys * KS;            // [kTileKeys][HD]
+  for (int i = threadIdx.x; i < n_heads * HD; i += blockDim.x)
+    q_sh[i] = r.qg[row * s.q_width() + int64_t{h_first + i / HD} * 2 * HD + i % HD];
+
+  float m[kHeadsPerWarp], l[kHeadsPerWarp], acc[kHeadsPerWarp][DS][4];
+#pragma unroll
+  for (int i = 0; i < kHeadsPerWarp; ++i) {
+    m[i] = -INFINITY;
+    l[i] = 0.0f;
+#pragma unroll
+    for (int d = 0; d < DS; ++d) acc[i][d][0] = acc[i][d][1] = acc[i][d][2] = acc[i][d][3] = 0.0f;
+  }
+  const float* k_base = win.keys + int64_t{kv_head} * HD;
+  const float* v_base = win.values + int64_t{kv_head} * HD;
+  for (int64_t j0 = k_begin; j0 < k_end; j0 += kTileKeys) {
+    const int n_valid = static_cast<int>(k_end - j0 < kTileKeys ? k_end - j0 : kTileKeys);
+    __syncthreads();  // the previous tile is no longer read
+    // All of the tile's loads are issued before any is used: 32 keys x HD x 2 in flight per block.
+    constexpr int kF4 = kTileKeys * HD / 4 / (kAttendWarps * kWarp);
+    float4 kt[kF4], vt[kF4];
+#pragma unroll
+    for (int i = 0; i < kF4; ++i) {
+      const int f = threadIdx.x + i * kAttendWarps * kWarp, key = f / (HD / 4), d4 = f % (HD / 4);
+      const bool ok = key < n_valid;
+      const int64_t off = (j0 + key) * kvw + d4 * 4;
+      kt[i] = ok ? *reinterpret_cast<const float4*>(k_base + off) : make_float4(0.f, 0.f, 0.f, 0.f);
+      vt[i] = ok ? *reinterpret_cast<const float4*>(v_base + off) : make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+#pragma unroll
+    for (int i = 0; i < kF4; ++i) {
+      const int f = threadIdx.x + i * kAttendWarps * kWarp, key = f / (HD / 4), d4 = f % (HD / 4);
+      *reinterpret_cast<float4*>(k_sh + key * KS + d4 * 4) = kt[i];
+      *reinterpret_cast<float4*>(v_sh + key * HD + d4 * 4) = vt[i];
+    }
+    __syncthreads();
+#pragma unroll
+    for (int i = 0; i < kHeadsPerWarp; ++i) {
+      const int hb = warp + i * kAttendWarps;
+      if (hb >= n_heads) break;
+      // Score of key j0 + lane: four interleaved FMA chains over the dims (d mod 4), then (a0 + a1) + (a2 + a3).
+      const float4* kr = reinterpret_cast<const float4*>(k_sh + lane * KS);
+      const float4* qr = reinterpret_cast<const float4*>(q_sh + hb * HD);
+      float a0 = 0.f, a1 = 0.f, a2 = 0.f, a3 = 0.f;
+#pragma unroll 8
+      for (int d4 = 0; d4 < HD / 4; ++d4) {
+        const float4 kk = kr[d4], qq = qr[d4];
+        a0 = __fmaf_rn(qq.x, kk.x, a0);
+        a1 = __fmaf_rn(qq.y, kk.y, a1);
+        a2 = __fmaf_rn(qq.z, kk.z, a2);
+        a3 = __fmaf_rn(qq.w, kk.w, a3);
+      }
+      const bool valid = lane < n_valid;
+      const float score = valid ? __fmul_rn(__fadd_rn(__fadd_rn(a0, a1), __fadd_rn(a2, a3)), scale) : -INFINITY;
+      const float m_new = fmaxf(m[i], warp_max(score));  // finite: a tile holds at least one key
+      const float c = expf(m[i] - m_new), p = valid ? expf(score - m_new) : 0.0f;
+      l[i] = __fmaf_rn(l[i], c, warp_sum(p));
+      m[i] = m_new;
+#pragma unroll
+      for (int d = 0; d < DS; ++d)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[i][d][e] = __fmul_rn(acc[i][d][e], c);
+      for (int jj = 0; jj < n_valid; ++jj) {
+        const float pj = __shfl_sync(0xffffffffu, p, jj);
+#pragma unroll
+        for (int d = 0; d < DS; ++d) {
+          const float4 vv = *reinterpret_cast<const float4*>(v_sh + jj * HD + d * 4 * kWarp + lane * 4);
+          acc[i][d][0] = __fmaf_rn(pj, vv.x, acc[i][d][0]);
+          acc[i][d][1] = __fmaf_rn(pj, vv.y, acc[i][d][1]);
+          acc[i][d][2] = __fmaf_rn(pj, vv.z, acc[i][d][2]);
+          acc[i][d][3] = __fmaf_rn(pj, vv.w, acc[i][d][3]);
+        }
+      }
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < kHeadsPerWarp; ++i) {
+    const int hb = warp + i * kAttendWarps;
+    if (hb >= n_heads) break;
+    const int64_t slot = (row * s.nh + h_first + hb) * kMaxChunks + chunk;
+    if (lane == 0) {
+      part.ml[slot * 2] = m[i];
+      part.ml[slot * 2 + 1] = l[i];
+    }
+#pragma unroll
+    for (int d = 0; d < DS; ++d)
+      *reinterpret_cast<float4*>(part.acc + slot * HD + d * 4 * kWarp + lane * 4) =
+          make_float4(acc[i][d][0], acc[i][d][1], acc[i][d][2], acc[i][d][3]);
+  }
+}
+
+// Per (window, token, q head): the chunks' partials folded in chunk order, then acc / l times sigmoid(gate).
+__global__ void attend_merge_kernel(AttentionShape s, const AttentionWindow* windows, AttentionRows r, int n_rows,
+                                    Partials part) {
   const AttentionWindow win = windows[blockIdx.z];
   const int t = blockIdx.y, h = blockIdx.x;
   if (!window_ok(win, n_rows) || t >= win.count) return;
-  const int64_t row = int64_t{win.row0} + t, n_keys = int64_t{win.pos0} + t + 1, kvw = s.kv_width();
-  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
-  const int kv_head = h / (s.nh / s.nkv);
-  const float* q = r.qg + row * s.q_width() + int64_t{h} * 2 * hd;
-  float qd[D], acc[D];
-#pragma unroll
-  for (int d = 0; d < D; ++d) {
-    qd[d] = q[lane * D + d];
-    acc[d] = 0.0f;
+  const int64_t row = int64_t{win.row0} + t, n_keys = int64_t{win.pos0} + t + 1;
+  const int64_t ck = chunk_keys(n_keys), n_chunks = (n_keys + ck - 1) / ck;
+  const int64_t slot0 = (row * s.nh + h) * kMaxChunks;
+  __shared__ float e_sh[kMaxChunks];
+  __shared__ float total_sh;
+  if (threadIdx.x == 0) {
+    float mx = -INFINITY;
+    for (int64_t c = 0; c < n_chunks; ++c) mx = fmaxf(mx, part.ml[(slot0 + c) * 2]);
+    float total = 0.0f;
+    for (int64_t c = 0; c < n_chunks; ++c) {
+      e_sh[c] = expf(part.ml[(slot0 + c) * 2] - mx);
+      total = __fmaf_rn(part.ml[(slot0 + c) * 2 + 1], e_sh[c], total);
+    }
+    total_sh = total;
   }
-  float m = -INFINITY, l = 0.0f;
-  for (int64_t j = warp; j < n_keys; j += kAttendWarps) {
-    const float* key = win.keys + j * kvw + int64_t{kv_head} * hd + lane * D;
-    const float* val = win.values + j * kvw + int64_t{kv_head} * hd + lane * D;
-    float dot = 0.0f;
-#pragma unroll
-    for (int d = 0; d < D; ++d) dot = __fmaf_rn(qd[d], key[d], dot);
-    const float score = __fmul_rn(warp_sum(dot), scale);
-    const float m_new = fmaxf(m, score);
-    const float c = expf(m - m_new), p = expf(score - m_new);
-    l = __fmaf_rn(l, c, p);
-#pragma unroll
-    for (int d = 0; d < D; ++d) acc[d] = __fmaf_rn(p, val[d], __fmul_rn(acc[d], c));
-    m = m_new;
-  }
-  if (lane == 0) {
-    m_sh[warp] = m;
-    l_sh[warp] = l;
-  }
-#pragma unroll
-  for (int d = 0; d < D; ++d) acc_sh[warp][lane * D + d] = acc[d];
   __syncthreads();
-  const float mx = fmaxf(fmaxf(m_sh[0], m_sh[1]), fmaxf(m_sh[2], m_sh[3]));
-  float e[kAttendWarps];
-#pragma unroll
-  for (int k = 0; k < kAttendWarps; ++k) e[k] = m_sh[k] == -INFINITY ? 0.0f : expf(m_sh[k] - mx);
-  const float total = __fadd_rn(__fadd_rn(__fmul_rn(l_sh[0], e[0]), __fmul_rn(l_sh[1], e[1])),
-                                __fadd_rn(__fmul_rn(l_sh[2], e[2]), __fmul_rn(l_sh[3], e[3])));
-  const float* gate = q + hd;
-  float* out = r.out + row * int64_t{s.nh} * hd + int64_t{h} * hd;
-  for (int d = threadIdx.x; d < hd; d += blockDim.x) {
-    const float sum = __fadd_rn(__fadd_rn(__fmul_rn(acc_sh[0][d], e[0]), __fmul_rn(acc_sh[1][d], e[1])),
-                                __fadd_rn(__fmul_rn(acc_sh[2][d], e[2]), __fmul_rn(acc_sh[3][d], e[3])));
+  const float* q = r.qg + row * s.q_width() + int64_t{h} * 2 * s.hd;
+  const float* gate = q + s.hd;
+  float* out = r.out + row * int64_t{s.nh} * s.hd + int64_t{h} * s.hd;
+  for (int d = threadIdx.x; d < s.hd; d += blockDim.x) {
+    float sum = 0.0f;
+    for (int64_t c = 0; c < n_chunks; ++c) sum = __fmaf_rn(part.acc[(slot0 + c) * s.hd + d], e_sh[c], sum);
     const float sig = __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-gate[d])));
-    out[d] = __fmul_rn(__fdiv_rn(sum, total), sig);
+    out[d] = __fmul_rn(__fdiv_rn(sum, total_sh), sig);
   }
+}
+
+template <int HD>
+size_t attend_shared_bytes() {
+  return (size_t{kHeadsPerBlock} * HD + size_t{kTileKeys} * (HD + 4) + size_t{kTileKeys} * HD) * sizeof(float);
 }
 
 void fail(const std::string& what) {
@@ -130,9 +249,13 @@ void fail(const std::string& what) {
 
 }  // namespace
 
+size_t attention_decode_workspace_bytes(const AttentionShape& s, int n_rows) {
+  return size_t(n_rows) * s.nh * kMaxChunks * (s.hd + 2) * sizeof(float);
+}
+
 void attention_decode(const AttentionShape& s, const AttentionWeights& w, const AttentionWindow* windows,
-                      int n_windows, int max_count, const AttentionRows& rows, int n_rows,
-                      cudaStream_t stream) {
+                      int n_windows, int max_count, const AttentionRows& rows, int n_rows, void* workspace,
+                      size_t workspace_bytes, cudaStream_t stream) {
   if (s.hd != 128 && s.hd != 256) fail("hd must be 128 or 256 (got " + std::to_string(s.hd) + ")");
   if (s.nkv <= 0 || s.nh <= 0 || s.nh % s.nkv != 0) fail("nh must be a positive multiple of nkv");
   if (s.rotary_dim < 0 || s.rotary_dim % 2 != 0 || s.rotary_dim > s.hd)
@@ -141,6 +264,10 @@ void attention_decode(const AttentionShape& s, const AttentionWeights& w, const 
     fail("n_windows and max_count must be in 1..65535, n_rows positive");
   if (!w.q_norm || !w.k_norm || (s.rotary_dim > 0 && !w.inv_freq)) fail("a weight pointer is null");
   if (!windows || !rows.qg || !rows.k || !rows.v || !rows.out) fail("a row buffer pointer is null");
+  if (!workspace || workspace_bytes < attention_decode_workspace_bytes(s, n_rows))
+    fail("workspace must hold attention_decode_workspace_bytes(shape, n_rows) = " +
+         std::to_string(attention_decode_workspace_bytes(s, n_rows)) + " bytes (got " +
+         std::to_string(workspace_bytes) + ")");
   const int prep_threads = 256;
   const size_t prep_shared = static_cast<size_t>(prep_threads / kWarp) * s.hd * sizeof(float);
   norm_rope_append_kernel<<<dim3(max_count, n_windows), prep_threads, prep_shared, stream>>>(s, windows, rows,
@@ -149,13 +276,38 @@ void attention_decode(const AttentionShape& s, const AttentionWeights& w, const 
   // 1/sqrt(hd) is a power of two for hd 256 (exact); for 128 it is the f32 rounding of the CPU's double
   // scale.
   const float scale = static_cast<float>(1.0 / __builtin_sqrt(static_cast<double>(s.hd)));
-  const dim3 grid(s.nh, max_count, n_windows);
-  if (s.hd == 256) {
-    attend_kernel<8><<<grid, kAttendWarps * kWarp, 0, stream>>>(s, windows, rows, n_rows, scale);
-  } else {
-    attend_kernel<4><<<grid, kAttendWarps * kWarp, 0, stream>>>(s, windows, rows, n_rows, scale);
-  }
+  float* ws = static_cast<float*>(workspace);
+  const Partials part{ws, ws + size_t(n_rows) * s.nh * kMaxChunks * 2};
+  const int head_groups = (s.nh / s.nkv + kHeadsPerBlock - 1) / kHeadsPerBlock;
+  const dim3 grid(kMaxChunks * s.nkv * head_groups, max_count, n_windows);
+  auto launch = [&](auto kernel, size_t shared) {
+    check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shared)),
+          "attention_decode: cudaFuncSetAttribute");
+    kernel<<<grid, kAttendWarps * kWarp, shared, stream>>>(s, windows, rows, n_rows, scale, part);
+  };
+  if (s.hd == 256)
+    launch(attend_chunk_kernel<256>, attend_shared_bytes<256>());
+  else
+    launch(attend_chunk_kernel<128>, attend_shared_bytes<128>());
   check_launch("attention_decode attend");
+  attend_merge_kernel<<<dim3(s.nh, max_count, n_windows), 128, 0, stream>>>(s, windows, rows, n_rows, part);
+  check_launch("attention_decode merge");
+}
+
+void attention_decode(const AttentionShape& s, const AttentionWeights& w, const AttentionWindow* windows,
+                      int n_windows, int max_count, const AttentionRows& rows, int n_rows,
+                      cudaStream_t stream) {
+  // Stream-ordered scratch from the device's pool: free to reuse once the step's kernels have run.
+  const size_t bytes = n_rows > 0 ? attention_decode_workspace_bytes(s, n_rows) : 0;
+  void* ws = nullptr;
+  if (bytes > 0) check(cudaMallocAsync(&ws, bytes, stream), "attention_decode: cudaMallocAsync");
+  try {
+    attention_decode(s, w, windows, n_windows, max_count, rows, n_rows, ws, bytes, stream);
+  } catch (...) {
+    if (ws) cudaFreeAsync(ws, stream);
+    throw;
+  }
+  check(cudaFreeAsync(ws, stream), "attention_decode: cudaFreeAsync");
 }
 
 }  // namespace ds::cuda

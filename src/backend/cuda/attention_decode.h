@@ -5,6 +5,7 @@
 // reference math is src/model/layers/attention.cpp (without the indexer's block selection).
 #include <cuda_runtime.h>
 
+#include <cstddef>
 #include <cstdint>
 
 namespace ds::cuda {
@@ -49,8 +50,16 @@ struct AttentionRows {
 // Enqueues the step on `stream` (2 launches). windows: a device array of n_windows disjoint windows of at
 // most max_count tokens. A row's output bits depend only on its own q, gate and its stream's cache: not on
 // the other windows, nor on whether earlier tokens of the window ran in the same step.
+// Scratch is taken from the device's stream-ordered pool (cudaMallocAsync) for the step.
 void attention_decode(const AttentionShape& shape, const AttentionWeights& w, const AttentionWindow* windows,
                       int n_windows, int max_count, const AttentionRows& rows, int n_rows,
                       cudaStream_t stream);
+
+// The same with caller-owned scratch (device memory of at least attention_decode_workspace_bytes(shape,
+// n_rows) bytes, 16-byte aligned, not used by anything else until the step has run): nothing is allocated.
+size_t attention_decode_workspace_bytes(const AttentionShape& shape, int n_rows);
+void attention_decode(const AttentionShape& shape, const AttentionWeights& w, const AttentionWindow* windows,
+                      int n_windows, int max_count, const AttentionRows& rows, int n_rows, void* workspace,
+                      size_t workspace_bytes, cudaStream_t stream);
 
 }  // namespace ds::cuda

@@ -7,6 +7,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <utility>
 
 namespace ds::cuda::detail {
 
@@ -49,10 +50,18 @@ __device__ __forceinline__ void load_words_streaming(const uint32_t* p, uint32_t
 }
 
 // MLX affine: a unit is 32 codes = Bits words, always inside one group (groups are 32, 64 or 128 wide).
+//
+// Decoding with the code masked in place: a *view* is 32 bits of the unit's bit stream starting at bit S; a code
+// at offset k of its view with k + Bits <= 23 becomes the float 2^23 + q*2^k with one LOP3
+// ((view & (mask << k)) | 0x4B000000), minus 2^23 is q*2^k exactly, and fma(scale*2^-k, q*2^k, bias) is
+// fma(scale, q, bias) bit for bit (scale*2^-k is exact for |scale| >= 2^-122: every bf16 scale a model has).
+// The views of a chunk of 8 codes are fixed at compile time, so a chunk costs 1-3 shifts instead of one per code.
 template <int Bits>
 struct AffineUnit {
   static constexpr int kCols = 32;
-  static constexpr int kChunks = 4;  // chunks of 8 columns
+  static constexpr int kChunks = 4;                   // chunks of 8 columns
+  static constexpr int kMaxOffset = 23 - Bits;        // largest in-view offset whose code stays below 2^23
+  static constexpr uint32_t kMask = (1u << Bits) - 1u;
   struct Matrix {
     const uint32_t* codes;
     const uint16_t* scales;
@@ -60,6 +69,15 @@ struct AffineUnit {
     int64_t cols;
     int group_shift;  // log2(group)
   };
+
+  // Start bit of the view that code j (0..31) is read from. A chunk of 8 codes takes as few views as fit (at
+  // most kMaxOffset / Bits + 1 codes each) with the codes spread evenly over them, so few distinct offsets k
+  // (and folded scales) occur: 4-bit {0, 4, 8, 12}, 6-bit {0, 6, 12}.
+  __host__ __device__ static constexpr int view_start(int j) {
+    constexpr int fit = kMaxOffset / Bits + 1, views = (8 + fit - 1) / fit, per = (8 + views - 1) / views;
+    const int first = j / 8 * 8;
+    return (first + (j - first) / per * per) * Bits;
+  }
 
   uint32_t w[Bits];
   float scale;
@@ -72,17 +90,38 @@ struct AffineUnit {
     bias = bf16_bits_to_float(m.biases[g]);
   }
 
-  // Values of the unit's columns chunk*8 .. chunk*8+7: fma(scale, q, bias), one rounding of the exact value.
-  __device__ __forceinline__ void decode(int chunk, float (&out)[8]) const {
-#pragma unroll
-    for (int t = 0; t < 8; ++t) {
-      const int bit = (chunk * 8 + t) * Bits;
-      const int wi = bit >> 5;
-      const int sh = bit & 31;
-      const int next = wi + 1 < Bits ? wi + 1 : Bits - 1;
-      const uint32_t raw = sh + Bits <= 32 ? (w[wi] >> sh) : __funnelshift_r(w[wi], w[next], sh);
-      out[t] = __fmaf_rn(scale, code_to_float(raw & ((1u << Bits) - 1u)), bias);
-    }
+  // The 32 bits of the stream from bit S (only bits up to S + 23 are ever used).
+  template <int S>
+  __device__ __forceinline__ uint32_t view() const {
+    constexpr int wi = S / 32, sh = S % 32;
+    if constexpr (sh == 0)
+      return w[wi];
+    else if constexpr (sh + 23 <= 32 || wi + 1 >= Bits)
+      return w[wi] >> sh;
+    else
+      return __funnelshift_r(w[wi], w[wi + 1], sh);
+  }
+
+  // Code j's value: fma(scale, q, bias), one rounding of the exact value.
+  template <int J>
+  __device__ __forceinline__ float value() const {
+    constexpr int S = view_start(J), k = J * Bits - S;
+    const uint32_t v = view<S>();
+    const float qk = __fsub_rn(__uint_as_float((v & (kMask << k)) | 0x4B000000u), 8388608.0f);  // q * 2^k
+    const float sk = k == 0 ? scale : __fmul_rn(scale, __uint_as_float(uint32_t(127 - k) << 23));
+    return __fmaf_rn(sk, qk, bias);
+  }
+
+  // Values of the unit's columns C*8 .. C*8+7.
+  template <int C>
+  __device__ __forceinline__ void decode(float (&out)[8]) const {
+    decode_each<C * 8>(out, std::make_integer_sequence<int, 8>{});
+  }
+
+ private:
+  template <int J0, int... T>
+  __device__ __forceinline__ void decode_each(float (&out)[8], std::integer_sequence<int, T...>) const {
+    ((out[T] = value<J0 + T>()), ...);
   }
 };
 
@@ -100,7 +139,8 @@ struct DenseBf16Unit {
   __device__ __forceinline__ void load(const Matrix& m, int64_t out_row, int64_t unit) {
     v = __ldcs(reinterpret_cast<const uint4*>(m.values + out_row * m.cols) + unit);
   }
-  __device__ __forceinline__ void decode(int, float (&out)[8]) const {
+  template <int C>
+  __device__ __forceinline__ void decode(float (&out)[8]) const {
     const uint32_t p[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
@@ -136,6 +176,16 @@ struct Bf16Rows {
   }
 };
 
+// Rows picked by index: window row r is x row ids[r] (an expert's rows among the step's rows).
+template <class Rows>
+struct GatherRows {
+  Rows base;
+  const int32_t* ids;
+  __device__ __forceinline__ void load8(int64_t row, int64_t col, float (&out)[8]) const {
+    base.load8(ids[row], col, out);
+  }
+};
+
 // Column slices of one product: 1, or kWarpsPerBlock when the weight has many columns and few rows (then the
 // block's warps split the columns and a product that would leave the GPU idle gets 4x the warps). A function
 // of the weight's shape alone, so it never depends on the window.
@@ -144,14 +194,51 @@ __host__ __device__ __forceinline__ int column_slices(int64_t rows, int64_t cols
   return cols / Unit::kCols >= 64 && rows <= 32768 ? kWarpsPerBlock : 1;
 }
 
+template <class F, int... I>
+__device__ __forceinline__ void static_for_each(F&& f, std::integer_sequence<int, I...>) {
+  (f(std::integral_constant<int, I>{}), ...);
+}
+// Calls f(std::integral_constant<int, I>{}) for I = 0 .. N-1, in order.
+template <int N, class F>
+__device__ __forceinline__ void static_for(F&& f) {
+  static_for_each(f, std::make_integer_sequence<int, N>{});
+}
+
+// Products of one unit of each of the warp's outputs with rows 0..n_rows-1, added to acc in column order.
+template <class Unit, class Rows, int R, int NO>
+__device__ __forceinline__ void unit_product(const Unit (&cur)[NO], int64_t u, const Rows& rows, int64_t x_row0,
+                                             int n_rows, float (&acc)[R][NO]) {
+  static_for<Unit::kChunks>([&](auto c) {
+    float w[NO][8];
+#pragma unroll
+    for (int o = 0; o < NO; ++o) cur[o].template decode<decltype(c)::value>(w[o]);
+    const int64_t col = u * Unit::kCols + decltype(c)::value * 8;
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      if (r < n_rows) {
+        float xv[8];
+        rows.load8(x_row0 + r, col, xv);
+#pragma unroll
+        for (int o = 0; o < NO; ++o)
+#pragma unroll
+          for (int t = 0; t < 8; ++t) acc[r][o] = __fmaf_rn(xv[t], w[o][t], acc[r][o]);
+      }
+    }
+  });
+}
+
 // Rows x[row0 .. row0+n_rows-1] (n_rows <= R) times outputs o0 .. o0+kOutputsPerWarp-1 (those < n_out), over
 // the columns of slice `slice` of `slices`: lane l of the slice takes units slice*32 + l, then every
 // 32*slices-th unit. Returns each (row, output) sum over the slice in acc (every lane holds the same bits).
+// Windows of 1-2 rows issue the next unit's loads before this unit's arithmetic (two units in flight); larger
+// windows are bound by FMA issue and keep the registers for more resident warps instead. Either way each
+// accumulator sees the same values in the same order.
 template <class Unit, class Rows, int R>
 __device__ __forceinline__ void slice_product(const typename Unit::Matrix& m, int64_t n_out, int64_t o0,
                                               const Rows& rows, int64_t x_row0, int n_rows, int slice,
                                               int slices, float (&acc)[R][kOutputsPerWarp]) {
   constexpr int NO = kOutputsPerWarp;
+  constexpr bool kPrefetch = R <= 2;
   const int lane = threadIdx.x & 31;
 #pragma unroll
   for (int r = 0; r < R; ++r)
@@ -161,38 +248,29 @@ __device__ __forceinline__ void slice_product(const typename Unit::Matrix& m, in
   const int64_t units = m.cols / Unit::kCols;
   const int64_t stride = 32 * slices;
   int64_t u = slice * 32 + lane;
-  Unit cur[NO];
-  if (u < units) {
+  if constexpr (kPrefetch) {
+    Unit cur[NO];
+    if (u < units) {
 #pragma unroll
-    for (int o = 0; o < NO; ++o) cur[o].load(m, o0 + o < n_out ? o0 + o : n_out - 1, u);
-  }
-  for (; u < units; u += stride) {
-    // The next unit's loads go out before this one's arithmetic, so two units per lane are in flight.
-    Unit next[NO];
-    if (u + stride < units) {
-#pragma unroll
-      for (int o = 0; o < NO; ++o) next[o].load(m, o0 + o < n_out ? o0 + o : n_out - 1, u + stride);
+      for (int o = 0; o < NO; ++o) cur[o].load(m, o0 + o < n_out ? o0 + o : n_out - 1, u);
     }
+    for (; u < units; u += stride) {
+      Unit next[NO];
+      if (u + stride < units) {
 #pragma unroll
-    for (int c = 0; c < Unit::kChunks; ++c) {
-      float w[NO][8];
-#pragma unroll
-      for (int o = 0; o < NO; ++o) cur[o].decode(c, w[o]);
-      const int64_t col = u * Unit::kCols + c * 8;
-#pragma unroll
-      for (int r = 0; r < R; ++r) {
-        if (r < n_rows) {
-          float xv[8];
-          rows.load8(x_row0 + r, col, xv);
-#pragma unroll
-          for (int o = 0; o < NO; ++o)
-#pragma unroll
-            for (int t = 0; t < 8; ++t) acc[r][o] = __fmaf_rn(xv[t], w[o][t], acc[r][o]);
-        }
+        for (int o = 0; o < NO; ++o) next[o].load(m, o0 + o < n_out ? o0 + o : n_out - 1, u + stride);
       }
-    }
+      unit_product<Unit, Rows, R, NO>(cur, u, rows, x_row0, n_rows, acc);
 #pragma unroll
-    for (int o = 0; o < NO; ++o) cur[o] = next[o];
+      for (int o = 0; o < NO; ++o) cur[o] = next[o];
+    }
+  } else {
+    for (; u < units; u += stride) {
+      Unit cur[NO];
+#pragma unroll
+      for (int o = 0; o < NO; ++o) cur[o].load(m, o0 + o < n_out ? o0 + o : n_out - 1, u);
+      unit_product<Unit, Rows, R, NO>(cur, u, rows, x_row0, n_rows, acc);
+    }
   }
   // Fixed xor butterfly: a + b == b + a, so every lane ends with the same bits.
 #pragma unroll
@@ -240,6 +318,71 @@ __device__ __forceinline__ void block_product(const typename Unit::Matrix& m, in
 #pragma unroll
     for (int o = 0; o < NO; ++o)
       if (r < n_rows && o0 + o < n_out && lane == ((r * NO + o) & 31)) y[r * ldy + o0 + o] = acc[r][o];
+}
+
+// One-row products with persistent blocks: block b takes the tasks (the outputs a block of block_product would
+// own) b, b + gridDim.x, ...; the last unit of a task is computed while the first unit of the warp's next task
+// is loading, so a warp's loads never drain between tasks. Each output's chain, butterfly and slice merge are
+// block_product's, so the bits are those of every window tier.
+template <class Unit, class Rows>
+__device__ __forceinline__ void persistent_row_product(const typename Unit::Matrix& m, int64_t n_out,
+                                                       const Rows& rows, float* y) {
+  constexpr int NO = kOutputsPerWarp;
+  const int warp = threadIdx.x / 32;
+  const int lane = threadIdx.x & 31;
+  const int slices = column_slices<Unit>(n_out, m.cols);
+  const int slice = slices == 1 ? 0 : warp;
+  const int64_t units = m.cols / Unit::kCols, stride = 32 * slices, u_first = slice * 32 + lane;
+  auto first_output = [&](int64_t task) {
+    return slices == 1 ? (task * kWarpsPerBlock + warp) * NO : task * NO;
+  };
+  auto load_all = [&](Unit (&dst)[NO], int64_t o0, int64_t u) {
+#pragma unroll
+    for (int o = 0; o < NO; ++o) dst[o].load(m, o0 + o < n_out ? o0 + o : n_out - 1, u);
+  };
+  __shared__ float part[kWarpsPerBlock][NO];
+  int64_t task = blockIdx.x, o0 = first_output(task);
+  Unit cur[NO];
+  if (o0 < n_out && u_first < units) load_all(cur, o0, u_first);
+  while (o0 < n_out) {  // uniform over the warp, and over the block when it shares outputs
+    const int64_t next_o0 = first_output(task + gridDim.x);
+    float acc[1][NO];
+#pragma unroll
+    for (int o = 0; o < NO; ++o) acc[0][o] = 0.0f;
+    for (int64_t u = u_first; u < units; u += stride) {
+      Unit next[NO];
+      if (u + stride < units)
+        load_all(next, o0, u + stride);
+      else if (next_o0 < n_out)
+        load_all(next, next_o0, u_first);
+      unit_product<Unit, Rows, 1, NO>(cur, u, rows, 0, 1, acc);
+#pragma unroll
+      for (int o = 0; o < NO; ++o) cur[o] = next[o];
+    }
+#pragma unroll
+    for (int o = 0; o < NO; ++o)
+#pragma unroll
+      for (int mask = 16; mask > 0; mask >>= 1)
+        acc[0][o] = __fadd_rn(acc[0][o], __shfl_xor_sync(0xFFFFFFFFu, acc[0][o], mask));
+    if (slices > 1) {
+      if (lane == 0) {
+#pragma unroll
+        for (int o = 0; o < NO; ++o) part[warp][o] = acc[0][o];
+      }
+      __syncthreads();
+#pragma unroll
+      for (int o = 0; o < NO; ++o)
+        acc[0][o] = __fadd_rn(__fadd_rn(part[0][o], part[1][o]), __fadd_rn(part[2][o], part[3][o]));
+      __syncthreads();  // part is rewritten by the next task
+    }
+    if (slices == 1 || warp == 0) {
+#pragma unroll
+      for (int o = 0; o < NO; ++o)
+        if (o0 + o < n_out && lane == o) y[o0 + o] = acc[0][o];
+    }
+    task += gridDim.x;
+    o0 = next_o0;
+  }
 }
 
 }  // namespace ds::cuda::detail

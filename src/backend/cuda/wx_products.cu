@@ -1,4 +1,5 @@
 // Launch side of the weight products: argument checks, window-size tiers and kernel dispatch.
+#include <algorithm>
 #include <cstdint>
 #include <string>
 
@@ -16,6 +17,26 @@ template <class Unit, class Rows, int R>
 __global__ void __launch_bounds__(kWarpsPerBlock * 32)
     window_kernel(typename Unit::Matrix m, int64_t n_out, Rows rows, int n_rows, float* y, int64_t ldy) {
   detail::block_product<Unit, Rows, R>(m, n_out, rows, 0, n_rows, y, ldy);
+}
+
+template <class Unit, class Rows>
+__global__ void __launch_bounds__(kWarpsPerBlock * 32)
+    row_kernel(typename Unit::Matrix m, int64_t n_out, Rows rows, float* y) {
+  detail::persistent_row_product<Unit, Rows>(m, n_out, rows, y);
+}
+
+// Blocks for the persistent one-row kernel: as many as fit on the GPU at once, never more than the tasks.
+template <class Unit, class Rows>
+int64_t resident_blocks(int64_t tasks) {
+  static const int64_t fit = [] {
+    int device = 0, sms = 0, per_sm = 0;
+    check(cudaGetDevice(&device), "cudaGetDevice");
+    check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "cudaDeviceGetAttribute");
+    check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, row_kernel<Unit, Rows>, kWarpsPerBlock * 32, 0),
+          "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
+    return int64_t{sms} * std::max(per_sm, 1);
+  }();
+  return std::min(tasks, fit);
 }
 
 // blockIdx.y is the pair; each pair is a one-row product of its expert, so it matches affine_wx bit for bit.
@@ -38,6 +59,106 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
   me.scales += e * n_out * (m.cols >> m.group_shift);
   me.biases += e * n_out * (m.cols >> m.group_shift);
   detail::block_product<detail::AffineUnit<Bits>, Rows, 1>(me, n_out, rows, pr.row, 1, y_row, ldy);
+}
+
+// Blocks stride over the windows (blockIdx.y, then every gridDim.y-th); a window's rows run in the tier of its
+// size (1, 2 or 4), as affine_wx would run them, so the grid never changes a result.
+template <int Bits, class Rows>
+__device__ __forceinline__ void expert_window(const typename detail::AffineUnit<Bits>::Matrix& m, int64_t n_out,
+                                              int64_t n_experts, int64_t n_x_rows, const ExpertWindow& win,
+                                              const int32_t* row_ids, const Rows& rows, float* y, int64_t ldy) {
+  using Unit = detail::AffineUnit<Bits>;
+  bool ok = win.expert >= 0 && win.expert < n_experts && win.count > 0 && win.count <= kMaxExpertWindowRows &&
+            win.first >= 0;
+  for (int j = 0; ok && j < win.count; ++j) {
+    const int64_t xr = row_ids ? row_ids[win.first + j] : int64_t{win.first} + j;
+    ok = xr >= 0 && xr < n_x_rows;
+  }
+  float* y_rows = y + int64_t{win.first} * ldy;
+  if (!ok) {
+    // A bad window cannot throw from the device: its outputs become NaN, visibly wrong.
+    const int n = win.count > 0 && win.count <= kMaxExpertWindowRows && win.first >= 0 ? win.count : 0;
+    for (int j = 0; j < n; ++j)
+      for (int64_t o = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; o < n_out;
+           o += int64_t(gridDim.x) * blockDim.x)
+        y_rows[j * ldy + o] = __int_as_float(0x7FC00000);
+    return;
+  }
+  typename Unit::Matrix me = m;
+  const int64_t e = win.expert;
+  me.codes += e * n_out * (m.cols / 32 * Bits);
+  me.scales += e * n_out * (m.cols >> m.group_shift);
+  me.biases += e * n_out * (m.cols >> m.group_shift);
+  if (row_ids != nullptr) {
+    const detail::GatherRows<Rows> g{rows, row_ids + win.first};
+    if (win.count == 1)
+      detail::block_product<Unit, detail::GatherRows<Rows>, 1>(me, n_out, g, 0, 1, y_rows, ldy);
+    else if (win.count == 2)
+      detail::block_product<Unit, detail::GatherRows<Rows>, 2>(me, n_out, g, 0, 2, y_rows, ldy);
+    else
+      detail::block_product<Unit, detail::GatherRows<Rows>, 4>(me, n_out, g, 0, win.count, y_rows, ldy);
+  } else {
+    if (win.count == 1)
+      detail::block_product<Unit, Rows, 1>(me, n_out, rows, win.first, 1, y_rows, ldy);
+    else if (win.count == 2)
+      detail::block_product<Unit, Rows, 2>(me, n_out, rows, win.first, 2, y_rows, ldy);
+    else
+      detail::block_product<Unit, Rows, 4>(me, n_out, rows, win.first, win.count, y_rows, ldy);
+  }
+}
+
+template <int Bits, class Rows>
+__global__ void __launch_bounds__(kWarpsPerBlock * 32)
+    expert_windows_kernel(typename detail::AffineUnit<Bits>::Matrix m, int64_t n_out, int64_t n_experts,
+                          int64_t n_x_rows, const ExpertWindow* windows, int n_windows, const int32_t* row_ids,
+                          Rows rows, float* y, int64_t ldy) {
+  for (int i = blockIdx.y; i < n_windows; i += gridDim.y) {
+    const ExpertWindow win = windows[i];
+    if (win.count == 0) continue;  // an unused slot
+    expert_window<Bits, Rows>(m, n_out, n_experts, n_x_rows, win, row_ids, rows, y, ldy);
+    __syncthreads();  // block_product's shared partial sums are reused by the next window
+  }
+}
+
+// One block: count the pairs per expert, lay the experts' slots out in expert order, then each expert's thread
+// lists its pairs in (row, rank) order and cuts them into windows. Integer work only: the same every run.
+__global__ void expert_windows_build_kernel(const int32_t* topk, int n_pairs, int k, int n_experts,
+                                            ExpertWindow* windows, int32_t* row_ids, int32_t* slot_of) {
+  __shared__ int32_t count[1024], slot0[1024], win0[1024];
+  for (int e = threadIdx.x; e < n_experts; e += blockDim.x) count[e] = 0;
+  for (int p = threadIdx.x; p < n_pairs; p += blockDim.x) {
+    windows[p] = ExpertWindow{0, 0, 0};
+    slot_of[p] = -1;
+  }
+  __syncthreads();
+  for (int p = threadIdx.x; p < n_pairs; p += blockDim.x) {
+    const int32_t e = topk[p];
+    if (e >= 0 && e < n_experts) atomicAdd(&count[e], 1);  // integer counts: exact in any order
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    int32_t s = 0, w = 0;
+    for (int e = 0; e < n_experts; ++e) {
+      slot0[e] = s;
+      win0[e] = w;
+      s += count[e];
+      w += (count[e] + kMaxExpertWindowRows - 1) / kMaxExpertWindowRows;
+    }
+  }
+  __syncthreads();
+  for (int e = threadIdx.x; e < n_experts; e += blockDim.x) {
+    int32_t j = 0;
+    for (int p = 0; p < n_pairs && j < count[e]; ++p) {
+      if (topk[p] != e) continue;
+      const int32_t slot = slot0[e] + j;
+      row_ids[slot] = p / k;
+      slot_of[p] = slot;
+      if (j % kMaxExpertWindowRows == 0)
+        windows[win0[e] + j / kMaxExpertWindowRows] =
+            ExpertWindow{e, slot, min(kMaxExpertWindowRows, count[e] - j)};
+      ++j;
+    }
+  }
 }
 
 [[noreturn]] void bad_arg(const char* op, const std::string& what) {
@@ -91,7 +212,8 @@ void launch_window(const typename Unit::Matrix& m, int64_t n_out, const Rows& ro
   const dim3 grid(static_cast<unsigned>(blocks_for<Unit>(n_out, m.cols)));
   const dim3 block(kWarpsPerBlock * 32);
   if (n_rows <= 1)
-    window_kernel<Unit, Rows, 1><<<grid, block, 0, stream>>>(m, n_out, rows, n_rows, y, ldy);
+    row_kernel<Unit, Rows><<<dim3(static_cast<unsigned>(resident_blocks<Unit, Rows>(grid.x))), block, 0, stream>>>(
+        m, n_out, rows, y);
   else if (n_rows <= 2)
     window_kernel<Unit, Rows, 2><<<grid, block, 0, stream>>>(m, n_out, rows, n_rows, y, ldy);
   else if (n_rows <= 4)
@@ -193,6 +315,49 @@ void affine_wx_grouped(const AffineWeight& w, const ExpertRow* pairs, int n_pair
           <<<grid, block, 0, stream>>>(m, w.rows, w.n_experts, n_x_rows, pairs,
                                        detail::Bf16Rows{static_cast<const uint16_t*>(x.data), x.ld}, y, ldy);
   });
+  check_launch(op);
+}
+
+void affine_wx_expert_windows(const AffineWeight& w, const ExpertWindow* windows, int n_windows,
+                              const int32_t* row_ids, const Activations& x, int n_x_rows, float* y, int64_t ldy,
+                              cudaStream_t stream) {
+  constexpr const char* op = "affine_wx_expert_windows";
+  const int shift = group_shift_of(op, w);
+  check_common(op, w.rows, w.cols, x, 1, y, ldy);
+  if (windows == nullptr) bad_arg(op, "windows must be a device pointer");
+  if (n_windows < 0 || n_windows > 65535)
+    bad_arg(op, "n_windows must be 0..65535 (got " + std::to_string(n_windows) + ")");
+  if (n_x_rows < 1) bad_arg(op, "n_x_rows must be >= 1");
+  if (n_windows == 0) return;
+  const dim3 block(kWarpsPerBlock * 32);
+  with_bits(w.bits, [&](auto bits) {
+    constexpr int B = decltype(bits)::value;
+    // About 16k blocks in all (several waves on 132 SMs); more windows than that are strided over.
+    const int64_t per_window = blocks_for<detail::AffineUnit<B>>(w.rows, w.cols);
+    const int64_t strided = std::max<int64_t>(1, std::min<int64_t>(n_windows, 16384 / per_window));
+    const dim3 grid(static_cast<unsigned>(per_window), static_cast<unsigned>(strided));
+    const auto m = affine_matrix<B>(w, shift);
+    if (x.type == ActType::F32)
+      expert_windows_kernel<B, detail::F32Rows><<<grid, block, 0, stream>>>(
+          m, w.rows, w.n_experts, n_x_rows, windows, n_windows, row_ids,
+          detail::F32Rows{static_cast<const float*>(x.data), x.ld}, y, ldy);
+    else
+      expert_windows_kernel<B, detail::Bf16Rows><<<grid, block, 0, stream>>>(
+          m, w.rows, w.n_experts, n_x_rows, windows, n_windows, row_ids,
+          detail::Bf16Rows{static_cast<const uint16_t*>(x.data), x.ld}, y, ldy);
+  });
+  check_launch(op);
+}
+
+void moe_expert_windows(const int32_t* topk, int n_rows, int k, int n_experts, ExpertWindow* windows,
+                        int32_t* row_ids, int32_t* slot_of, cudaStream_t stream) {
+  constexpr const char* op = "moe_expert_windows";
+  if (n_experts < 1 || n_experts > 1024)
+    bad_arg(op, "n_experts must be 1..1024 (got " + std::to_string(n_experts) + ")");
+  if (n_rows < 1 || k < 1 || int64_t{n_rows} * k > 4096)
+    bad_arg(op, "n_rows*k must be 1..4096 (n_rows " + std::to_string(n_rows) + ", k " + std::to_string(k) + ")");
+  if (!topk || !windows || !row_ids || !slot_of) bad_arg(op, "topk, windows, row_ids and slot_of must be device pointers");
+  expert_windows_build_kernel<<<1, 1024, 0, stream>>>(topk, n_rows * k, k, n_experts, windows, row_ids, slot_of);
   check_launch(op);
 }
 

@@ -59,4 +59,30 @@ void dense_wx(const DenseBf16Weight& w, const Activations& x, int n_rows, float*
 void affine_wx_grouped(const AffineWeight& w, const ExpertRow* pairs, int n_pairs, const Activations& x,
                        int n_x_rows, float* y, int64_t ldy, cudaStream_t stream);
 
+// Expert windows: the rows of a decode step that one expert serves, read against its weights once. Window i
+// covers y rows first .. first+count-1 (count 0..kMaxExpertWindowRows; 0: an unused slot, skipped); y row
+// first+j is expert `expert` applied to x row row_ids[first+j] (or to x row first+j when row_ids is null: the
+// down projection reads the gate|up results in slot order). Each result equals affine_wx of that expert on
+// that row alone, bit for bit, whatever the window's size (the tiers of affine_wx).
+constexpr int kMaxExpertWindowRows = 4;
+struct ExpertWindow {
+  int32_t expert;
+  int32_t first;
+  int32_t count;
+};
+
+// One launch for all windows (`windows`, `row_ids` in device memory). A window whose expert, count or rows are
+// out of range (checked on the device) yields NaN outputs.
+void affine_wx_expert_windows(const AffineWeight& w, const ExpertWindow* windows, int n_windows,
+                              const int32_t* row_ids, const Activations& x, int n_x_rows, float* y, int64_t ldy,
+                              cudaStream_t stream);
+
+// Groups a step's routing (topk [n_rows, k] expert ids in device memory) into expert windows, in one launch:
+// experts in ascending order, each expert's (row, rank) pairs in ascending row order, cut into windows of at
+// most kMaxExpertWindowRows. Writes windows [n_rows*k] (unused slots count 0), row_ids [n_rows*k] (x row of
+// each slot) and slot_of [n_rows*k] (the slot of pair (row, rank), for the weighted combine). n_experts <=
+// 1024, n_rows*k <= 4096. An id out of range is left out (its slot_of is -1).
+void moe_expert_windows(const int32_t* topk, int n_rows, int k, int n_experts, ExpertWindow* windows,
+                        int32_t* row_ids, int32_t* slot_of, cudaStream_t stream);
+
 }  // namespace ds::cuda
