@@ -93,7 +93,7 @@ double copy_ceiling_gbs(DeviceBuffer& a, const Stream& stream) {
 
 }  // namespace
 
-void run_bench(int reps) {
+void run_bench(int reps, const std::string& only) {
   Stream stream;
   cudaDeviceProp prop{};
   check(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
@@ -124,6 +124,7 @@ void run_bench(int reps) {
   for (int w : kWindows) std::printf(" | R=%-2d us   GB/s   %%", w);
   std::printf("\n");
   for (const Shape& s : kShapes) {
+    if (!only.empty() && std::string(s.name).find(only) == std::string::npos) continue;
     for (const Format& f : kFormats) {
       const Layout l = layout_of(s, f);
       const int n_copies = int(std::max<size_t>(1, kRotateBytes / l.total + 1));
@@ -157,6 +158,7 @@ void run_bench(int reps) {
   }
 
   // Grouped expert products as one decode token uses them: 10 of 512 experts, one row each, in one launch.
+  if (!only.empty()) return;
   std::printf("\ngrouped: top-10 of 512 experts, 1 row each, one launch (x bf16)\n");
   for (const Format& f : kFormats) {
     if (f.bits == 16) continue;

@@ -17,8 +17,9 @@ struct Tally {
 // window, poisoned outputs, grouped == one-row products, and argument errors.
 void run_checks(Tally& tally, bool quick);
 
-// Timings on the Flash Next shapes; prints a table.
-void run_bench(int reps);
+// Timings on the Flash Next shapes; prints a table. `only`: the shapes whose name contains it (all if empty;
+// the grouped table only when empty).
+void run_bench(int reps, const std::string& only);
 
 // The DeltaNet decode step (deltanet_checks.cpp): bound, negative control, streams alone == together, a
 // window

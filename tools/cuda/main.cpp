@@ -24,7 +24,8 @@ void section(ds::cuda::wxcheck::Tally& tally, const char* name, F&& f) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool quick = false, bench = true;
+  bool quick = false, bench = true, checks = true;
+  std::string only;  // --only NAME: bench only the product shapes (or the section) whose name contains NAME
   int reps = 50;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -32,28 +33,35 @@ int main(int argc, char** argv) {
       quick = true;
     } else if (a == "--no-bench") {
       bench = false;
+    } else if (a == "--no-checks") {
+      checks = false;
+    } else if (a == "--only" && i + 1 < argc) {
+      only = argv[++i];
     } else if (a == "--reps" && i + 1 < argc) {
       reps = std::atoi(argv[++i]);
     } else {
-      std::fprintf(stderr, "usage: %s [--quick] [--no-bench] [--reps N]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--quick] [--no-bench] [--reps N] [--no-checks] [--only NAME]\n", argv[0]);
       return 2;
     }
   }
   namespace wx = ds::cuda::wxcheck;
   wx::Tally tally;
-  section(tally, "weight product checks", [&] { wx::run_checks(tally, quick); });
-  section(tally, "deltanet checks", [&] { wx::run_deltanet_checks(tally); });
-  section(tally, "attention checks", [&] { wx::run_attention_checks(tally); });
-  section(tally, "routing checks", [&] { wx::run_routing_checks(tally); });
-  section(tally, "moe checks", [&] { wx::run_moe_checks(tally); });
+  if (checks) {
+    section(tally, "weight product checks", [&] { wx::run_checks(tally, quick); });
+    section(tally, "deltanet checks", [&] { wx::run_deltanet_checks(tally); });
+    section(tally, "attention checks", [&] { wx::run_attention_checks(tally); });
+    section(tally, "routing checks", [&] { wx::run_routing_checks(tally); });
+    section(tally, "moe checks", [&] { wx::run_moe_checks(tally); });
+  }
   std::printf("checks: %d passed, %d failed\n", tally.passed, tally.failed);
   std::fflush(stdout);
   if (bench) {
-    section(tally, "weight product bench", [&] { wx::run_bench(reps); });
-    section(tally, "deltanet bench", [&] { wx::run_deltanet_bench(reps); });
-    section(tally, "attention bench", [&] { wx::run_attention_bench(reps); });
-    section(tally, "routing bench", [&] { wx::run_routing_bench(reps); });
-    section(tally, "moe bench", [&] { wx::run_moe_bench(reps); });
+    auto wanted = [&](const std::string& name) { return only.empty() || name.find(only) != std::string::npos; };
+    section(tally, "weight product bench", [&] { wx::run_bench(reps, only); });
+    if (wanted("deltanet")) section(tally, "deltanet bench", [&] { wx::run_deltanet_bench(reps); });
+    if (wanted("attention")) section(tally, "attention bench", [&] { wx::run_attention_bench(reps); });
+    if (wanted("routing")) section(tally, "routing bench", [&] { wx::run_routing_bench(reps); });
+    if (wanted("moe")) section(tally, "moe bench", [&] { wx::run_moe_bench(reps); });
   }
   if (tally.failed > 0) {
     std::printf("\nFAILED checks:\n");

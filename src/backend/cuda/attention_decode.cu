@@ -112,6 +112,7 @@ __global__ void __launch_bounds__(kAttendWarps* kWarp)
   const int group = s.nh / s.nkv, h_first = kv_head * group + head_group * kHeadsPerBlock;
   const int n_heads = min(kHeadsPerBlock, group - head_group * kHeadsPerBlock);
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  const int mine = (n_heads - warp + kAttendWarps - 1) / kAttendWarps;  // heads warp, warp + 4, ... < n_heads
 
   float* q_sh = reinterpret_cast<float*>(smem4);  // [n_heads][HD]
   float* k_sh = q_sh + kHeadsPerBlock * HD;       // [kTileKeys][KS]
@@ -150,41 +151,63 @@ __global__ void __launch_bounds__(kAttendWarps* kWarp)
       *reinterpret_cast<float4*>(v_sh + key * HD + d4 * 4) = vt[i];
     }
     __syncthreads();
+    // The warp's heads go together, so each key and value read from shared memory serves all of them.
+    // Score of key j0 + lane per head: four interleaved FMA chains over the dims (d mod 4), then
+    // (a0 + a1) + (a2 + a3).
+    const float4* kr = reinterpret_cast<const float4*>(k_sh + lane * KS);
+    float a[kHeadsPerWarp][4];
+#pragma unroll
+    for (int i = 0; i < kHeadsPerWarp; ++i) a[i][0] = a[i][1] = a[i][2] = a[i][3] = 0.f;
+#pragma unroll 4
+    for (int d4 = 0; d4 < HD / 4; ++d4) {
+      const float4 kk = kr[d4];
+#pragma unroll
+      for (int i = 0; i < kHeadsPerWarp; ++i) {
+        if (i < mine) {
+          const float4 qq = reinterpret_cast<const float4*>(q_sh + (warp + i * kAttendWarps) * HD)[d4];
+          a[i][0] = __fmaf_rn(qq.x, kk.x, a[i][0]);
+          a[i][1] = __fmaf_rn(qq.y, kk.y, a[i][1]);
+          a[i][2] = __fmaf_rn(qq.z, kk.z, a[i][2]);
+          a[i][3] = __fmaf_rn(qq.w, kk.w, a[i][3]);
+        }
+      }
+    }
+    const bool valid = lane < n_valid;
+    float p[kHeadsPerWarp];
 #pragma unroll
     for (int i = 0; i < kHeadsPerWarp; ++i) {
-      const int hb = warp + i * kAttendWarps;
-      if (hb >= n_heads) break;
-      // Score of key j0 + lane: four interleaved FMA chains over the dims (d mod 4), then (a0 + a1) + (a2 + a3).
-      const float4* kr = reinterpret_cast<const float4*>(k_sh + lane * KS);
-      const float4* qr = reinterpret_cast<const float4*>(q_sh + hb * HD);
-      float a0 = 0.f, a1 = 0.f, a2 = 0.f, a3 = 0.f;
-#pragma unroll 8
-      for (int d4 = 0; d4 < HD / 4; ++d4) {
-        const float4 kk = kr[d4], qq = qr[d4];
-        a0 = __fmaf_rn(qq.x, kk.x, a0);
-        a1 = __fmaf_rn(qq.y, kk.y, a1);
-        a2 = __fmaf_rn(qq.z, kk.z, a2);
-        a3 = __fmaf_rn(qq.w, kk.w, a3);
+      if (i < mine) {
+        const float score =
+            valid ? __fmul_rn(__fadd_rn(__fadd_rn(a[i][0], a[i][1]), __fadd_rn(a[i][2], a[i][3])), scale)
+                  : -INFINITY;
+        const float m_new = fmaxf(m[i], warp_max(score));  // finite: a tile holds at least one key
+        const float c = expf(m[i] - m_new);
+        p[i] = valid ? expf(score - m_new) : 0.0f;
+        l[i] = __fmaf_rn(l[i], c, warp_sum(p[i]));
+        m[i] = m_new;
+#pragma unroll
+        for (int d = 0; d < DS; ++d)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) acc[i][d][e] = __fmul_rn(acc[i][d][e], c);
+      } else {
+        p[i] = 0.0f;
       }
-      const bool valid = lane < n_valid;
-      const float score = valid ? __fmul_rn(__fadd_rn(__fadd_rn(a0, a1), __fadd_rn(a2, a3)), scale) : -INFINITY;
-      const float m_new = fmaxf(m[i], warp_max(score));  // finite: a tile holds at least one key
-      const float c = expf(m[i] - m_new), p = valid ? expf(score - m_new) : 0.0f;
-      l[i] = __fmaf_rn(l[i], c, warp_sum(p));
-      m[i] = m_new;
+    }
+    for (int jj = 0; jj < n_valid; ++jj) {
+      float pj[kHeadsPerWarp];
 #pragma unroll
-      for (int d = 0; d < DS; ++d)
+      for (int i = 0; i < kHeadsPerWarp; ++i) pj[i] = __shfl_sync(0xffffffffu, p[i], jj);
 #pragma unroll
-        for (int e = 0; e < 4; ++e) acc[i][d][e] = __fmul_rn(acc[i][d][e], c);
-      for (int jj = 0; jj < n_valid; ++jj) {
-        const float pj = __shfl_sync(0xffffffffu, p, jj);
+      for (int d = 0; d < DS; ++d) {
+        const float4 vv = *reinterpret_cast<const float4*>(v_sh + jj * HD + d * 4 * kWarp + lane * 4);
 #pragma unroll
-        for (int d = 0; d < DS; ++d) {
-          const float4 vv = *reinterpret_cast<const float4*>(v_sh + jj * HD + d * 4 * kWarp + lane * 4);
-          acc[i][d][0] = __fmaf_rn(pj, vv.x, acc[i][d][0]);
-          acc[i][d][1] = __fmaf_rn(pj, vv.y, acc[i][d][1]);
-          acc[i][d][2] = __fmaf_rn(pj, vv.z, acc[i][d][2]);
-          acc[i][d][3] = __fmaf_rn(pj, vv.w, acc[i][d][3]);
+        for (int i = 0; i < kHeadsPerWarp; ++i) {
+          if (i < mine) {
+            acc[i][d][0] = __fmaf_rn(pj[i], vv.x, acc[i][d][0]);
+            acc[i][d][1] = __fmaf_rn(pj[i], vv.y, acc[i][d][1]);
+            acc[i][d][2] = __fmaf_rn(pj[i], vv.z, acc[i][d][2]);
+            acc[i][d][3] = __fmaf_rn(pj[i], vv.w, acc[i][d][3]);
+          }
         }
       }
     }
@@ -239,8 +262,15 @@ __global__ void attend_merge_kernel(AttentionShape s, const AttentionWindow* win
 }
 
 template <int HD>
-size_t attend_shared_bytes() {
-  return (size_t{kHeadsPerBlock} * HD + size_t{kTileKeys} * (HD + 4) + size_t{kTileKeys} * HD) * sizeof(float);
+void attend_chunk_launch(dim3 grid, cudaStream_t stream, const AttentionShape& s, const AttentionWindow* windows,
+                         const AttentionRows& rows, int n_rows, float scale, const Partials& part) {
+  constexpr size_t shared =
+      (size_t{kHeadsPerBlock} * HD + size_t{kTileKeys} * (HD + 4) + size_t{kTileKeys} * HD) * sizeof(float);
+  // Above 48 KB of dynamic shared memory a kernel must opt in, once per process (per device: one is assumed).
+  static const cudaError_t opted_in = cudaFuncSetAttribute(
+      attend_chunk_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shared));
+  check(opted_in, "attention_decode: cudaFuncSetAttribute");
+  attend_chunk_kernel<HD><<<grid, kAttendWarps * kWarp, shared, stream>>>(s, windows, rows, n_rows, scale, part);
 }
 
 void fail(const std::string& what) {
@@ -280,15 +310,10 @@ void attention_decode(const AttentionShape& s, const AttentionWeights& w, const 
   const Partials part{ws, ws + size_t(n_rows) * s.nh * kMaxChunks * 2};
   const int head_groups = (s.nh / s.nkv + kHeadsPerBlock - 1) / kHeadsPerBlock;
   const dim3 grid(kMaxChunks * s.nkv * head_groups, max_count, n_windows);
-  auto launch = [&](auto kernel, size_t shared) {
-    check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shared)),
-          "attention_decode: cudaFuncSetAttribute");
-    kernel<<<grid, kAttendWarps * kWarp, shared, stream>>>(s, windows, rows, n_rows, scale, part);
-  };
   if (s.hd == 256)
-    launch(attend_chunk_kernel<256>, attend_shared_bytes<256>());
+    attend_chunk_launch<256>(grid, stream, s, windows, rows, n_rows, scale, part);
   else
-    launch(attend_chunk_kernel<128>, attend_shared_bytes<128>());
+    attend_chunk_launch<128>(grid, stream, s, windows, rows, n_rows, scale, part);
   check_launch("attention_decode attend");
   attend_merge_kernel<<<dim3(s.nh, max_count, n_windows), 128, 0, stream>>>(s, windows, rows, n_rows, part);
   check_launch("attention_decode merge");

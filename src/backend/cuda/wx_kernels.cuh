@@ -49,6 +49,16 @@ __device__ __forceinline__ void load_words_streaming(const uint32_t* p, uint32_t
   }
 }
 
+template <class F, int... I>
+__device__ __forceinline__ void static_for_each(F&& f, std::integer_sequence<int, I...>) {
+  (f(std::integral_constant<int, I>{}), ...);
+}
+// Calls f(std::integral_constant<int, I>{}) for I = 0 .. N-1, in order.
+template <int N, class F>
+__device__ __forceinline__ void static_for(F&& f) {
+  static_for_each(f, std::make_integer_sequence<int, N>{});
+}
+
 // MLX affine: a unit is 32 codes = Bits words, always inside one group (groups are 32, 64 or 128 wide).
 //
 // Decoding with the code masked in place: a *view* is 32 bits of the unit's bit stream starting at bit S; a code
@@ -70,24 +80,35 @@ struct AffineUnit {
     int group_shift;  // log2(group)
   };
 
-  // Start bit of the view that code j (0..31) is read from. A chunk of 8 codes takes as few views as fit (at
-  // most kMaxOffset / Bits + 1 codes each) with the codes spread evenly over them, so few distinct offsets k
-  // (and folded scales) occur: 4-bit {0, 4, 8, 12}, 6-bit {0, 6, 12}.
-  __host__ __device__ static constexpr int view_start(int j) {
-    constexpr int fit = kMaxOffset / Bits + 1, views = (8 + fit - 1) / fit, per = (8 + views - 1) / views;
-    const int first = j / 8 * 8;
-    return (first + (j - first) / per * per) * Bits;
-  }
+  // A chunk of 8 codes is read from kViews views (as few as fit: at most kFit codes each), kPer codes apiece,
+  // so the in-view offsets are k = i*Bits for i < kPer: 4-bit {0, 4, 8, 12} from 2 views, 6-bit {0, 6, 12}
+  // from 3.
+  static constexpr int kFit = kMaxOffset / Bits + 1;
+  static constexpr int kViews = (8 + kFit - 1) / kFit;
+  static constexpr int kPer = (8 + kViews - 1) / kViews;
 
   uint32_t w[Bits];
   float scale;
   float bias;
+
+  // scale * 2^-k for each offset k, computed once per unit (exact: a power-of-two factor).
+  struct Folded {
+    float s[kPer];
+  };
 
   __device__ __forceinline__ void load(const Matrix& m, int64_t out_row, int64_t unit) {
     load_words_streaming<Bits>(m.codes + out_row * (m.cols / 32 * Bits) + unit * Bits, w);
     const int64_t g = out_row * (m.cols >> m.group_shift) + ((unit * 32) >> m.group_shift);
     scale = bf16_bits_to_float(m.scales[g]);
     bias = bf16_bits_to_float(m.biases[g]);
+  }
+
+  __device__ __forceinline__ Folded fold() const {
+    Folded f;
+    f.s[0] = scale;
+#pragma unroll
+    for (int i = 1; i < kPer; ++i) f.s[i] = __fmul_rn(scale, __uint_as_float(uint32_t(127 - i * Bits) << 23));
+    return f;
   }
 
   // The 32 bits of the stream from bit S (only bits up to S + 23 are ever used).
@@ -102,26 +123,19 @@ struct AffineUnit {
       return __funnelshift_r(w[wi], w[wi + 1], sh);
   }
 
-  // Code j's value: fma(scale, q, bias), one rounding of the exact value.
-  template <int J>
-  __device__ __forceinline__ float value() const {
-    constexpr int S = view_start(J), k = J * Bits - S;
-    const uint32_t v = view<S>();
-    const float qk = __fsub_rn(__uint_as_float((v & (kMask << k)) | 0x4B000000u), 8388608.0f);  // q * 2^k
-    const float sk = k == 0 ? scale : __fmul_rn(scale, __uint_as_float(uint32_t(127 - k) << 23));
-    return __fmaf_rn(sk, qk, bias);
-  }
-
-  // Values of the unit's columns C*8 .. C*8+7.
+  // Values of the unit's columns C*8 .. C*8+7: fma(scale, q, bias), one rounding of the exact value.
   template <int C>
-  __device__ __forceinline__ void decode(float (&out)[8]) const {
-    decode_each<C * 8>(out, std::make_integer_sequence<int, 8>{});
-  }
-
- private:
-  template <int J0, int... T>
-  __device__ __forceinline__ void decode_each(float (&out)[8], std::integer_sequence<int, T...>) const {
-    ((out[T] = value<J0 + T>()), ...);
+  __device__ __forceinline__ void decode(const Folded& f, float (&out)[8]) const {
+    uint32_t v[kViews];
+    static_for<kViews>([&](auto vi) {
+      constexpr int i = decltype(vi)::value;
+      v[i] = view<(C * 8 + i * kPer) * Bits>();
+    });
+    static_for<8>([&](auto tc) {
+      constexpr int t = decltype(tc)::value, i = t % kPer, k = i * Bits;
+      const float qk = __fsub_rn(__uint_as_float((v[t / kPer] & (kMask << k)) | 0x4B000000u), 8388608.0f);
+      out[t] = __fmaf_rn(f.s[i], qk, bias);  // q * 2^k times scale * 2^-k
+    });
   }
 };
 
@@ -135,12 +149,14 @@ struct DenseBf16Unit {
   };
 
   uint4 v;
+  struct Folded {};
 
+  __device__ __forceinline__ Folded fold() const { return {}; }
   __device__ __forceinline__ void load(const Matrix& m, int64_t out_row, int64_t unit) {
     v = __ldcs(reinterpret_cast<const uint4*>(m.values + out_row * m.cols) + unit);
   }
   template <int C>
-  __device__ __forceinline__ void decode(float (&out)[8]) const {
+  __device__ __forceinline__ void decode(const Folded&, float (&out)[8]) const {
     const uint32_t p[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
@@ -194,24 +210,17 @@ __host__ __device__ __forceinline__ int column_slices(int64_t rows, int64_t cols
   return cols / Unit::kCols >= 64 && rows <= 32768 ? kWarpsPerBlock : 1;
 }
 
-template <class F, int... I>
-__device__ __forceinline__ void static_for_each(F&& f, std::integer_sequence<int, I...>) {
-  (f(std::integral_constant<int, I>{}), ...);
-}
-// Calls f(std::integral_constant<int, I>{}) for I = 0 .. N-1, in order.
-template <int N, class F>
-__device__ __forceinline__ void static_for(F&& f) {
-  static_for_each(f, std::make_integer_sequence<int, N>{});
-}
-
 // Products of one unit of each of the warp's outputs with rows 0..n_rows-1, added to acc in column order.
 template <class Unit, class Rows, int R, int NO>
 __device__ __forceinline__ void unit_product(const Unit (&cur)[NO], int64_t u, const Rows& rows, int64_t x_row0,
                                              int n_rows, float (&acc)[R][NO]) {
+  typename Unit::Folded f[NO];
+#pragma unroll
+  for (int o = 0; o < NO; ++o) f[o] = cur[o].fold();
   static_for<Unit::kChunks>([&](auto c) {
     float w[NO][8];
 #pragma unroll
-    for (int o = 0; o < NO; ++o) cur[o].template decode<decltype(c)::value>(w[o]);
+    for (int o = 0; o < NO; ++o) cur[o].template decode<decltype(c)::value>(f[o], w[o]);
     const int64_t col = u * Unit::kCols + decltype(c)::value * 8;
 #pragma unroll
     for (int r = 0; r < R; ++r) {
@@ -230,7 +239,7 @@ __device__ __forceinline__ void unit_product(const Unit (&cur)[NO], int64_t u, c
 // Rows x[row0 .. row0+n_rows-1] (n_rows <= R) times outputs o0 .. o0+kOutputsPerWarp-1 (those < n_out), over
 // the columns of slice `slice` of `slices`: lane l of the slice takes units slice*32 + l, then every
 // 32*slices-th unit. Returns each (row, output) sum over the slice in acc (every lane holds the same bits).
-// Windows of 1-2 rows issue the next unit's loads before this unit's arithmetic (two units in flight); larger
+// One-row windows issue the next unit's loads before this unit's arithmetic (two units in flight); larger
 // windows are bound by FMA issue and keep the registers for more resident warps instead. Either way each
 // accumulator sees the same values in the same order.
 template <class Unit, class Rows, int R>
@@ -238,7 +247,7 @@ __device__ __forceinline__ void slice_product(const typename Unit::Matrix& m, in
                                               const Rows& rows, int64_t x_row0, int n_rows, int slice,
                                               int slices, float (&acc)[R][kOutputsPerWarp]) {
   constexpr int NO = kOutputsPerWarp;
-  constexpr bool kPrefetch = R <= 2;
+  constexpr bool kPrefetch = R == 1;
   const int lane = threadIdx.x & 31;
 #pragma unroll
   for (int r = 0; r < R; ++r)
