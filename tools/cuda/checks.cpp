@@ -280,6 +280,10 @@ void check_arguments(Tally& tally, const Stream& stream) {
   bad.codes += 1;
   expect_argument_error(tally, "misaligned codes", "codes", [&] { run(bad, x, 1); });
   bad = good;
+  bad.rows = int64_t{1} << 28;  // 2^28 rows x 16 words: the 32-bit offsets would wrap
+  bad.bits = 8;
+  expect_argument_error(tally, "2^32 code words", "2^32", [&] { run(bad, x, 1); });
+  bad = good;
   bad.n_experts = 2;
   expect_argument_error(tally, "affine_wx with 2 experts", "n_experts", [&] { run(bad, x, 1); });
   expect_argument_error(tally, "ld 100", "x.ld", [&] {

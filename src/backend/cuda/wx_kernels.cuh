@@ -18,6 +18,14 @@ __device__ __forceinline__ float bf16_bits_to_float(uint32_t v) {
   return __uint_as_float(v << 16);
 }
 
+// (a & Mask) | c in one LOP3: written as C++, the two constants make the compiler emit an AND and an OR.
+template <uint32_t Mask>
+__device__ __forceinline__ uint32_t and_or(uint32_t a, uint32_t c) {
+  uint32_t d;
+  asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(d) : "r"(a), "n"(Mask), "r"(c));  // 0xEA: (a & b) | c
+  return d;
+}
+
 // Integer code (< 2^23) to float, exactly, without the quarter-rate I2F unit.
 __device__ __forceinline__ float code_to_float(uint32_t q) {
   return __fsub_rn(__uint_as_float(q | 0x4B000000u), 8388608.0f);
@@ -72,12 +80,15 @@ struct AffineUnit {
   static constexpr int kChunks = 4;                   // chunks of 8 columns
   static constexpr int kMaxOffset = 23 - Bits;        // largest in-view offset whose code stays below 2^23
   static constexpr uint32_t kMask = (1u << Bits) - 1u;
+  static constexpr uint32_t kMagic = 0x4B000000u;  // the exponent of 2^23
   struct Matrix {
     const uint32_t* codes;
     const uint16_t* scales;
     const uint16_t* biases;
     int64_t cols;
-    int group_shift;  // log2(group)
+    int group_shift;          // log2(group)
+    uint32_t words_per_row;   // cols / 32 * Bits
+    uint32_t groups_per_row;  // cols / group
   };
 
   // A chunk of 8 codes is read from kViews views (as few as fit: at most kFit codes each), kPer codes apiece,
@@ -96,9 +107,12 @@ struct AffineUnit {
     float s[kPer];
   };
 
+  // 32-bit offsets (the launch checks that one matrix has fewer than 2^32 words and groups): one IMAD and one
+  // wide IMAD per address instead of 64-bit multiplies.
   __device__ __forceinline__ void load(const Matrix& m, int64_t out_row, int64_t unit) {
-    load_words_streaming<Bits>(m.codes + out_row * (m.cols / 32 * Bits) + unit * Bits, w);
-    const int64_t g = out_row * (m.cols >> m.group_shift) + ((unit * 32) >> m.group_shift);
+    const uint32_t row = static_cast<uint32_t>(out_row), u = static_cast<uint32_t>(unit);
+    load_words_streaming<Bits>(m.codes + (row * m.words_per_row + u * Bits), w);
+    const uint32_t g = row * m.groups_per_row + ((u * 32u) >> m.group_shift);
     scale = bf16_bits_to_float(m.scales[g]);
     bias = bf16_bits_to_float(m.biases[g]);
   }
@@ -133,7 +147,7 @@ struct AffineUnit {
     });
     static_for<8>([&](auto tc) {
       constexpr int t = decltype(tc)::value, i = t % kPer, k = i * Bits;
-      const float qk = __fsub_rn(__uint_as_float((v[t / kPer] & (kMask << k)) | 0x4B000000u), 8388608.0f);
+      const float qk = __fsub_rn(__uint_as_float(and_or<(kMask << k)>(v[t / kPer], kMagic)), 8388608.0f);
       out[t] = __fmaf_rn(f.s[i], qk, bias);  // q * 2^k times scale * 2^-k
     });
   }

@@ -19,8 +19,9 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
   detail::block_product<Unit, Rows, R>(m, n_out, rows, 0, n_rows, y, ldy);
 }
 
+// At most 128 registers: 4 blocks (16 warps) per SM.
 template <class Unit, class Rows>
-__global__ void __launch_bounds__(kWarpsPerBlock * 32)
+__global__ void __launch_bounds__(kWarpsPerBlock * 32, 4)
     row_kernel(typename Unit::Matrix m, int64_t n_out, Rows rows, float* y) {
   detail::persistent_row_product<Unit, Rows>(m, n_out, rows, y);
 }
@@ -107,8 +108,10 @@ __device__ __forceinline__ void expert_window(const typename detail::AffineUnit<
   }
 }
 
+// At most 168 registers (3 blocks per SM): the 2- and 4-row paths compiled into the same kernel would otherwise
+// set the register count, and the occupancy, for every window (at 128 the kernel spills).
 template <int Bits, class Rows>
-__global__ void __launch_bounds__(kWarpsPerBlock * 32)
+__global__ void __launch_bounds__(kWarpsPerBlock * 32, 3)
     expert_windows_kernel(typename detail::AffineUnit<Bits>::Matrix m, int64_t n_out, int64_t n_experts,
                           int64_t n_x_rows, const ExpertWindow* windows, int n_windows, const int32_t* row_ids,
                           Rows rows, float* y, int64_t ldy) {
@@ -191,6 +194,10 @@ int group_shift_of(const char* op, const AffineWeight& w) {
   if (w.codes == nullptr || w.scales == nullptr || w.biases == nullptr)
     bad_arg(op, "codes, scales and biases must be device pointers");
   if (w.n_experts < 1) bad_arg(op, "n_experts must be >= 1");
+  // The kernels address one matrix (one expert) with 32-bit word and group offsets.
+  if (w.rows > 0 && w.cols > 0 && w.rows * (w.cols / 32 * w.bits) >= (int64_t{1} << 32))
+    bad_arg(op, "one matrix must have fewer than 2^32 code words (rows " + std::to_string(w.rows) + ", cols " +
+                    std::to_string(w.cols) + ")");
   // Codes are read as 16-, 8- or 4-byte vectors; rows keep that alignment (cols is a multiple of 32).
   if (reinterpret_cast<uintptr_t>(w.codes) % 16 != 0) bad_arg(op, "codes must be 16-byte aligned");
   return w.group == 32 ? 5 : w.group == 64 ? 6 : 7;
@@ -238,7 +245,13 @@ void launch_window_any_x(const typename Unit::Matrix& m, int64_t n_out, const Ac
 
 template <int Bits>
 typename detail::AffineUnit<Bits>::Matrix affine_matrix(const AffineWeight& w, int shift) {
-  return {w.codes, w.scales, w.biases, w.cols, shift};
+  return {w.codes,
+          w.scales,
+          w.biases,
+          w.cols,
+          shift,
+          static_cast<uint32_t>(w.cols / 32 * Bits),
+          static_cast<uint32_t>(w.cols >> shift)};
 }
 
 template <class Fn>
