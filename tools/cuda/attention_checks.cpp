@@ -233,10 +233,11 @@ void run_attention_bench(int reps) {
       AttentionRows r{d_qg.as<float>(), d_kv.as<float>(), d_kv.as<float>(), out.as<float>()};
       Stream stream;
       Event start, stop;
-      DeviceBuffer ws(attention_decode_workspace_bytes(s, streams));  // caller-owned scratch, as a model holds it
+      DeviceBuffer ws(
+          attention_decode_workspace_bytes(s, streams));  // caller-owned scratch, as a model holds it
       auto launch = [&] {
-        attention_decode(s, w.view(), d_wins.as<AttentionWindow>(), streams, 1, r, streams, ws.data(), ws.bytes(),
-                         stream.get());
+        attention_decode(s, w.view(), d_wins.as<AttentionWindow>(), streams, 1, r, streams, ws.data(),
+                         ws.bytes(), stream.get());
       };
       for (int i = 0; i < 3; ++i) launch();
       start.record(stream.get());

@@ -36,8 +36,8 @@ void run_attention_bench(int reps);
 void run_routing_checks(Tally& tally);
 void run_routing_bench(int reps);
 
-// The MoE expert path (moe_checks.cpp): grouping of a routing into expert windows, every slot == its expert on
-// its row alone (bits); and timings of one decode step's expert products at the Flash Next shape.
+// The MoE expert path (moe_checks.cpp): grouping of a routing into expert windows, every slot == its expert
+// on its row alone (bits); and timings of one decode step's expert products at the Flash Next shape.
 void run_moe_checks(Tally& tally);
 void run_moe_bench(int reps);
 

@@ -40,7 +40,8 @@ int main(int argc, char** argv) {
     } else if (a == "--reps" && i + 1 < argc) {
       reps = std::atoi(argv[++i]);
     } else {
-      std::fprintf(stderr, "usage: %s [--quick] [--no-bench] [--reps N] [--no-checks] [--only NAME]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--quick] [--no-bench] [--reps N] [--no-checks] [--only NAME]\n",
+                   argv[0]);
       return 2;
     }
   }
@@ -56,7 +57,9 @@ int main(int argc, char** argv) {
   std::printf("checks: %d passed, %d failed\n", tally.passed, tally.failed);
   std::fflush(stdout);
   if (bench) {
-    auto wanted = [&](const std::string& name) { return only.empty() || name.find(only) != std::string::npos; };
+    auto wanted = [&](const std::string& name) {
+      return only.empty() || name.find(only) != std::string::npos;
+    };
     section(tally, "weight product bench", [&] { wx::run_bench(reps, only); });
     if (wanted("deltanet")) section(tally, "deltanet bench", [&] { wx::run_deltanet_bench(reps); });
     if (wanted("attention")) section(tally, "attention bench", [&] { wx::run_attention_bench(reps); });

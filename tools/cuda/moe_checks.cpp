@@ -61,7 +61,8 @@ Grouping group_on_device(const std::vector<int32_t>& topk, int n_rows, int k, in
   moe_expert_windows(d_topk.as<int32_t>(), n_rows, k, n_experts, d_windows.as<ExpertWindow>(),
                      d_row_ids.as<int32_t>(), d_slot.as<int32_t>(), stream.get());
   stream.synchronize();
-  return {download<ExpertWindow>(d_windows, n), download<int32_t>(d_row_ids, n), download<int32_t>(d_slot, n)};
+  return {download<ExpertWindow>(d_windows, n), download<int32_t>(d_row_ids, n),
+          download<int32_t>(d_slot, n)};
 }
 
 // The grouping is a partition of the pairs: every pair has one slot holding its row, windows cover the slots
@@ -94,7 +95,8 @@ bool grouping_ok(const Grouping& g, const std::vector<int32_t>& topk, int k) {
 
 void check_expert_windows(Tally& tally, std::mt19937_64& rng, const Stream& stream) {
   const int n_experts = 8, rows = 70, cols = 2560, n_rows = 13, k = 5;
-  const std::vector<int32_t> topk = random_topk(n_rows, k, n_experts, rng);  // ~8 rows per expert: 2-3 windows
+  const std::vector<int32_t> topk =
+      random_topk(n_rows, k, n_experts, rng);  // ~8 rows per expert: 2-3 windows
   DeviceBuffer d_windows, d_row_ids;
   const Grouping g = group_on_device(topk, n_rows, k, n_experts, stream, d_windows, d_row_ids);
   tally.expect(grouping_ok(g, topk, k), "moe_expert_windows: a partition of the pairs in expert/row order");
@@ -112,10 +114,17 @@ void check_expert_windows(Tally& tally, std::mt19937_64& rng, const Stream& stre
     const int group = bits == 4 ? 32 : 64;
     const HostAffine h = random_affine(int64_t{n_experts} * rows, cols, bits, group, rng);
     DeviceBuffer codes = upload(h.codes), scales = upload(h.scales), biases = upload(h.biases);
-    const AffineWeight all{
-        codes.as<uint32_t>(), scales.as<uint16_t>(), biases.as<uint16_t>(), rows, cols, bits, group, n_experts};
+    const AffineWeight all{codes.as<uint32_t>(),
+                           scales.as<uint16_t>(),
+                           biases.as<uint16_t>(),
+                           rows,
+                           cols,
+                           bits,
+                           group,
+                           n_experts};
     for (ActType t : {ActType::F32, ActType::BF16}) {
-      // x: n_rows rows (gather through row_ids) and the same rows laid out in slot order (contiguous windows).
+      // x: n_rows rows (gather through row_ids) and the same rows laid out in slot order (contiguous
+      // windows).
       const int64_t ld = cols + 8;
       std::normal_distribution<float> d(0.0f, 1.0f);
       std::vector<float> xf(n_rows * ld), xs_f((n_slots + 2) * ld);
@@ -152,9 +161,8 @@ void check_expert_windows(Tally& tally, std::mt19937_64& rng, const Stream& stre
           one.codes += w.expert * rows * h.words_per_row();
           one.scales += w.expert * rows * h.groups_per_row();
           one.biases += w.expert * rows * h.groups_per_row();
-          const Activations xr{static_cast<const char*>(dx.data()) +
-                                   g.row_ids[s] * ld * (t == ActType::F32 ? 4 : 2),
-                               t, ld};
+          const Activations xr{
+              static_cast<const char*>(dx.data()) + g.row_ids[s] * ld * (t == ActType::F32 ? 4 : 2), t, ld};
           affine_wx(one, xr, 1, y1.as<float>(), rows, stream.get());
           stream.synchronize();
           const std::vector<float> alone = download<float>(y1, rows);
@@ -168,7 +176,8 @@ void check_expert_windows(Tally& tally, std::mt19937_64& rng, const Stream& stre
       const std::string name = "expert windows " + std::to_string(bits) + "-bit x " +
                                (t == ActType::F32 ? std::string("f32") : std::string("bf16"));
       tally.expect(same, name + ": each slot (gathered rows) == its expert on its row alone (bits)");
-      tally.expect(same_slots, name + ": each slot (rows in slot order) == its expert on its row alone (bits)");
+      tally.expect(same_slots,
+                   name + ": each slot (rows in slot order) == its expert on its row alone (bits)");
       tally.expect(nan_rows, name + ": a window with an out-of-range expert gives NaN outputs");
     }
   }
@@ -182,8 +191,8 @@ void run_moe_checks(Tally& tally) {
   check_expert_windows(tally, rng, stream);
 }
 
-// The expert path of one decode step at the Flash Next shape: 512 experts, top-10, gate|up 1280 x 2560 and down
-// 2560 x 640, x bf16. Bytes = the distinct experts' weights (each read once per launch) + x + y.
+// The expert path of one decode step at the Flash Next shape: 512 experts, top-10, gate|up 1280 x 2560 and
+// down 2560 x 640, x bf16. Bytes = the distinct experts' weights (each read once per launch) + x + y.
 void run_moe_bench(int reps) {
   std::printf(
       "\nMoE expert path (512 experts, top-10; gate|up 1280x2560, down 2560x640; x bf16): one launch each, "
@@ -209,8 +218,14 @@ void run_moe_bench(int reps) {
       bufs.emplace_back(m.scales * n_experts);
       bufs.emplace_back(m.scales * n_experts);
       for (size_t b = bufs.size() - 3; b < bufs.size(); ++b) bufs[b].fill_bytes(static_cast<int>(0x3C + b));
-      w[i++] = AffineWeight{bufs[bufs.size() - 3].as<uint32_t>(), bufs[bufs.size() - 2].as<uint16_t>(),
-                            bufs[bufs.size() - 1].as<uint16_t>(), m.rows, m.cols, bits, group, n_experts};
+      w[i++] = AffineWeight{bufs[bufs.size() - 3].as<uint32_t>(),
+                            bufs[bufs.size() - 2].as<uint16_t>(),
+                            bufs[bufs.size() - 1].as<uint16_t>(),
+                            m.rows,
+                            m.cols,
+                            bits,
+                            group,
+                            n_experts};
     }
     for (int streams : {1, 8, 32, 64}) {
       const int n_slots = streams * k;
@@ -237,18 +252,19 @@ void run_moe_bench(int reps) {
         return 1000.0 * stop.ms_since(start) / (double(reps) * lists);
       };
       const double gu_us = time_us([&](int l) {
-        affine_wx_expert_windows(w[0], d_win[l].as<ExpertWindow>(), n_slots, d_ids[l].as<int32_t>(), xg, streams,
-                                 y_gu.as<float>(), 1280, stream.get());
+        affine_wx_expert_windows(w[0], d_win[l].as<ExpertWindow>(), n_slots, d_ids[l].as<int32_t>(), xg,
+                                 streams, y_gu.as<float>(), 1280, stream.get());
       });
       const double dn_us = time_us([&](int l) {
         affine_wx_expert_windows(w[1], d_win[l].as<ExpertWindow>(), n_slots, nullptr, xd, n_slots,
                                  y_dn.as<float>(), 2560, stream.get());
       });
-      const double gu_bytes = distinct * (gu.codes + 2 * gu.scales), dn_bytes = distinct * (dn.codes + 2 * dn.scales);
+      const double gu_bytes = distinct * (gu.codes + 2 * gu.scales),
+                   dn_bytes = distinct * (dn.codes + 2 * dn.scales);
       auto pct = [](double bytes, double us) { return 100.0 * bytes / (us * 1e3) / 4300.0; };
-      std::printf("%d-bit g%-3d %7d %8.1f | %9.1f %9.0f %5.0f%% | %9.1f %9.0f %5.0f%% | %8.1f %5.0f%%\n", bits,
-                  group, streams, distinct, gu_us, gu_bytes / (gu_us * 1e3), pct(gu_bytes, gu_us), dn_us,
-                  dn_bytes / (dn_us * 1e3), pct(dn_bytes, dn_us), gu_us + dn_us,
+      std::printf("%d-bit g%-3d %7d %8.1f | %9.1f %9.0f %5.0f%% | %9.1f %9.0f %5.0f%% | %8.1f %5.0f%%\n",
+                  bits, group, streams, distinct, gu_us, gu_bytes / (gu_us * 1e3), pct(gu_bytes, gu_us),
+                  dn_us, dn_bytes / (dn_us * 1e3), pct(dn_bytes, dn_us), gu_us + dn_us,
                   pct(gu_bytes + dn_bytes, gu_us + dn_us));
     }
   }

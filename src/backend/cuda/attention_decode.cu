@@ -65,10 +65,10 @@ __global__ void norm_rope_append_kernel(AttentionShape s, const AttentionWindow*
 }
 
 // Split-KV attend (FlashDecoding's split over the keys, with the split fixed by the key count): the keys
-// 0..pos of a row are cut into chunks of chunk_keys(n_keys) keys; one block per (row, kv head, chunk, group of
-// up to 16 q heads) walks its chunk in tiles of 32 keys staged in shared memory (K and V read once for all the
-// q heads of the kv head), with an online softmax per head; attend_merge_kernel folds the chunks in order.
-// Every sum's order depends on n_keys and hd alone: never on the other rows, nor on the launch.
+// 0..pos of a row are cut into chunks of chunk_keys(n_keys) keys; one block per (row, kv head, chunk, group
+// of up to 16 q heads) walks its chunk in tiles of 32 keys staged in shared memory (K and V read once for all
+// the q heads of the kv head), with an online softmax per head; attend_merge_kernel folds the chunks in
+// order. Every sum's order depends on n_keys and hd alone: never on the other rows, nor on the launch.
 constexpr int kTileKeys = 32;
 constexpr int kMaxChunks = 64;
 constexpr int kMinChunkKeys = 64;
@@ -97,7 +97,7 @@ template <int HD>
 __global__ void __launch_bounds__(kAttendWarps* kWarp)
     attend_chunk_kernel(AttentionShape s, const AttentionWindow* windows, AttentionRows r, int n_rows,
                         float scale, Partials part) {
-  constexpr int KS = HD + 4;          // padded key row: lane-per-key float4 reads hit distinct banks
+  constexpr int KS = HD + 4;            // padded key row: lane-per-key float4 reads hit distinct banks
   constexpr int DS = HD / (4 * kWarp);  // float4 slots of value dims per lane: dims s*128 + lane*4 .. +3
   extern __shared__ float4 smem4[];
   const AttentionWindow win = windows[blockIdx.z];
@@ -229,8 +229,8 @@ __global__ void __launch_bounds__(kAttendWarps* kWarp)
 }
 
 // Per (window, token, q head): the chunks' partials folded in chunk order, then acc / l times sigmoid(gate).
-__global__ void attend_merge_kernel(AttentionShape s, const AttentionWindow* windows, AttentionRows r, int n_rows,
-                                    Partials part) {
+__global__ void attend_merge_kernel(AttentionShape s, const AttentionWindow* windows, AttentionRows r,
+                                    int n_rows, Partials part) {
   const AttentionWindow win = windows[blockIdx.z];
   const int t = blockIdx.y, h = blockIdx.x;
   if (!window_ok(win, n_rows) || t >= win.count) return;
@@ -262,15 +262,17 @@ __global__ void attend_merge_kernel(AttentionShape s, const AttentionWindow* win
 }
 
 template <int HD>
-void attend_chunk_launch(dim3 grid, cudaStream_t stream, const AttentionShape& s, const AttentionWindow* windows,
-                         const AttentionRows& rows, int n_rows, float scale, const Partials& part) {
+void attend_chunk_launch(dim3 grid, cudaStream_t stream, const AttentionShape& s,
+                         const AttentionWindow* windows, const AttentionRows& rows, int n_rows, float scale,
+                         const Partials& part) {
   constexpr size_t shared =
       (size_t{kHeadsPerBlock} * HD + size_t{kTileKeys} * (HD + 4) + size_t{kTileKeys} * HD) * sizeof(float);
   // Above 48 KB of dynamic shared memory a kernel must opt in, once per process (per device: one is assumed).
   static const cudaError_t opted_in = cudaFuncSetAttribute(
       attend_chunk_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shared));
   check(opted_in, "attention_decode: cudaFuncSetAttribute");
-  attend_chunk_kernel<HD><<<grid, kAttendWarps * kWarp, shared, stream>>>(s, windows, rows, n_rows, scale, part);
+  attend_chunk_kernel<HD>
+      <<<grid, kAttendWarps * kWarp, shared, stream>>>(s, windows, rows, n_rows, scale, part);
 }
 
 void fail(const std::string& what) {

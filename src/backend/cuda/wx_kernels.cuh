@@ -69,16 +69,17 @@ __device__ __forceinline__ void static_for(F&& f) {
 
 // MLX affine: a unit is 32 codes = Bits words, always inside one group (groups are 32, 64 or 128 wide).
 //
-// Decoding with the code masked in place: a *view* is 32 bits of the unit's bit stream starting at bit S; a code
-// at offset k of its view with k + Bits <= 23 becomes the float 2^23 + q*2^k with one LOP3
+// Decoding with the code masked in place: a *view* is 32 bits of the unit's bit stream starting at bit S; a
+// code at offset k of its view with k + Bits <= 23 becomes the float 2^23 + q*2^k with one LOP3
 // ((view & (mask << k)) | 0x4B000000), minus 2^23 is q*2^k exactly, and fma(scale*2^-k, q*2^k, bias) is
 // fma(scale, q, bias) bit for bit (scale*2^-k is exact for |scale| >= 2^-122: every bf16 scale a model has).
-// The views of a chunk of 8 codes are fixed at compile time, so a chunk costs 1-3 shifts instead of one per code.
+// The views of a chunk of 8 codes are fixed at compile time, so a chunk costs 1-3 shifts instead of one per
+// code.
 template <int Bits>
 struct AffineUnit {
   static constexpr int kCols = 32;
-  static constexpr int kChunks = 4;                   // chunks of 8 columns
-  static constexpr int kMaxOffset = 23 - Bits;        // largest in-view offset whose code stays below 2^23
+  static constexpr int kChunks = 4;             // chunks of 8 columns
+  static constexpr int kMaxOffset = 23 - Bits;  // largest in-view offset whose code stays below 2^23
   static constexpr uint32_t kMask = (1u << Bits) - 1u;
   static constexpr uint32_t kMagic = 0x4B000000u;  // the exponent of 2^23
   struct Matrix {
@@ -226,8 +227,8 @@ __host__ __device__ __forceinline__ int column_slices(int64_t rows, int64_t cols
 
 // Products of one unit of each of the warp's outputs with rows 0..n_rows-1, added to acc in column order.
 template <class Unit, class Rows, int R, int NO>
-__device__ __forceinline__ void unit_product(const Unit (&cur)[NO], int64_t u, const Rows& rows, int64_t x_row0,
-                                             int n_rows, float (&acc)[R][NO]) {
+__device__ __forceinline__ void unit_product(const Unit (&cur)[NO], int64_t u, const Rows& rows,
+                                             int64_t x_row0, int n_rows, float (&acc)[R][NO]) {
   typename Unit::Folded f[NO];
 #pragma unroll
   for (int o = 0; o < NO; ++o) f[o] = cur[o].fold();
@@ -343,10 +344,10 @@ __device__ __forceinline__ void block_product(const typename Unit::Matrix& m, in
       if (r < n_rows && o0 + o < n_out && lane == ((r * NO + o) & 31)) y[r * ldy + o0 + o] = acc[r][o];
 }
 
-// One-row products with persistent blocks: block b takes the tasks (the outputs a block of block_product would
-// own) b, b + gridDim.x, ...; the last unit of a task is computed while the first unit of the warp's next task
-// is loading, so a warp's loads never drain between tasks. Each output's chain, butterfly and slice merge are
-// block_product's, so the bits are those of every window tier.
+// One-row products with persistent blocks: block b takes the tasks (the outputs a block of block_product
+// would own) b, b + gridDim.x, ...; the last unit of a task is computed while the first unit of the warp's
+// next task is loading, so a warp's loads never drain between tasks. Each output's chain, butterfly and slice
+// merge are block_product's, so the bits are those of every window tier.
 template <class Unit, class Rows>
 __device__ __forceinline__ void persistent_row_product(const typename Unit::Matrix& m, int64_t n_out,
                                                        const Rows& rows, float* y) {
@@ -359,7 +360,7 @@ __device__ __forceinline__ void persistent_row_product(const typename Unit::Matr
   auto first_output = [&](int64_t task) {
     return slices == 1 ? (task * kWarpsPerBlock + warp) * NO : task * NO;
   };
-  auto load_all = [&](Unit (&dst)[NO], int64_t o0, int64_t u) {
+  auto load_all = [&](Unit(&dst)[NO], int64_t o0, int64_t u) {
 #pragma unroll
     for (int o = 0; o < NO; ++o) dst[o].load(m, o0 + o < n_out ? o0 + o : n_out - 1, u);
   };

@@ -33,7 +33,8 @@ int64_t resident_blocks(int64_t tasks) {
     int device = 0, sms = 0, per_sm = 0;
     check(cudaGetDevice(&device), "cudaGetDevice");
     check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "cudaDeviceGetAttribute");
-    check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, row_kernel<Unit, Rows>, kWarpsPerBlock * 32, 0),
+    check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, row_kernel<Unit, Rows>, kWarpsPerBlock * 32,
+                                                        0),
           "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
     return int64_t{sms} * std::max(per_sm, 1);
   }();
@@ -62,12 +63,13 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
   detail::block_product<detail::AffineUnit<Bits>, Rows, 1>(me, n_out, rows, pr.row, 1, y_row, ldy);
 }
 
-// Blocks stride over the windows (blockIdx.y, then every gridDim.y-th); a window's rows run in the tier of its
-// size (1, 2 or 4), as affine_wx would run them, so the grid never changes a result.
+// Blocks stride over the windows (blockIdx.y, then every gridDim.y-th); a window's rows run in the tier of
+// its size (1, 2 or 4), as affine_wx would run them, so the grid never changes a result.
 template <int Bits, class Rows>
-__device__ __forceinline__ void expert_window(const typename detail::AffineUnit<Bits>::Matrix& m, int64_t n_out,
-                                              int64_t n_experts, int64_t n_x_rows, const ExpertWindow& win,
-                                              const int32_t* row_ids, const Rows& rows, float* y, int64_t ldy) {
+__device__ __forceinline__ void expert_window(const typename detail::AffineUnit<Bits>::Matrix& m,
+                                              int64_t n_out, int64_t n_experts, int64_t n_x_rows,
+                                              const ExpertWindow& win, const int32_t* row_ids,
+                                              const Rows& rows, float* y, int64_t ldy) {
   using Unit = detail::AffineUnit<Bits>;
   bool ok = win.expert >= 0 && win.expert < n_experts && win.count > 0 && win.count <= kMaxExpertWindowRows &&
             win.first >= 0;
@@ -108,13 +110,13 @@ __device__ __forceinline__ void expert_window(const typename detail::AffineUnit<
   }
 }
 
-// At most 168 registers (3 blocks per SM): the 2- and 4-row paths compiled into the same kernel would otherwise
-// set the register count, and the occupancy, for every window (at 128 the kernel spills).
+// At most 168 registers (3 blocks per SM): the 2- and 4-row paths compiled into the same kernel would
+// otherwise set the register count, and the occupancy, for every window (at 128 the kernel spills).
 template <int Bits, class Rows>
 __global__ void __launch_bounds__(kWarpsPerBlock * 32, 3)
     expert_windows_kernel(typename detail::AffineUnit<Bits>::Matrix m, int64_t n_out, int64_t n_experts,
-                          int64_t n_x_rows, const ExpertWindow* windows, int n_windows, const int32_t* row_ids,
-                          Rows rows, float* y, int64_t ldy) {
+                          int64_t n_x_rows, const ExpertWindow* windows, int n_windows,
+                          const int32_t* row_ids, Rows rows, float* y, int64_t ldy) {
   for (int i = blockIdx.y; i < n_windows; i += gridDim.y) {
     const ExpertWindow win = windows[i];
     if (win.count == 0) continue;  // an unused slot
@@ -123,8 +125,9 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32, 3)
   }
 }
 
-// One block: count the pairs per expert, lay the experts' slots out in expert order, then each expert's thread
-// lists its pairs in (row, rank) order and cuts them into windows. Integer work only: the same every run.
+// One block: count the pairs per expert, lay the experts' slots out in expert order, then each expert's
+// thread lists its pairs in (row, rank) order and cuts them into windows. Integer work only: the same every
+// run.
 __global__ void expert_windows_build_kernel(const int32_t* topk, int n_pairs, int k, int n_experts,
                                             ExpertWindow* windows, int32_t* row_ids, int32_t* slot_of) {
   __shared__ int32_t count[1024], slot0[1024], win0[1024];
@@ -196,8 +199,8 @@ int group_shift_of(const char* op, const AffineWeight& w) {
   if (w.n_experts < 1) bad_arg(op, "n_experts must be >= 1");
   // The kernels address one matrix (one expert) with 32-bit word and group offsets.
   if (w.rows > 0 && w.cols > 0 && w.rows * (w.cols / 32 * w.bits) >= (int64_t{1} << 32))
-    bad_arg(op, "one matrix must have fewer than 2^32 code words (rows " + std::to_string(w.rows) + ", cols " +
-                    std::to_string(w.cols) + ")");
+    bad_arg(op, "one matrix must have fewer than 2^32 code words (rows " + std::to_string(w.rows) +
+                    ", cols " + std::to_string(w.cols) + ")");
   // Codes are read as 16-, 8- or 4-byte vectors; rows keep that alignment (cols is a multiple of 32).
   if (reinterpret_cast<uintptr_t>(w.codes) % 16 != 0) bad_arg(op, "codes must be 16-byte aligned");
   return w.group == 32 ? 5 : w.group == 64 ? 6 : 7;
@@ -219,8 +222,9 @@ void launch_window(const typename Unit::Matrix& m, int64_t n_out, const Rows& ro
   const dim3 grid(static_cast<unsigned>(blocks_for<Unit>(n_out, m.cols)));
   const dim3 block(kWarpsPerBlock * 32);
   if (n_rows <= 1)
-    row_kernel<Unit, Rows><<<dim3(static_cast<unsigned>(resident_blocks<Unit, Rows>(grid.x))), block, 0, stream>>>(
-        m, n_out, rows, y);
+    row_kernel<Unit, Rows>
+        <<<dim3(static_cast<unsigned>(resident_blocks<Unit, Rows>(grid.x))), block, 0, stream>>>(m, n_out,
+                                                                                                 rows, y);
   else if (n_rows <= 2)
     window_kernel<Unit, Rows, 2><<<grid, block, 0, stream>>>(m, n_out, rows, n_rows, y, ldy);
   else if (n_rows <= 4)
@@ -332,8 +336,8 @@ void affine_wx_grouped(const AffineWeight& w, const ExpertRow* pairs, int n_pair
 }
 
 void affine_wx_expert_windows(const AffineWeight& w, const ExpertWindow* windows, int n_windows,
-                              const int32_t* row_ids, const Activations& x, int n_x_rows, float* y, int64_t ldy,
-                              cudaStream_t stream) {
+                              const int32_t* row_ids, const Activations& x, int n_x_rows, float* y,
+                              int64_t ldy, cudaStream_t stream) {
   constexpr const char* op = "affine_wx_expert_windows";
   const int shift = group_shift_of(op, w);
   check_common(op, w.rows, w.cols, x, 1, y, ldy);
@@ -351,13 +355,13 @@ void affine_wx_expert_windows(const AffineWeight& w, const ExpertWindow* windows
     const dim3 grid(static_cast<unsigned>(per_window), static_cast<unsigned>(strided));
     const auto m = affine_matrix<B>(w, shift);
     if (x.type == ActType::F32)
-      expert_windows_kernel<B, detail::F32Rows><<<grid, block, 0, stream>>>(
-          m, w.rows, w.n_experts, n_x_rows, windows, n_windows, row_ids,
-          detail::F32Rows{static_cast<const float*>(x.data), x.ld}, y, ldy);
+      expert_windows_kernel<B, detail::F32Rows>
+          <<<grid, block, 0, stream>>>(m, w.rows, w.n_experts, n_x_rows, windows, n_windows, row_ids,
+                                       detail::F32Rows{static_cast<const float*>(x.data), x.ld}, y, ldy);
     else
-      expert_windows_kernel<B, detail::Bf16Rows><<<grid, block, 0, stream>>>(
-          m, w.rows, w.n_experts, n_x_rows, windows, n_windows, row_ids,
-          detail::Bf16Rows{static_cast<const uint16_t*>(x.data), x.ld}, y, ldy);
+      expert_windows_kernel<B, detail::Bf16Rows>
+          <<<grid, block, 0, stream>>>(m, w.rows, w.n_experts, n_x_rows, windows, n_windows, row_ids,
+                                       detail::Bf16Rows{static_cast<const uint16_t*>(x.data), x.ld}, y, ldy);
   });
   check_launch(op);
 }
@@ -368,9 +372,12 @@ void moe_expert_windows(const int32_t* topk, int n_rows, int k, int n_experts, E
   if (n_experts < 1 || n_experts > 1024)
     bad_arg(op, "n_experts must be 1..1024 (got " + std::to_string(n_experts) + ")");
   if (n_rows < 1 || k < 1 || int64_t{n_rows} * k > 4096)
-    bad_arg(op, "n_rows*k must be 1..4096 (n_rows " + std::to_string(n_rows) + ", k " + std::to_string(k) + ")");
-  if (!topk || !windows || !row_ids || !slot_of) bad_arg(op, "topk, windows, row_ids and slot_of must be device pointers");
-  expert_windows_build_kernel<<<1, 1024, 0, stream>>>(topk, n_rows * k, k, n_experts, windows, row_ids, slot_of);
+    bad_arg(op,
+            "n_rows*k must be 1..4096 (n_rows " + std::to_string(n_rows) + ", k " + std::to_string(k) + ")");
+  if (!topk || !windows || !row_ids || !slot_of)
+    bad_arg(op, "topk, windows, row_ids and slot_of must be device pointers");
+  expert_windows_build_kernel<<<1, 1024, 0, stream>>>(topk, n_rows * k, k, n_experts, windows, row_ids,
+                                                      slot_of);
   check_launch(op);
 }
 

@@ -71,11 +71,11 @@ struct ExpertWindow {
   int32_t count;
 };
 
-// One launch for all windows (`windows`, `row_ids` in device memory). A window whose expert, count or rows are
-// out of range (checked on the device) yields NaN outputs.
+// One launch for all windows (`windows`, `row_ids` in device memory). A window whose expert, count or rows
+// are out of range (checked on the device) yields NaN outputs.
 void affine_wx_expert_windows(const AffineWeight& w, const ExpertWindow* windows, int n_windows,
-                              const int32_t* row_ids, const Activations& x, int n_x_rows, float* y, int64_t ldy,
-                              cudaStream_t stream);
+                              const int32_t* row_ids, const Activations& x, int n_x_rows, float* y,
+                              int64_t ldy, cudaStream_t stream);
 
 // Groups a step's routing (topk [n_rows, k] expert ids in device memory) into expert windows, in one launch:
 // experts in ascending order, each expert's (row, rank) pairs in ascending row order, cut into windows of at
