@@ -117,8 +117,10 @@ void dense_outputs(const MatrixWeight& w, const MatmulRows& in, float* y, int64_
       for (int r = 0; r < rows; ++r)
         for (int k = 0; k < no; ++k) {
           float* a = acc + (r * kStep + k) * kLanes;
-          // The cols % 8 tail is not tiled: it comes from the checkpoint rows.
-          dense_tail(w, static_cast<const uint8_t*>(w.data) + (o + k) * row_bytes, xr[r], a);
+          // The cols % 8 tail (absent when cols is a multiple of 8, as in the portable contract) is not
+          // tiled: it comes from the checkpoint rows.
+          if (w.cols % kLanes != 0)
+            dense_tail(w, static_cast<const uint8_t*>(w.data) + (o + k) * row_bytes, xr[r], a);
           y[(r0 + r) * ldy + o + k] = hsum8(a);
         }
     }
