@@ -7,6 +7,9 @@
 #include <memory>
 #include <string>
 #include <vector>
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
 #if defined(__AVX2__)
 #include <immintrin.h>
 #endif
@@ -53,12 +56,24 @@ uint64_t xor_words(const uint64_t* p, int64_t n) {
 
 }  // namespace
 
+void advise_huge_pages(void* p, uint64_t bytes) {
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+  constexpr uintptr_t kHuge = uintptr_t{1} << 21;
+  const uintptr_t lo = (reinterpret_cast<uintptr_t>(p) + kHuge - 1) & ~(kHuge - 1);
+  const uintptr_t hi = (reinterpret_cast<uintptr_t>(p) + bytes) & ~(kHuge - 1);
+  if (hi > lo) (void)::madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_HUGEPAGE);  // advice only
+#else
+  (void)p, (void)bytes;
+#endif
+}
+
 double measure_read_bandwidth_gbs(uint64_t bytes, int passes, ThreadPool& pool) {
   const int64_t words = static_cast<int64_t>(bytes / 8) & ~int64_t{63};
   if (words <= 0) fail("bandwidth buffer of {} bytes is too small", bytes);
   auto* raw = static_cast<uint64_t*>(std::aligned_alloc(64, static_cast<size_t>(words) * 8));
   if (raw == nullptr) fail("cannot allocate a {}-byte bandwidth buffer", words * 8);
   std::unique_ptr<uint64_t, decltype(&std::free)> buf(raw, &std::free);
+  advise_huge_pages(raw, static_cast<uint64_t>(words) * 8);
   const int threads = pool.size();
   // Each thread writes its own slice first so its pages sit on its NUMA node, as the read pass finds them.
   pool.parallel_for(threads, 1, [&](int64_t b, int64_t e) {

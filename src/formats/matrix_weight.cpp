@@ -35,6 +35,7 @@ MatrixWeight MatrixWeight::row_slice(int64_t first, int64_t count) const {
   MatrixWeight s = *this;
   s.rows = count;
   s.data = static_cast<const uint8_t*>(data) + first * row_bytes();
+  s.tiled = nullptr;  // tiles are made for whole bound matrices (after slicing), never cut
   if (encoding == MatrixEncoding::Affine) {
     int64_t ngroups = cols / group;
     size_t es = dtype_size(scale_dtype);

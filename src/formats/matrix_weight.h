@@ -21,6 +21,9 @@ struct MatrixWeight {
   const void* scales = nullptr;           // Affine only: [rows, cols / group]
   const void* biases = nullptr;           // Affine only: [rows, cols / group]
   std::string name;                       // the checkpoint tensor name, for error messages
+  // Optional copy of `data` in the CPU kernels' tiled order (backend/cpu/weight_tiles.h): rows in tiles of 8,
+  // interleaved unit by unit so a product streams one sequential region. `data` stays the checkpoint layout.
+  const void* tiled = nullptr;
 
   bool valid() const { return data != nullptr; }
   // Bytes of one row of codes/values; for Affine rows are cols * bits / 8 bytes.

@@ -266,6 +266,7 @@ std::unique_ptr<Checkpoint> dummy_checkpoint(const json& config, uint64_t seed) 
   for (const Spec& s : specs) {
     MemoryTensor t{s.name, s.dtype, s.shape, std::make_unique_for_overwrite<uint8_t[]>(s.nbytes()),
                    s.nbytes()};
+    advise_huge_pages(t.bytes.get(), s.nbytes());
     fill(s, seed, t.bytes.get(), ThreadPool::global());
     tensors.push_back(std::move(t));
   }

@@ -1,6 +1,7 @@
 #include "model/model.h"
 
 #include "backend/cpu/matmul.h"
+#include "backend/cpu/matmul_kernels.h"
 #include "core/error.h"
 #include "model/layers/attention.h"
 #include "model/layers/deltanet.h"
@@ -23,17 +24,61 @@ void copy_hidden_rows(std::span<const ForwardSegment> segments, const Batch& bat
     }
 }
 
+void add_mlp(MlpWeights& m, std::vector<MatrixWeight*>& out) {
+  out.insert(out.end(), {&m.gate, &m.up, &m.down});
+}
+
+void add_hc(HyperConnectionWeights& h, std::vector<MatrixWeight*>& out) {
+  out.insert(out.end(), {&h.down, &h.up, &h.inject});
+}
+
+void add_layer(LayerWeights& lw, std::vector<MatrixWeight*>& out) {
+  DeltaNetWeights& d = lw.deltanet;
+  out.insert(out.end(), {&d.qkv, &d.z, &d.b, &d.a, &d.qkvz, &d.ba, &d.out});
+  AttentionWeights& a = lw.attention;
+  out.insert(out.end(), {&a.q, &a.k, &a.v, &a.o, &a.indexer.qk});
+  MoeWeights& moe = lw.moe;
+  out.insert(out.end(), {&moe.router, &moe.shared_gate});
+  for (MlpWeights& e : moe.experts) add_mlp(e, out);
+  add_mlp(moe.shared, out);
+  add_mlp(moe.dense_mlp, out);
+  add_hc(lw.hc_attn, out);
+  add_hc(lw.hc_mlp, out);
+  out.insert(out.end(), {&lw.ple.key, &lw.ple.value});  // the n-gram table is gathered, not multiplied
+}
+
+// Every matrix a weight product reads (unbound ones included: tiling skips them). Not the embedding or the
+// PLE table, which are gathered row by row from the checkpoint layout.
+std::vector<MatrixWeight*> product_matrices(ModelWeights& w, MtpWeights& mtp) {
+  std::vector<MatrixWeight*> out = {&w.lm_head};
+  for (LayerWeights& lw : w.layers) add_layer(lw, out);
+  add_hc(w.final_mixer, out);
+  if (mtp.present) {
+    out.insert(out.end(), {&mtp.fc_embedding, &mtp.fc_hidden, &mtp.fc});
+    add_layer(mtp.layer, out);
+    add_hc(mtp.mixer, out);
+  }
+  return out;
+}
+
 }  // namespace
 
-Model::Model(const std::filesystem::path& dir) : Model(std::make_unique<Checkpoint>(dir)) {}
+Model::Model(const std::filesystem::path& dir, bool cpu_weight_tiles)
+    : Model(std::make_unique<Checkpoint>(dir), cpu_weight_tiles) {}
 
-Model::Model(std::unique_ptr<Checkpoint> checkpoint)
+Model::Model(std::unique_ptr<Checkpoint> checkpoint, bool cpu_weight_tiles)
     : ckpt_(std::move(checkpoint)),
       cfg_(ModelConfig::from_json(ckpt_->config())),
       w_(bind_weights(*ckpt_, cfg_)),
       rope_(std::make_unique<Rope>(cfg_.rotary_dim, cfg_.rope_theta)),
       mtp_(bind_mtp(*ckpt_, cfg_)) {
   cfg_.mtp_layers = mtp_.present ? 1 : 0;
+#if DS_CPU_AVX2
+  // Only the AVX2 kernels read tiles; the portable path keeps the checkpoint layout.
+  if (cpu_weight_tiles) tiles_ = cpu::WeightTiles(product_matrices(w_, mtp_));
+#else
+  (void)cpu_weight_tiles;
+#endif
 }
 
 void Model::mixer(const LayerWeights& lw, int slot, const float* x, const Batch& b, float* y) const {

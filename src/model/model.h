@@ -5,6 +5,7 @@
 #include <span>
 #include <vector>
 
+#include "backend/cpu/weight_tiles.h"
 #include "formats/checkpoint.h"
 #include "model/layers/batch.h"
 #include "model/layers/rope.h"
@@ -37,12 +38,16 @@ struct MtpSegment {
 
 class Model {
  public:
-  explicit Model(const std::filesystem::path& dir);
+  // cpu_weight_tiles: give every weight product's matrix a tiled copy for the CPU kernels (weight_tiles.h;
+  // faster decode, the same bits, an anonymous copy of those matrices); off for a model another backend runs.
+  explicit Model(const std::filesystem::path& dir, bool cpu_weight_tiles = true);
   // A model over an already built checkpoint (dummy weights), bound by the same path as a directory.
-  explicit Model(std::unique_ptr<Checkpoint> checkpoint);
+  explicit Model(std::unique_ptr<Checkpoint> checkpoint, bool cpu_weight_tiles = true);
   const ModelConfig& config() const { return cfg_; }
   const Checkpoint& checkpoint() const { return *ckpt_; }
   const ModelWeights& weights() const { return w_; }
+  // Bytes of the CPU's tiled weight copies (0 without them): memory on top of the checkpoint's.
+  uint64_t cpu_tile_bytes() const { return tiles_.bytes(); }
   StreamState new_state() const { return StreamState::fresh(cfg_); }
 
   // Runs every segment's tokens through the model in one pass, advancing each stream's state. Returns logits
@@ -67,6 +72,7 @@ class Model {
   ModelWeights w_;
   std::unique_ptr<Rope> rope_;
   MtpWeights mtp_;
+  cpu::WeightTiles tiles_;
 };
 
 }  // namespace ds

@@ -13,10 +13,11 @@ namespace {
 
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
-// Weights are mmapped: their resident size is at most the checkpoint's files.
+// Weights are mmapped: their resident size is at most the checkpoint's files, plus the CPU's tiled copies
+// (counted in full: the mapped pages they were copied from stay resident until the kernel reclaims them).
 int64_t checkpoint_bytes(const Model& model) {
   const auto& store = model.checkpoint().store();
-  int64_t n = 0;
+  int64_t n = static_cast<int64_t>(model.cpu_tile_bytes());
   std::error_code ec;
   if (!std::filesystem::is_directory(store.dir(), ec)) {
     // In-memory (dummy) weights have no files: count the tensors themselves.

@@ -63,7 +63,7 @@ struct EngineStats {
   int64_t requests_total = 0, prompt_tokens_total = 0, completion_tokens_total = 0;
   int64_t cache_hits = 0, cached_tokens_total = 0, drafted_total = 0, accepted_total = 0;
   int64_t prompt_cache_bytes = 0, state_bytes = 0;
-  int64_t weights_bytes = 0;  // checkpoint files (mmapped)
+  int64_t weights_bytes = 0;  // checkpoint files (mmapped) + the CPU's tiled copies
   int64_t warm_pending = 0;   // warm passes not yet run to their last mark
 };
 

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "backend/cpu/matmul.h"
+#include "backend/cpu/weight_tiles.h"
 #include "core/dtype.h"
 #include "core/error.h"
 
@@ -205,6 +206,38 @@ TEST_P(CpuMatmul, MatchesPortableContractBitForBit) {
       matmul_outputs_portable(t.w, x.data(), n, cols, model.data(), rows, 0, rows);
       EXPECT_EQ(0, std::memcmp(fast.data(), model.data(), fast.size() * 4))
           << spec.label() << " cols " << cols << " n " << n;
+    }
+  }
+}
+
+// The CPU's tiled copy (weight_tiles.h) changes where the kernels read, never what they compute: tiled ==
+// row-major bit for bit, for partial last tiles, dense column tails, every window size and output sub-ranges.
+TEST_P(CpuMatmul, TiledCopyEqualsRowMajorBitForBit) {
+  const Spec spec = GetParam();
+  for (int64_t rows : {1, 8, 37}) {
+    for (int64_t cols :
+         {spec.enc == MatrixEncoding::Affine ? int64_t{spec.group} : 13, int64_t{640}, int64_t{1152}}) {
+      TestWeight t = make_weight(spec, rows, cols, 6000 + cols + rows);
+      MatrixWeight tiled_w = t.w;
+      MatrixWeight* one[] = {&tiled_w};
+      cpu::WeightTiles tiles(one);
+      ASSERT_NE(tiled_w.tiled, nullptr) << spec.label();
+      ASSERT_EQ(tiles.bytes() % 64, 0u);
+      for (int64_t n : {1, 2, 3, 4, 5, 8, 67}) {
+        std::vector<float> x = random_rows(n, cols, 21 + n);
+        std::vector<float> plain(static_cast<size_t>(n * rows)), tiled(plain.size());
+        ThreadPool pool(2);
+        matmul(t.w, x.data(), n, cols, plain.data(), rows, pool);
+        matmul(tiled_w, x.data(), n, cols, tiled.data(), rows, pool);
+        EXPECT_EQ(0, std::memcmp(plain.data(), tiled.data(), plain.size() * 4))
+            << spec.label() << " rows " << rows << " cols " << cols << " n " << n;
+        if (rows < 30) continue;
+        std::fill(tiled.begin(), tiled.end(), 0.0f);
+        matmul_outputs(tiled_w, x.data(), n, cols, tiled.data(), rows, 3, 29);  // starts and ends mid-tile
+        for (int64_t r = 0; r < n; ++r)
+          EXPECT_EQ(0, std::memcmp(plain.data() + r * rows + 3, tiled.data() + r * rows + 3, 26 * 4))
+              << spec.label() << " outputs [3, 29) row " << r;
+      }
     }
   }
 }

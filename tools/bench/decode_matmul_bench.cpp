@@ -1,7 +1,8 @@
 // Decode-shaped weight products (1 row x an expert-sized matrix, 512 x 1024) cycled through a ~512 MB set so
 // the weights come from DRAM; prints the median and 10th-percentile time per call. Each call takes tens of
 // microseconds, so on a shared machine most calls run undisturbed and the median tracks the kernels rather
-// than the scheduler (unlike whole decode rounds). Usage: decode_matmul_bench [bf16|q4] [threads] [rows].
+// than the scheduler (unlike whole decode rounds). Usage: decode_matmul_bench [bf16|q4] [threads] [rows]
+// [rows|tiled] (tiled: the CPU's tiled weight copies, backend/cpu/weight_tiles.h).
 // Results: docs/receipts/decode-bench-cpu.md.
 #include <algorithm>
 #include <chrono>
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "backend/cpu/matmul.h"
+#include "backend/cpu/weight_tiles.h"
 #include "core/thread_pool.h"
 
 int main(int argc, char** argv) {
@@ -40,6 +42,11 @@ int main(int argc, char** argv) {
       mats[k].scales = scales.data() + k * scale_bytes / 2,
       mats[k].biases = biases.data() + k * scale_bytes / 2;
   }
+  const bool tiled = argc > 4 && std::string(argv[4]) == "tiled";
+  std::vector<MatrixWeight*> ptrs;
+  for (MatrixWeight& m : mats) ptrs.push_back(&m);
+  cpu::WeightTiles tiles;
+  if (tiled) tiles = cpu::WeightTiles(ptrs, pool);
   std::vector<float> x(cols, 0.01f), y(rows);
   std::vector<double> t;
   for (int rep = 0; rep < 3; ++rep)
@@ -51,8 +58,8 @@ int main(int argc, char** argv) {
   std::sort(t.begin(), t.end());
   const double med = t[t.size() / 2], p10 = t[t.size() / 10];
   std::printf(
-      "%s %ldx%ld, 1 row, %d threads, %ld calls: median %.1f us (%.2f GB/s), p10 %.1f us (%.2f GB/s)\n",
-      q4 ? "q4g64" : "bf16", static_cast<long>(rows), static_cast<long>(cols), threads,
+      "%s%s %ldx%ld, 1 row, %d threads, %ld calls: median %.1f us (%.2f GB/s), p10 %.1f us (%.2f GB/s)\n",
+      q4 ? "q4g64" : "bf16", tiled ? " tiled" : "", static_cast<long>(rows), static_cast<long>(cols), threads,
       static_cast<long>(t.size()), med * 1e6, static_cast<double>(per) / med / 1e9, p10 * 1e6,
       static_cast<double>(per) / p10 / 1e9);
   return 0;

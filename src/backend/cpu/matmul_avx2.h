@@ -70,16 +70,19 @@ inline V in_reg(V v) {
 // Weight sources: chunk c (8 values) of a row as floats, every conversion exact. Affine code sources read a
 // span of kSub chunks at once (span) and yield its chunks in order (sub<t>).
 struct F32Src {
+  static constexpr int kUnitBytes = 32;
   static __m256 load(const uint8_t* row, int64_t c) {
     return _mm256_loadu_ps(reinterpret_cast<const float*>(row) + c * kLanes);
   }
 };
 struct BF16Src {
+  static constexpr int kUnitBytes = 16;
   static __m256 load(const uint8_t* row, int64_t c) {
     return load_bf16x8(reinterpret_cast<const uint16_t*>(row) + c * kLanes);
   }
 };
 struct F16Src {
+  static constexpr int kUnitBytes = 16;
   static __m256 load(const uint8_t* row, int64_t c) {
     return load_f16x8(reinterpret_cast<const uint16_t*>(row) + c * kLanes);
   }
@@ -89,6 +92,7 @@ struct F16Src {
 template <int Bits>
 struct CodeSrc {
   static constexpr int kSub = 1;
+  static constexpr int kUnitBytes = Bits;  // one span = one chunk of 8 codes
   static __m256 span(const uint8_t* row, int64_t s) {
     return _mm256_cvtepi32_ps(unpack8<Bits>(row + s * Bits));
   }
@@ -103,6 +107,7 @@ struct CodeSrc {
 template <int Bits>
 requires(kPermutedLanes<Bits>) struct CodeSrc<Bits> {
   static constexpr int kSub = 8 / Bits;
+  static constexpr int kUnitBytes = 8;
   static __m256i span(const uint8_t* row, int64_t s) {
     return _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(row + s * 8)));
   }
@@ -156,6 +161,13 @@ constexpr int kStep = 8;
 constexpr int kMaxRowBlock = 64;
 inline int64_t row_block(int64_t cols) {
   return std::clamp<int64_t>((int64_t{256} * 1024 / (cols * 4)) / 4 * 4, 4, kMaxRowBlock);
+}
+
+// A tiled copy is one stream: the tile loops prefetch it this far ahead, a few lines per step of the loop
+// (spread out, so the prefetches never fill the miss buffers at once as a burst per step would).
+constexpr int64_t kTiledPrefetchBytes = 4096;
+inline void prefetch_lines(const void* p, int64_t bytes) {
+  for (int64_t at = 0; at < bytes; at += 64) _mm_prefetch(static_cast<const char*>(p) + at, _MM_HINT_T0);
 }
 
 // Decode reads short weight rows several at a time (and their scales from another array), which the

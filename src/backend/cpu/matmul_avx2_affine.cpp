@@ -8,6 +8,7 @@
 #include <algorithm>
 
 #include "backend/cpu/matmul_avx2.h"
+#include "backend/cpu/weight_tiles.h"
 
 namespace ds::cpu {
 
@@ -15,7 +16,8 @@ namespace {
 
 // R rows x O outputs over groups [0, ngroups) (pointers already at the first group); A lives in
 // acc[r*acc_ld + o*8 ..] between calls. D stays in registers; so does A when the tile is small enough.
-template <class Src, int R, int O, int G>
+// Span sp of output o is span sp * Stride from qrow[o] (Stride kRowTile in a tiled copy, else 1).
+template <class Src, int Stride, int R, int O, int G>
 void affine_tile(const uint8_t* const* qrow, const float* const* sc, const float* const* xr, int64_t ngroups,
                  float* acc, int64_t acc_ld) {
   constexpr bool kARegs = R * O <= 2;  // 1x4 with A in registers spills in the inner loop (GCC 12)
@@ -29,8 +31,11 @@ void affine_tile(const uint8_t* const* qrow, const float* const* sc, const float
     for (int r = 0; r < R; ++r)
       for (int o = 0; o < O; ++o) d[r][o] = _mm256_setzero_ps();
     for (int64_t sp = g * cpg / Src::kSub; sp < (g + 1) * cpg / Src::kSub; ++sp) {
+      if constexpr (Stride > 1)  // the tile's span sp (all its rows) is Stride * kUnitBytes contiguous bytes
+        prefetch_lines(qrow[0] + sp * Stride * Src::kUnitBytes + kTiledPrefetchBytes,
+                       Stride * Src::kUnitBytes);
       decltype(Src::span(qrow[0], 0)) v[O];
-      for (int o = 0; o < O; ++o) v[o] = in_reg(Src::span(qrow[o], sp));
+      for (int o = 0; o < O; ++o) v[o] = in_reg(Src::span(qrow[o], sp * Stride));
       unroll<Src::kSub>([&]<int T>() {
         const int64_t cc = sp * Src::kSub + T;
         __m256 x[R];
@@ -64,49 +69,50 @@ constexpr int affine_tile_outputs(int rows) {
   return rows == 1 ? 4 : rows == 3 ? 2 : tile_outputs(rows);
 }
 
-template <class Src, int R, int G>
+template <class Src, int Stride, int R, int G>
 void affine_fixed_rows(int no, const uint8_t* const* qrow, const float* const* sc, const float* const* xr,
                        int64_t ngroups, float* acc, int64_t acc_ld) {
   constexpr int O = affine_tile_outputs(R);
   int k = 0;
   for (; k + O <= no; k += O)
-    affine_tile<Src, R, O, G>(qrow + k, sc + k, xr, ngroups, acc + k * kLanes, acc_ld);
-  for (; k < no; ++k) affine_tile<Src, R, 1, G>(qrow + k, sc + k, xr, ngroups, acc + k * kLanes, acc_ld);
+    affine_tile<Src, Stride, R, O, G>(qrow + k, sc + k, xr, ngroups, acc + k * kLanes, acc_ld);
+  for (; k < no; ++k)
+    affine_tile<Src, Stride, R, 1, G>(qrow + k, sc + k, xr, ngroups, acc + k * kLanes, acc_ld);
 }
 
-template <class Src, int G>
+template <class Src, int Stride, int G>
 void affine_rows_group(int rows, int no, const uint8_t* const* qrow, const float* const* sc,
                        const float* const* xr, int64_t ngroups, float* acc, int64_t acc_ld) {
   switch (rows) {
     case 1:
-      affine_fixed_rows<Src, 1, G>(no, qrow, sc, xr, ngroups, acc, acc_ld);
+      affine_fixed_rows<Src, Stride, 1, G>(no, qrow, sc, xr, ngroups, acc, acc_ld);
       break;
     case 2:
-      affine_fixed_rows<Src, 2, G>(no, qrow, sc, xr, ngroups, acc, acc_ld);
+      affine_fixed_rows<Src, Stride, 2, G>(no, qrow, sc, xr, ngroups, acc, acc_ld);
       break;
     case 3:
-      affine_fixed_rows<Src, 3, G>(no, qrow, sc, xr, ngroups, acc, acc_ld);
+      affine_fixed_rows<Src, Stride, 3, G>(no, qrow, sc, xr, ngroups, acc, acc_ld);
       break;
     default:
-      affine_fixed_rows<Src, 4, G>(no, qrow, sc, xr, ngroups, acc, acc_ld);
+      affine_fixed_rows<Src, Stride, 4, G>(no, qrow, sc, xr, ngroups, acc, acc_ld);
       break;
   }
 }
 
 // rows (1..4) x no outputs, in tiles that keep every D accumulator in a register; the group size is a
 // compile-time constant so each group's chunks unroll.
-template <class Src>
+template <class Src, int Stride>
 void affine_block(int rows, int no, const uint8_t* const* qrow, const float* const* sc,
                   const float* const* xr, int64_t ngroups, int group, float* acc, int64_t acc_ld) {
   switch (group) {
     case 32:
-      affine_rows_group<Src, 32>(rows, no, qrow, sc, xr, ngroups, acc, acc_ld);
+      affine_rows_group<Src, Stride, 32>(rows, no, qrow, sc, xr, ngroups, acc, acc_ld);
       break;
     case 64:
-      affine_rows_group<Src, 64>(rows, no, qrow, sc, xr, ngroups, acc, acc_ld);
+      affine_rows_group<Src, Stride, 64>(rows, no, qrow, sc, xr, ngroups, acc, acc_ld);
       break;
     default:
-      affine_rows_group<Src, 128>(rows, no, qrow, sc, xr, ngroups, acc, acc_ld);
+      affine_rows_group<Src, Stride, 128>(rows, no, qrow, sc, xr, ngroups, acc, acc_ld);
       break;
   }
 }
@@ -142,21 +148,27 @@ void load_scales(const MatrixWeight& w, int64_t o, int no, int64_t ldxs, float* 
 }
 
 // Outputs [o, o + no) for a block of rows, in quads; the step's weight rows stay in cache between quads.
-template <int Bits>
+template <int Bits, int Stride>
 void affine_step(const MatrixWeight& w, const float* const* xr, int rows, int64_t o, int no, const float* s,
                  float* acc) {
+  constexpr bool kTiled = Stride > 1;
   const int64_t ngroups = w.cols / w.group, gbytes = w.group * Bits / 8;
   const uint8_t* qrow[kStep];
   const float* sc[kStep];
   const auto* codes = static_cast<const uint8_t*>(w.data) + o * (w.cols * Bits / 8);
-  for (int k = 0; k < no; ++k) qrow[k] = codes + k * (w.cols * Bits / 8), sc[k] = s + k * ngroups;
+  const int64_t unit = kTiled ? tile_unit_bytes(w) : 0, tb = kTiled ? tile_bytes(w) : 0;
+  for (int k = 0; k < no; ++k) {
+    qrow[k] = kTiled ? tiled_unit(w, o + k, 0, unit, tb) : codes + k * (w.cols * Bits / 8);
+    sc[k] = s + k * ngroups;
+  }
   auto run = [&](const float* const* x, int64_t groups) {
     for (int q0 = 0; q0 < rows; q0 += 4)
-      affine_block<CodeSrc<Bits>>(std::min(4, rows - q0), no, qrow, sc, x + q0, groups, w.group,
-                                  acc + q0 * kStep * kLanes, kStep * kLanes);
+      affine_block<CodeSrc<Bits>, Stride>(std::min(4, rows - q0), no, qrow, sc, x + q0, groups, w.group,
+                                          acc + q0 * kStep * kLanes, kStep * kLanes);
   };
-  // Unpacking reads a few bytes past a chunk, so a row's last group is unpacked from a padded copy.
-  const int64_t main = kOverread<Bits> > 0 ? ngroups - 1 : ngroups;
+  // Unpacking reads a few bytes past a chunk, so a row's last group is unpacked from a padded copy (a tiled
+  // copy is padded at its end, and past a row's last unit lies another row's).
+  const int64_t main = kOverread<Bits> > 0 && !kTiled ? ngroups - 1 : ngroups;
   run(xr, main);
   if (main == ngroups) return;
   uint8_t tail[kStep][128 * Bits / 8 + 8];
@@ -172,9 +184,10 @@ void affine_step(const MatrixWeight& w, const float* const* xr, int rows, int64_
 
 // Unpacks each weight row's codes in registers once per block of rows and uses them for every row of the
 // block; blocks are sized so their rows stay in L2.
-template <int Bits>
+template <int Bits, int Stride>
 void affine_outputs(const MatrixWeight& w, const MatmulRows& in, float* y, int64_t ldy, int64_t o0,
                     int64_t o1) {
+  constexpr bool kTiled = Stride > 1;
   const int64_t ngroups = w.cols / w.group, block = row_block(w.cols);
   float* s = scratch(t_scales, kStep * (ngroups + in.ldxs));
   float* b = s + kStep * ngroups;
@@ -182,8 +195,12 @@ void affine_outputs(const MatrixWeight& w, const MatmulRows& in, float* y, int64
   const float* xr[kMaxRowBlock];
   const int64_t row_bytes = w.row_bytes(), scale_bytes = ngroups * dtype_size(w.scale_dtype);
   const int64_t ahead = prefetch_rows_ahead(row_bytes);
+  // The codes' stream: the rows, or the tiled copy read as rows (tiles in row order, rows padded to tiles).
+  const void* stream = kTiled ? w.tiled : w.data;
+  const int64_t stream_rows = kTiled ? (w.rows + kRowTile - 1) / kRowTile * kRowTile : w.rows;
   // The first steps' rows too: their misses then overlap instead of stalling one after another.
-  prefetch_rows(w.data, row_bytes, o0, std::min(ahead, o1 - o0), w.rows);
+  if (!kTiled)
+    prefetch_rows(stream, row_bytes, o0, std::min(ahead, o1 - o0), stream_rows);  // tiles: in the loop
   prefetch_rows(w.scales, scale_bytes, o0, std::min(ahead, o1 - o0), w.rows);
   prefetch_rows(w.biases, scale_bytes, o0, std::min(ahead, o1 - o0), w.rows);
   for (int64_t r0 = 0; r0 < in.n; r0 += block) {
@@ -192,12 +209,12 @@ void affine_outputs(const MatrixWeight& w, const MatmulRows& in, float* y, int64
     const int step = rows > 4 ? kStep : affine_tile_outputs(rows) * (kStep / affine_tile_outputs(rows));
     for (int64_t o = o0; o < o1; o += step) {
       const int no = static_cast<int>(std::min<int64_t>(step, o1 - o));
-      prefetch_rows(w.data, row_bytes, o + ahead, no, w.rows);
+      if (!kTiled) prefetch_rows(stream, row_bytes, o + ahead, no, stream_rows);
       prefetch_rows(w.scales, scale_bytes, o + ahead, no, w.rows);
       prefetch_rows(w.biases, scale_bytes, o + ahead, no, w.rows);
       load_scales(w, o, no, in.ldxs, s, b);
       std::fill(acc, acc + rows * kStep * kLanes, 0.0f);
-      affine_step<Bits>(w, xr, rows, o, no, s, acc);
+      affine_step<Bits, Stride>(w, xr, rows, o, no, s, acc);
       for (int r = 0; r < rows; ++r)
         for (int k = 0; k < no; ++k)
           y[(r0 + r) * ldy + o + k] = affine_finish(acc + (r * kStep + k) * kLanes, b + k * in.ldxs,
@@ -229,28 +246,41 @@ void permute_rows(const MatrixWeight& w, const float* x, int64_t n_rows, int64_t
   }
 }
 
-void affine_outputs_avx2(const MatrixWeight& w, const MatmulRows& in, float* y, int64_t ldy, int64_t o0,
-                         int64_t o1) {
+namespace {
+
+template <int Stride>
+void affine_outputs_by_bits(const MatrixWeight& w, const MatmulRows& in, float* y, int64_t ldy, int64_t o0,
+                            int64_t o1) {
   switch (w.bits) {
     case 2:
-      affine_outputs<2>(w, in, y, ldy, o0, o1);
+      affine_outputs<2, Stride>(w, in, y, ldy, o0, o1);
       break;
     case 3:
-      affine_outputs<3>(w, in, y, ldy, o0, o1);
+      affine_outputs<3, Stride>(w, in, y, ldy, o0, o1);
       break;
     case 4:
-      affine_outputs<4>(w, in, y, ldy, o0, o1);
+      affine_outputs<4, Stride>(w, in, y, ldy, o0, o1);
       break;
     case 5:
-      affine_outputs<5>(w, in, y, ldy, o0, o1);
+      affine_outputs<5, Stride>(w, in, y, ldy, o0, o1);
       break;
     case 6:
-      affine_outputs<6>(w, in, y, ldy, o0, o1);
+      affine_outputs<6, Stride>(w, in, y, ldy, o0, o1);
       break;
     default:
-      affine_outputs<8>(w, in, y, ldy, o0, o1);
+      affine_outputs<8, Stride>(w, in, y, ldy, o0, o1);
       break;
   }
+}
+
+}  // namespace
+
+void affine_outputs_avx2(const MatrixWeight& w, const MatmulRows& in, float* y, int64_t ldy, int64_t o0,
+                         int64_t o1) {
+  if (w.tiled != nullptr)
+    affine_outputs_by_bits<kRowTile>(w, in, y, ldy, o0, o1);
+  else
+    affine_outputs_by_bits<1>(w, in, y, ldy, o0, o1);
 }
 
 }  // namespace ds::cpu
