@@ -60,6 +60,13 @@ void run_fast_vs_generic(Tally& tally, const std::string& config_path) {
       bound, worst / bound, top1_bad);
   tally.expect(worst <= bound, "fast vs generic kernels within bound");
   check_alone_vs_together(tally, fast, tokens, 4, "fast kernels");
+  fast.set_graphs(false);
+  CudaStreamState s0 = fast.new_state();
+  const bool graph_same = run_windows(fast, s0, tokens, 4) == lf;
+  fast.set_graphs(true);
+  std::printf("  fast kernels: CUDA-graph replay == direct launches: %s\n",
+              graph_same ? "bit-identical" : "DIFFERENT");
+  tally.expect(graph_same, "fast kernels: graph replay == direct launches");
   CudaStreamState s1 = fast.new_state();
   const bool steps_same = run_windows(fast, s1, tokens, 1) == lf;
   std::printf("  fast kernels: windows of 4 == single steps: %s\n",
@@ -113,7 +120,14 @@ void run_bench(const std::string& config_path, int bits, int group, const std::v
     std::printf("\n");
     std::fflush(stdout);
     if (n == 1) {
-      // Where the time goes: CUDA events around each op kind over 8 rounds (events add a little time).
+      m.set_graphs(false);
+      const auto s2 = std::chrono::steady_clock::now();
+      for (int i = 0; i < rounds; ++i) round();
+      const double sec2 = std::chrono::duration<double>(std::chrono::steady_clock::now() - s2).count();
+      m.set_graphs(true);
+      std::printf("%8d %10d %12.3f %12.1f  (without CUDA graphs)\n", n, rounds, 1e3 * sec2 / rounds,
+                  n * rounds / sec2);
+      // Where the time goes: CUDA events between op kinds, recorded as nodes of the replayed graph.
       m.set_time_ops(true);
       m.reset_op_times();
       const int timed = 8;
@@ -121,7 +135,9 @@ void run_bench(const std::string& config_path, int bits, int group, const std::v
       m.set_time_ops(false);
       double total = 0;
       for (const auto& [k, v] : m.op_times()) total += v;
-      std::printf("  per-op GPU time of one batch-1 round (mean of %d, CUDA events):\n", timed);
+      std::printf(
+          "  per-op GPU time of one batch-1 round (graph replay, CUDA events as graph nodes; mean of %d):\n",
+          timed);
       std::vector<std::pair<double, std::string>> ops;
       for (const auto& [k, v] : m.op_times()) ops.push_back({v, k});
       std::sort(ops.rbegin(), ops.rend());

@@ -40,13 +40,17 @@ struct Staging {
 
 CudaModel::~CudaModel() {
   for (auto& e : op_events_) cudaEventDestroy(e.second);
+  if (graph_exec_ != nullptr) cudaGraphExecDestroy(graph_exec_);
 }
 
 void CudaModel::op(const char* name) {
   if (!opt_.time_ops) return;
   cudaEvent_t ev;
   check(cudaEventCreate(&ev), "cudaEventCreate");
-  check(cudaEventRecord(ev, stream_.get()), "cudaEventRecord");
+  // Inside a graph capture the record becomes a node of the graph, so replays time the ops back to back.
+  check(capturing_ ? cudaEventRecordWithFlags(ev, stream_.get(), cudaEventRecordExternal)
+                   : cudaEventRecord(ev, stream_.get()),
+        "cudaEventRecord");
   op_events_.push_back({name, ev});
 }
 
@@ -346,10 +350,8 @@ int64_t CudaModel::run(std::span<const CudaSegment> segments) {
     s.staged_buf = DeviceBuffer(s.pinned_bytes);
   }
   std::memcpy(s.pinned, stage.bytes.data(), stage.bytes.size());
-  op("upload");
   uint8_t* dev = s.staged_buf.as<uint8_t>();
   const cudaStream_t st = stream_.get();
-  check(cudaMemcpyAsync(dev, s.pinned, stage.bytes.size(), cudaMemcpyHostToDevice, st), "CudaModel: upload");
   auto at_off = [&](size_t off) { return off == SIZE_MAX ? nullptr : static_cast<const void*>(dev + off); };
   s.win_mixer.assign(c.layers, nullptr), s.win_indexer.assign(c.layers, nullptr),
       s.win_ple.assign(c.layers, nullptr);
@@ -361,55 +363,108 @@ int64_t CudaModel::run(std::span<const CudaSegment> segments) {
   s.n_windows = nw;
   s.max_count = max_count;
   s.max_blocks = c.indexer_ratio > 0 ? static_cast<int>(opt_.max_context / c.indexer_ratio) : 0;
-  float* e = reinterpret_cast<float*>(dev + off_e);
+  // Everything enqueued from here depends only on the call's shape (rows, windows, longest window, logits
+  // rows) and on buffers that stay put, so a decode round of the same shape replays it as one CUDA graph.
+  auto enqueue = [&] {
+    op("upload");
+    check(cudaMemcpyAsync(dev, s.pinned, stage.bytes.size(), cudaMemcpyHostToDevice, st),
+          "CudaModel: upload");
+    float* e = reinterpret_cast<float*>(dev + off_e);
 
-  if (c.family == ModelFamily::Qwen4Exp) {
-    hc_expand(e, n, static_cast<int>(S), static_cast<int>(D), s.H, st);
-    for (int l = 0; l < c.layers; ++l) {
-      const Layer& L = layers_[l];
-      if (L.has_ple) {
-        op("ple");
-        const int64_t E = c.ple_embed_dim;
-        const float* emb = s.emb[L.ple_index];
-        wx(L.ple_key, emb, E, n, s.pkey, SD, st);
-        wx(L.ple_value, emb, E, n, s.pval, D, st);
-        rms_norm_rows(s.pkey, SD, L.ple_norm_key.as<float>(), S, D, c.rms_eps, s.pkey, SD, n, st);
-        rms_norm_rows(s.H, SD, L.ple_norm_query.as<float>(), S, D, c.rms_eps, s.qn, SD, n, st);
-        ple_gate(s.pkey, s.qn, s.pval, n, S, D, s.gated, st);
-        rms_norm_rows(s.gated, SD, L.ple_norm_conv.as<float>(), S, D, c.rms_eps, s.gn, SD, n, st);
-        ple_conv(static_cast<const PleWindow*>(s.win_ple[l]), nw, s.gn, s.gated, L.ple_conv.as<float>(),
-                 static_cast<int>(c.ple_conv_kernel), static_cast<int>(c.ngram_size), SD, s.H, st);
+    if (c.family == ModelFamily::Qwen4Exp) {
+      hc_expand(e, n, static_cast<int>(S), static_cast<int>(D), s.H, st);
+      for (int l = 0; l < c.layers; ++l) {
+        const Layer& L = layers_[l];
+        if (L.has_ple) {
+          op("ple");
+          const int64_t E = c.ple_embed_dim;
+          const float* emb = s.emb[L.ple_index];
+          wx(L.ple_key, emb, E, n, s.pkey, SD, st);
+          wx(L.ple_value, emb, E, n, s.pval, D, st);
+          rms_norm_rows(s.pkey, SD, L.ple_norm_key.as<float>(), S, D, c.rms_eps, s.pkey, SD, n, st);
+          rms_norm_rows(s.H, SD, L.ple_norm_query.as<float>(), S, D, c.rms_eps, s.qn, SD, n, st);
+          ple_gate(s.pkey, s.qn, s.pval, n, S, D, s.gated, st);
+          rms_norm_rows(s.gated, SD, L.ple_norm_conv.as<float>(), S, D, c.rms_eps, s.gn, SD, n, st);
+          ple_conv(static_cast<const PleWindow*>(s.win_ple[l]), nw, s.gn, s.gated, L.ple_conv.as<float>(),
+                   static_cast<int>(c.ple_conv_kernel), static_cast<int>(c.ngram_size), SD, s.H, st);
+        }
+        hc_mix(L.hc_attn, n, s.H, s.x, s.iota);
+        mixer(L, l, n, s.x, s.y);
+        op("hc inject");
+        hc_inject(s.iota, s.y, n, S, D, s.H, st);
+        hc_mix(L.hc_mlp, n, s.H, s.x, s.iota);
+        moe(L, n, s.x, s.y);
+        op("hc inject");
+        hc_inject(s.iota, s.y, n, S, D, s.H, st);
       }
-      hc_mix(L.hc_attn, n, s.H, s.x, s.iota);
-      mixer(L, l, n, s.x, s.y);
-      op("hc inject");
-      hc_inject(s.iota, s.y, n, S, D, s.H, st);
-      hc_mix(L.hc_mlp, n, s.H, s.x, s.iota);
-      moe(L, n, s.x, s.y);
-      op("hc inject");
-      hc_inject(s.iota, s.y, n, S, D, s.H, st);
+      hc_mix(*final_mixer_, n, s.H, s.x, nullptr);
+    } else {
+      float* h = e;  // the residual stream, in place in the uploaded rows
+      for (int l = 0; l < c.layers; ++l) {
+        const Layer& L = layers_[l];
+        op("norm");
+        rms_norm_rows(h, D, L.input_norm.as<float>(), 1, D, c.rms_eps, s.normed, D, n, st);
+        mixer(L, l, n, s.normed, s.y);
+        add_rows(h, s.y, int64_t{n} * D, st);
+        op("norm");
+        rms_norm_rows(h, D, L.post_norm.as<float>(), 1, D, c.rms_eps, s.normed, D, n, st);
+        moe(L, n, s.normed, s.y);
+        add_rows(h, s.y, int64_t{n} * D, st);
+      }
+      rms_norm_rows(h, D, final_norm_.as<float>(), 1, D, c.rms_eps, s.x, D, n, st);
     }
-    hc_mix(*final_mixer_, n, s.H, s.x, nullptr);
+    op("lm_head");
+    copy_rows(s.x, D, reinterpret_cast<const int32_t*>(dev + off_want), n_out, static_cast<int>(D), s.xs, st);
+    wx(lm_head_, s.xs, D, n_out, s.logits, V, st);
+  };
+  const bool use_graph = opt_.graphs;
+  const std::vector<int64_t> key{n,
+                                 nw,
+                                 max_count,
+                                 n_out,
+                                 static_cast<int64_t>(stage.bytes.size()),
+                                 reinterpret_cast<int64_t>(dev),
+                                 reinterpret_cast<int64_t>(s.pinned),
+                                 reinterpret_cast<int64_t>(s.arena.data()),
+                                 opt_.time_ops ? 1 : 0};
+  if (!use_graph) {
+    if (graph_exec_ != nullptr) {  // its timing events would be mixed with these
+      cudaGraphExecDestroy(graph_exec_);
+      graph_exec_ = nullptr;
+      for (auto& ev : op_events_) cudaEventDestroy(ev.second);
+      op_events_.clear();
+    }
+    enqueue();
   } else {
-    float* h = e;  // the residual stream, in place in the uploaded rows
-    for (int l = 0; l < c.layers; ++l) {
-      const Layer& L = layers_[l];
-      op("norm");
-      rms_norm_rows(h, D, L.input_norm.as<float>(), 1, D, c.rms_eps, s.normed, D, n, st);
-      mixer(L, l, n, s.normed, s.y);
-      add_rows(h, s.y, int64_t{n} * D, st);
-      op("norm");
-      rms_norm_rows(h, D, L.post_norm.as<float>(), 1, D, c.rms_eps, s.normed, D, n, st);
-      moe(L, n, s.normed, s.y);
-      add_rows(h, s.y, int64_t{n} * D, st);
+    if (graph_exec_ == nullptr || key != graph_key_) {
+      if (graph_exec_ != nullptr) cudaGraphExecDestroy(graph_exec_);
+      graph_exec_ = nullptr;
+      for (auto& ev : op_events_) cudaEventDestroy(ev.second);
+      op_events_.clear();
+      check(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
+      capturing_ = true;
+      try {
+        enqueue();
+        op("end");
+        capturing_ = false;
+      } catch (...) {
+        capturing_ = false;
+        cudaGraph_t broken = nullptr;
+        cudaStreamEndCapture(st, &broken);
+        if (broken) cudaGraphDestroy(broken);
+        throw;
+      }
+      cudaGraph_t graph = nullptr;
+      check(cudaStreamEndCapture(st, &graph), "cudaStreamEndCapture");
+      const cudaError_t made = cudaGraphInstantiate(&graph_exec_, graph, 0);
+      cudaGraphDestroy(graph);
+      check(made, "cudaGraphInstantiate");
+      graph_key_ = key;
     }
-    rms_norm_rows(h, D, final_norm_.as<float>(), 1, D, c.rms_eps, s.x, D, n, st);
+    check(cudaGraphLaunch(graph_exec_, st), "cudaGraphLaunch");
   }
-  op("lm_head");
-  copy_rows(s.x, D, reinterpret_cast<const int32_t*>(dev + off_want), n_out, static_cast<int>(D), s.xs, st);
-  wx(lm_head_, s.xs, D, n_out, s.logits, V, st);
   if (opt_.time_ops) {
-    op("end");
+    if (!use_graph) op("end");
     stream_.synchronize();
     for (size_t i = 0; i + 1 < op_events_.size(); ++i) {
       float ms = 0;
@@ -417,8 +472,10 @@ int64_t CudaModel::run(std::span<const CudaSegment> segments) {
             "cudaEventElapsedTime");
       op_ms_[op_events_[i].first] += ms;
     }
-    for (auto& ev : op_events_) cudaEventDestroy(ev.second);
-    op_events_.clear();
+    if (!use_graph) {  // a graph's events live as long as the graph
+      for (auto& ev : op_events_) cudaEventDestroy(ev.second);
+      op_events_.clear();
+    }
   }
   for (const CudaSegment& sg : segments) {
     if (!c.ple_layer_ids.empty())

@@ -23,7 +23,8 @@ namespace ds::cuda {
 struct CudaModelOptions {
   int64_t max_context = 4096;   // positions a stream's device caches hold
   bool generic_mixers = false;  // use the any-shape DeltaNet/attention kernels even where the fast ones fit
-  bool time_ops = false;        // CUDA events around each op kind (op_times)
+  bool time_ops = false;  // CUDA events between op kinds (op_times), inside the graph when graphs are on
+  bool graphs = true;     // replay a decode round of an already seen shape as one CUDA graph
 };
 
 // Encodings for random weights: MLX affine bits/group for the experts and for every other matrix (bits 0:
@@ -74,6 +75,7 @@ class CudaModel {
   const std::map<std::string, double>& op_times() const { return op_ms_; }
   void reset_op_times() { op_ms_.clear(); }
   void set_time_ops(bool on) { opt_.time_ops = on; }
+  void set_graphs(bool on) { opt_.graphs = on; }
   cudaStream_t stream() const { return stream_.get(); }
 
  private:
@@ -103,7 +105,9 @@ class CudaModel {
   int64_t state_floats_ = 0;
   std::map<std::string, double> op_ms_;
   std::vector<std::pair<std::string, cudaEvent_t>> op_events_;
-  std::string current_op_;
+  cudaGraphExec_t graph_exec_ = nullptr;
+  bool capturing_ = false;
+  std::vector<int64_t> graph_key_;
 };
 
 }  // namespace ds::cuda
