@@ -22,7 +22,13 @@ if [[ "${SKIP_CHECKS:-0}" != 1 ]]; then
     "$root/tests/cuda/flashnext-small-real-heads.json" 2>&1 | tee "$out/checks.log" || status=1
 fi
 if [[ -n "${BENCH_CONFIG:-}" ]]; then
+  # GPU clocks and power once a second while the bench runs (the clocks were left as found).
+  nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,utilization.gpu --format=csv -l 1 \
+    >"$out/clocks.csv" 2>&1 &
+  smi=$!
   timeout "${BENCH_TIMEOUT:-300}" "$build/cuda_model_check" "$fixtures" --no-checks --bench "$BENCH_CONFIG" "$@" \
     2>&1 | tee "$out/bench.log" || status=1
+  kill "$smi" 2>/dev/null
+  awk -F', ' 'NR > 1 {print $2}' "$out/clocks.csv" | sort | uniq -c | sort -rn | head -5
 fi
 exit $status

@@ -6,6 +6,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "backend/cuda/model/cuda_bench.h"
 #include "backend/cuda/model/cuda_model.h"
 #include "core/error.h"
 #include "model_checks.h"
@@ -100,51 +101,30 @@ void run_bench(const std::string& config_path, int bits, int group, const std::v
   const double bytes = static_cast<double>(m.bytes_per_token());
   std::printf("%8s %10s %12s %12s %10s\n", "streams", "rounds", "ms/round", "tok/s", "vs 4.3TB/s");
   for (int n : streams) {
-    std::vector<CudaStreamState> states;
-    std::vector<int32_t> next(n);
-    for (int i = 0; i < n; ++i) states.push_back(m.new_state()), next[i] = (1000 + 7919 * i) % cfg.vocab_size;
-    auto round = [&] {
-      std::vector<CudaSegment> segs;
-      for (int i = 0; i < n; ++i) segs.push_back({&states[i], std::span<const int32_t>(&next[i], 1), false});
-      next = m.forward_greedy(segs);
-    };
-    for (int i = 0; i < 4; ++i) round();  // warm-up: allocations, first-touch
-    const auto s = std::chrono::steady_clock::now();
-    for (int i = 0; i < rounds; ++i) round();
-    const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - s).count();
-    const double tps = n * rounds / sec;
-    std::printf("%8d %10d %12.3f %12.1f", n, rounds, 1e3 * sec / rounds, tps);
+    const DecodeRate r = bench_decode_rounds(m, n, rounds, 4);
+    std::printf("%8d %10d %12.3f %12.1f", n, rounds, r.ms_per_round, r.tokens_per_s);
     if (n == 1)
-      std::printf(" %9.1f%%  (%.3f GB/token -> %.0f GB/s)", 100 * bytes * tps / kRooflineBytesPerSecond,
-                  bytes / 1e9, bytes * tps / 1e9);
+      std::printf(" %9.1f%%  (%.3f GB/token -> %.0f GB/s)",
+                  100 * bytes * r.tokens_per_s / kRooflineBytesPerSecond, bytes / 1e9,
+                  bytes * r.tokens_per_s / 1e9);
     std::printf("\n");
     std::fflush(stdout);
-    if (n == 1) {
-      m.set_graphs(false);
-      const auto s2 = std::chrono::steady_clock::now();
-      for (int i = 0; i < rounds; ++i) round();
-      const double sec2 = std::chrono::duration<double>(std::chrono::steady_clock::now() - s2).count();
-      m.set_graphs(true);
-      std::printf("%8d %10d %12.3f %12.1f  (without CUDA graphs)\n", n, rounds, 1e3 * sec2 / rounds,
-                  n * rounds / sec2);
-      // Where the time goes: CUDA events between op kinds, recorded as nodes of the replayed graph.
-      m.set_time_ops(true);
-      m.reset_op_times();
-      const int timed = 8;
-      for (int i = 0; i < timed; ++i) round();
-      m.set_time_ops(false);
-      double total = 0;
-      for (const auto& [k, v] : m.op_times()) total += v;
-      std::printf(
-          "  per-op GPU time of one batch-1 round (graph replay, CUDA events as graph nodes; mean of %d):\n",
-          timed);
-      std::vector<std::pair<double, std::string>> ops;
-      for (const auto& [k, v] : m.op_times()) ops.push_back({v, k});
-      std::sort(ops.rbegin(), ops.rend());
-      for (const auto& [v, k] : ops)
-        std::printf("    %-16s %9.1f us %5.1f%%\n", k.c_str(), 1e3 * v / timed, 100 * v / total);
-      std::printf("    %-16s %9.1f us\n", "total", 1e3 * total / timed);
-    }
+    if (n != 1) continue;
+    m.set_graphs(false);
+    const DecodeRate plain = bench_decode_rounds(m, n, rounds, 1);
+    m.set_graphs(true);
+    std::printf("%8d %10d %12.3f %12.1f  (without CUDA graphs)\n", n, rounds, plain.ms_per_round,
+                plain.tokens_per_s);
+    const int timed = 8;
+    const auto ops = op_breakdown(m, timed);
+    double total = 0;
+    for (const auto& o : ops) total += o.second;
+    std::printf(
+        "  per-op GPU time of one batch-1 round (graph replay, CUDA events as graph nodes; mean of %d):\n",
+        timed);
+    for (const auto& [k, us] : ops)
+      std::printf("    %-20s %9.1f us %5.1f%%\n", k.c_str(), us, 100 * us / total);
+    std::printf("    %-20s %9.1f us\n", "total", total);
   }
   (void)graphs;
 }

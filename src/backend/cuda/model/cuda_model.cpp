@@ -60,12 +60,16 @@ void CudaModel::hc_mix(const DeviceHc& hc, int n, const float* H, float* x, floa
             R = static_cast<int>(cfg_.hc_rank);
   const float inv_s = 1.0f / static_cast<float>(S);
   const cudaStream_t st = stream_.get();
-  op("hc mix");
+  op("hc norm");
   rms_norm_rows(H, int64_t{S} * D, hc.norm.as<float>(), S, D, cfg_.rms_eps, s.normed, int64_t{S} * D, n, st);
+  op("hc down");
   wx(hc.down, s.normed, int64_t{S} * D, n, s.low, R, st);
+  op("hc inject w");
   if (iota) wx(hc.inject, s.normed, int64_t{S} * D, n, iota, S, st);
+  op("hc up");
   silu_scaled(s.low, int64_t{n} * R, inv_s, st);
   wx(hc.up, s.low, R, n, s.mix, int64_t{S} * D, st);
+  op("hc combine");
   hc_combine(s.mix, s.normed, n, S, D, x, st);
   if (iota) hc_iota(iota, int64_t{n} * S, inv_s, st);
 }
@@ -84,15 +88,17 @@ void CudaModel::moe(const Layer& L, int n, const float* x, float* y) {
     wx(L.sh_down, s.sg, I, n, y, D, st);
     return;
   }
-  op("moe route");
+  op("moe router");
   wx(L.router, x, D, n, s.router, E, st);
+  op("moe top-k");
   moe_route(s.router, n, E, K, cfg_.norm_topk_prob, s.ids, s.weights, st);
   moe_pairs(s.ids, n, K, s.up_pairs, s.down_pairs, st);
-  op("moe experts");
+  op("moe expert gate|up");
   const int I = static_cast<int>(cfg_.moe_inter);
   wx_grouped(L.gate, s.up_pairs, n * K, x, D, n, s.g, I, st);
   wx_grouped(L.up, s.up_pairs, n * K, x, D, n, s.u, I, st);
   silu_mul(s.g, s.u, int64_t{n} * K * I, st);
+  op("moe expert down");
   wx_grouped(L.down, s.down_pairs, n * K, s.g, I, n * K, s.slots, D, st);
   if (L.has_shared) {
     op("moe shared");
@@ -135,10 +141,12 @@ void CudaModel::mixer(const Layer& L, int layer, int n, const float* x, float* y
   const cudaStream_t st = stream_.get();
   const int D = static_cast<int>(c.hidden);
   if (L.kind == LayerKind::LinearAttention) {
-    op("deltanet proj");
+    op("deltanet qkv");
     const int64_t cd = c.linear_conv_dim(), vd = c.linear_value_dim(), nv = c.lin_v_heads;
     wx(L.qkv, x, D, n, s.mixed, cd, st);
+    op("deltanet z");
     wx(L.z, x, D, n, s.z, vd, st);
+    op("deltanet b a");
     wx(L.b, x, D, n, s.b, nv, st);
     wx(L.a, x, D, n, s.a, nv, st);
     op("deltanet core");

@@ -12,16 +12,31 @@ unsigned blocks_for(int64_t n, int threads) {
   return static_cast<unsigned>((n + threads - 1) / threads);
 }
 
+constexpr int kNormThreads = 256;
+
+// One block per (row, group): thread-strided double sums, the warps' butterflies, then warp 0 adds the 8 warp
+// sums in order. The order depends on the width alone; the many threads keep enough loads in flight.
 __global__ void rms_norm_kernel(const float* x, int64_t ldx, const float* mult, int width, float eps,
                                 float* y, int64_t ldy) {
-  const int r = blockIdx.x, g = blockIdx.y, lane = threadIdx.x;
+  __shared__ double part[kNormThreads / kWarp];
+  __shared__ float inv_shared;
+  const int r = blockIdx.x, g = blockIdx.y, lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
   const float* xr = x + r * ldx + int64_t{g} * width;
   double ss = 0;
-  for (int i = lane; i < width; i += kWarp) ss = __dadd_rn(ss, __dmul_rn(xr[i], xr[i]));
-  const float inv = dev::inv_rms(dev::warp_sum(ss), width, eps);
+  for (int i = threadIdx.x; i < width; i += kNormThreads) ss = __dadd_rn(ss, __dmul_rn(xr[i], xr[i]));
+  ss = dev::warp_sum(ss);
+  if (lane == 0) part[warp] = ss;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    double total = 0;
+    for (int w = 0; w < kNormThreads / kWarp; ++w) total = __dadd_rn(total, part[w]);
+    inv_shared = dev::inv_rms(total, width, eps);
+  }
+  __syncthreads();
+  const float inv = inv_shared;
   float* yr = y + r * ldy + int64_t{g} * width;
   const float* m = mult + int64_t{g} * width;
-  for (int i = lane; i < width; i += kWarp) yr[i] = __fmul_rn(__fmul_rn(xr[i], inv), m[i]);
+  for (int i = threadIdx.x; i < width; i += kNormThreads) yr[i] = __fmul_rn(__fmul_rn(xr[i], inv), m[i]);
 }
 
 __global__ void hc_expand_kernel(const float* e, int n_rows, int S, int D, float* H) {
@@ -177,7 +192,7 @@ constexpr int kThreads = 256;
 void rms_norm_rows(const float* x, int64_t ldx, const float* mult, int groups, int width, float eps, float* y,
                    int64_t ldy, int n_rows, cudaStream_t stream) {
   if (n_rows <= 0) return;
-  rms_norm_kernel<<<dim3(n_rows, groups), kWarp, 0, stream>>>(x, ldx, mult, width, eps, y, ldy);
+  rms_norm_kernel<<<dim3(n_rows, groups), kNormThreads, 0, stream>>>(x, ldx, mult, width, eps, y, ldy);
   check_launch("rms_norm_rows");
 }
 
