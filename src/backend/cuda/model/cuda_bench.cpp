@@ -27,8 +27,17 @@ struct Rounds {
 
 }  // namespace
 
-DecodeRate bench_decode_rounds(CudaModel& m, int streams, int rounds, int warmup) {
+DecodeRate bench_decode_rounds(CudaModel& m, int streams, int rounds, int warmup, int context) {
   Rounds r(m, streams);
+  std::vector<int32_t> prompt(16);
+  for (int at = 0; at < context; at += 16) {
+    std::vector<CudaSegment> segs;
+    const size_t len = std::min<size_t>(16, static_cast<size_t>(context - at));
+    for (int i = 0; i < 16; ++i)
+      prompt[i] = static_cast<int32_t>((at * 31 + i * 7 + 5) % m.config().vocab_size);
+    for (auto& st : r.states) segs.push_back({&st, std::span<const int32_t>(prompt.data(), len), false});
+    m.forward_greedy(segs);
+  }
   for (int i = 0; i < warmup; ++i) r.run();
   const auto t0 = std::chrono::steady_clock::now();
   for (int i = 0; i < rounds; ++i) r.run();
