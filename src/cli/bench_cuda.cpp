@@ -25,7 +25,9 @@ void run_cuda_bench(const CudaBenchOptions&) {
 
 #else
 
-void run_cuda_bench(const CudaBenchOptions& o) {
+namespace {
+
+void bench(const CudaBenchOptions& o) {
   using nlohmann::json;
   cuda::CudaModelOptions opt;
   opt.max_context = 2048;
@@ -67,6 +69,19 @@ void run_cuda_bench(const CudaBenchOptions& o) {
   for (const auto& d : r["decode"])
     std::printf("%8d %12.3f %12.1f\n", d["streams"].get<int>(), d["ms_per_round"].get<double>(),
                 d["tokens_per_s"].get<double>());
+}
+
+}  // namespace
+
+void run_cuda_bench(const CudaBenchOptions& o) {
+  // CUDA failures (no device, an old driver, out of memory) as the CLI's error, naming the backend.
+  try {
+    bench(o);
+  } catch (const cuda::CudaError& e) {
+    fail("--backend cuda: {}", e.what());
+  } catch (const cuda::ArgumentError& e) {
+    fail("--backend cuda: {}", e.what());
+  }
 }
 
 #endif

@@ -85,7 +85,7 @@ void run_fast_vs_generic(Tally& tally, const std::string& config_path) {
 }
 
 void run_bench(const std::string& config_path, int bits, int group, const std::vector<int>& streams,
-               int rounds, bool graphs) {
+               int rounds) {
   const ModelConfig cfg = read_config(config_path);
   DummySpec spec;
   spec.expert_bits = spec.other_bits = bits;
@@ -133,7 +133,6 @@ void run_bench(const std::string& config_path, int bits, int group, const std::v
     std::printf("  batch 1 after %d context tokens: %.3f ms/round, %.1f tok/s\n", context, r.ms_per_round,
                 r.tokens_per_s);
   }
-  (void)graphs;
 }
 
 }  // namespace ds::cuda::modelcheck

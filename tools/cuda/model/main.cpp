@@ -76,7 +76,7 @@ int main(int argc, char** argv) {
   if (!bench_config.empty()) {
     if (encodings.empty()) encodings = {{4, 32}, {6, 64}};
     for (auto [bits, group] : encodings)
-      section(tally, "bench", [&] { mc::run_bench(bench_config, bits, group, streams, rounds, false); });
+      section(tally, "bench", [&] { mc::run_bench(bench_config, bits, group, streams, rounds); });
   }
   if (tally.failed > 0) {
     std::printf("\nFAILED checks:\n");

@@ -41,6 +41,6 @@ void run_fixture_checks(Tally& tally, const std::string& root, const std::vector
 void run_fast_vs_generic(Tally& tally, const std::string& config_path);
 // The real shape from the config at the given expert/other encodings; decode rounds at each stream count.
 void run_bench(const std::string& config_path, int bits, int group, const std::vector<int>& streams,
-               int rounds, bool graphs);
+               int rounds);
 
 }  // namespace ds::cuda::modelcheck

@@ -48,15 +48,12 @@ struct CudaModel::HostTables {
 struct CudaModel::Scratch {
   int capacity = 0;  // rows
   DeviceBuffer arena;
-  std::vector<std::pair<void**, size_t>> parts;
-  float *H, *e, *x, *y, *normed, *low, *mix, *iota, *mixed, *z, *b, *a, *gates, *core, *qg, *k, *v, *attn,
-      *idx;
+  float *H, *x, *y, *normed, *low, *mix, *iota, *mixed, *z, *b, *a, *gates, *core, *qg, *k, *v, *attn, *idx;
   float *scores, *router, *weights, *g, *u, *slots, *sg, *su, *shared, *sgate, *pkey, *pval, *qn, *gated, *gn;
   float *xs, *logits;
   int32_t *select_mode, *ids, *want, *argmax;
   uint8_t* chosen;
   ExpertRow *up_pairs, *down_pairs;
-  void* staged = nullptr;  // device copy of the staging area
   DeviceBuffer staged_buf;
   uint8_t* pinned = nullptr;
   size_t pinned_bytes = 0;
