@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "cli/bench_cuda.h"
 #include "cli/bench_drafts.h"
 #include "cli/commands.h"
 #include "core/error.h"
@@ -27,7 +28,7 @@ using nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
 struct BenchOptions {
-  std::string model, load_format = "auto", config;
+  std::string model, load_format = "auto", config, backend = "cpu";
   uint64_t seed = 0;
   std::vector<int> prompt_lengths{128, 512}, streams{1, 4, 16};
   int decode_tokens = 32, warmup_rounds = 2, decode_prompt = 16, repeats = 3, threads = 0;
@@ -180,6 +181,12 @@ void print_table(const json& r) {
 }
 
 void run_bench(const BenchOptions& o) {
+  if (o.backend == "cuda") {
+    run_cuda_bench(
+        {o.model, o.load_format, o.config, o.seed, o.streams, o.decode_tokens, o.warmup_rounds, o.json});
+    return;
+  }
+  if (o.backend != "cpu") fail("--backend '{}' is not one of cpu, cuda", o.backend);
   if (o.threads > 0) ThreadPool::set_global_threads(o.threads);
   for (int v : o.prompt_lengths)
     if (v <= 0) fail("--prompt-lengths: {} is not a positive length", v);
@@ -231,6 +238,8 @@ void register_bench_command(CLI::App& app) {
   cmd->add_option("--model,-m", o->model, "checkpoint directory (config.json + safetensors)");
   cmd->add_option("--load-format", o->load_format, "auto (a checkpoint directory) or dummy (random weights)");
   cmd->add_option("--config", o->config, "config.json for --load-format dummy");
+  cmd->add_option("--backend", o->backend,
+                  "cpu, or cuda (decode rounds on the GPU; a -DDELTASERVE_CUDA=ON build)");
   cmd->add_option("--seed", o->seed, "seed of the dummy weights and the token ids");
   cmd->add_option("--prompt-lengths", o->prompt_lengths, "prompt lengths, one stream each")->delimiter(',');
   cmd->add_option("--streams", o->streams, "decode stream counts")->delimiter(',');

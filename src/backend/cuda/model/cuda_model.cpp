@@ -1,0 +1,496 @@
+// CudaModel's forward: host-side gathers (embedding, PLE rows) and per-window descriptors uploaded once per
+// call, then the layers' launches on one stream (CPU math: src/model/model.cpp and layers/).
+#include "backend/cuda/model/cuda_model.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "backend/cpu/matmul.h"
+#include "backend/cuda/attention_decode.h"
+#include "backend/cuda/deltanet_decode.h"
+#include "backend/cuda/model/cuda_model_parts.h"
+#include "backend/cuda/model/generic_mixers.h"
+#include "backend/cuda/model/glue_kernels.h"
+#include "backend/cuda/model/indexer_kernels.h"
+#include "backend/cuda/model/ple_kernels.h"
+#include "backend/cuda/moe_routing.h"
+#include "core/error.h"
+#include "model/layers/ple.h"
+
+namespace ds::cuda {
+
+namespace {
+
+constexpr size_t align256(size_t n) {
+  return (n + 255) / 256 * 256;
+}
+
+// Host staging: consecutive aligned regions, uploaded in one copy.
+struct Staging {
+  std::vector<uint8_t> bytes;
+  size_t put(const void* p, size_t n) {
+    const size_t at = align256(bytes.size());
+    bytes.resize(at + n);
+    if (n) std::memcpy(bytes.data() + at, p, n);
+    return at;
+  }
+};
+
+}  // namespace
+
+CudaModel::~CudaModel() {
+  for (auto& e : op_events_) cudaEventDestroy(e.second);
+  if (graph_exec_ != nullptr) cudaGraphExecDestroy(graph_exec_);
+}
+
+void CudaModel::op(const char* name) {
+  if (!opt_.time_ops) return;
+  cudaEvent_t ev;
+  check(cudaEventCreate(&ev), "cudaEventCreate");
+  // Inside a graph capture the record becomes a node of the graph, so replays time the ops back to back.
+  check(capturing_ ? cudaEventRecordWithFlags(ev, stream_.get(), cudaEventRecordExternal)
+                   : cudaEventRecord(ev, stream_.get()),
+        "cudaEventRecord");
+  op_events_.push_back({name, ev});
+}
+
+void CudaModel::hc_mix(const DeviceHc& hc, int n, const float* H, float* x, float* iota) {
+  Scratch& s = *scratch_;
+  const int S = static_cast<int>(cfg_.hc_count), D = static_cast<int>(cfg_.hidden),
+            R = static_cast<int>(cfg_.hc_rank);
+  const float inv_s = 1.0f / static_cast<float>(S);
+  const cudaStream_t st = stream_.get();
+  op("hc norm");
+  rms_norm_rows(H, int64_t{S} * D, hc.norm.as<float>(), S, D, cfg_.rms_eps, s.normed, int64_t{S} * D, n, st);
+  op("hc down");
+  wx(hc.down, s.normed, int64_t{S} * D, n, s.low, R, st);
+  op("hc inject w");
+  if (iota) wx(hc.inject, s.normed, int64_t{S} * D, n, iota, S, st);
+  op("hc up");
+  silu_scaled(s.low, int64_t{n} * R, inv_s, st);
+  wx(hc.up, s.low, R, n, s.mix, int64_t{S} * D, st);
+  op("hc combine");
+  hc_combine(s.mix, s.normed, n, S, D, x, st);
+  if (iota) hc_iota(iota, int64_t{n} * S, inv_s, st);
+}
+
+void CudaModel::moe(const Layer& L, int n, const float* x, float* y) {
+  Scratch& s = *scratch_;
+  const cudaStream_t st = stream_.get();
+  const int D = static_cast<int>(cfg_.hidden), E = static_cast<int>(cfg_.n_experts),
+            K = static_cast<int>(cfg_.experts_per_tok);
+  if (L.dense) {
+    op("mlp");
+    const int I = static_cast<int>(cfg_.dense_inter);
+    wx(L.sh_gate, x, D, n, s.sg, I, st);
+    wx(L.sh_up, x, D, n, s.su, I, st);
+    silu_mul(s.sg, s.su, int64_t{n} * I, st);
+    wx(L.sh_down, s.sg, I, n, y, D, st);
+    return;
+  }
+  op("moe router");
+  wx(L.router, x, D, n, s.router, E, st);
+  op("moe top-k");
+  moe_route(s.router, n, E, K, cfg_.norm_topk_prob, s.ids, s.weights, st);
+  moe_pairs(s.ids, n, K, s.up_pairs, s.down_pairs, st);
+  op("moe expert gate|up");
+  const int I = static_cast<int>(cfg_.moe_inter);
+  wx_grouped(L.gate, s.up_pairs, n * K, x, D, n, s.g, I, st);
+  wx_grouped(L.up, s.up_pairs, n * K, x, D, n, s.u, I, st);
+  silu_mul(s.g, s.u, int64_t{n} * K * I, st);
+  op("moe expert down");
+  wx_grouped(L.down, s.down_pairs, n * K, s.g, I, n * K, s.slots, D, st);
+  if (L.has_shared) {
+    op("moe shared");
+    const int SI = static_cast<int>(cfg_.shared_inter);
+    wx(L.sh_gate, x, D, n, s.sg, SI, st);
+    wx(L.sh_up, x, D, n, s.su, SI, st);
+    silu_mul(s.sg, s.su, int64_t{n} * SI, st);
+    wx(L.sh_down, s.sg, SI, n, s.shared, D, st);
+    wx(L.sh_gate_w, x, D, n, s.sgate, 1, st);
+  }
+  op("moe combine");
+  moe_combine(s.weights, s.slots, n, K, D, L.has_shared ? s.shared : nullptr,
+              L.has_shared ? s.sgate : nullptr, y, st);
+}
+
+std::vector<float> CudaModel::forward(std::span<const CudaSegment> segments) {
+  const int64_t rows = run(segments);
+  std::vector<float> out(static_cast<size_t>(rows * cfg_.vocab_size));
+  check(cudaMemcpyAsync(out.data(), scratch_->logits, out.size() * sizeof(float), cudaMemcpyDeviceToHost,
+                        stream_.get()),
+        "CudaModel::forward: logits");
+  stream_.synchronize();
+  return out;
+}
+
+std::vector<int32_t> CudaModel::forward_greedy(std::span<const CudaSegment> segments) {
+  const int64_t rows = run(segments);
+  argmax_rows(scratch_->logits, static_cast<int>(rows), cfg_.vocab_size, scratch_->argmax, stream_.get());
+  std::vector<int32_t> out(static_cast<size_t>(rows));
+  check(cudaMemcpyAsync(out.data(), scratch_->argmax, out.size() * sizeof(int32_t), cudaMemcpyDeviceToHost,
+                        stream_.get()),
+        "CudaModel::forward_greedy: tokens");
+  stream_.synchronize();
+  return out;
+}
+
+void CudaModel::mixer(const Layer& L, int layer, int n, const float* x, float* y) {
+  Scratch& s = *scratch_;
+  const ModelConfig& c = cfg_;
+  const cudaStream_t st = stream_.get();
+  const int D = static_cast<int>(c.hidden);
+  if (L.kind == LayerKind::LinearAttention) {
+    op("deltanet qkv");
+    const int64_t cd = c.linear_conv_dim(), vd = c.linear_value_dim(), nv = c.lin_v_heads;
+    wx(L.qkv, x, D, n, s.mixed, cd, st);
+    op("deltanet z");
+    wx(L.z, x, D, n, s.z, vd, st);
+    op("deltanet b a");
+    wx(L.b, x, D, n, s.b, nv, st);
+    wx(L.a, x, D, n, s.a, nv, st);
+    op("deltanet core");
+    const DeltaNetShape shape{static_cast<int>(c.lin_k_heads),
+                              static_cast<int>(nv),
+                              static_cast<int>(c.lin_k_dim),
+                              static_cast<int>(c.lin_v_dim),
+                              static_cast<int>(c.conv_kernel),
+                              c.output_gate_sigmoid,
+                              c.rms_eps};
+    const DeltaNetWeights w{L.conv.as<float>(), L.a_log.as<float>(), L.dt_bias.as<float>(),
+                            L.dn_norm.as<float>()};
+    const DeltaNetRows rows{s.mixed, s.z, s.b, s.a, s.gates, s.core};
+    const auto* wins = static_cast<const DeltaNetWindow*>(s.win_mixer[layer]);
+    const bool fast = !opt_.generic_mixers && shape.dk == 128 && shape.dv % 32 == 0 &&
+                      shape.conv_kernel >= 2 && shape.conv_kernel <= 4;
+    if (fast)
+      deltanet_decode(shape, w, wins, s.n_windows, rows, n, st);
+    else
+      deltanet_decode_generic(shape, w, wins, s.n_windows, rows, n, st);
+    op("deltanet out");
+    wx(L.out, s.core, vd, n, y, D, st);
+    return;
+  }
+  op("attention proj");
+  const int64_t hd = c.head_dim, qw = c.n_heads * hd * 2, kvw = c.n_kv_heads * hd;
+  wx(L.q, x, D, n, s.qg, qw, st);
+  wx(L.k, x, D, n, s.k, kvw, st);
+  wx(L.v, x, D, n, s.v, kvw, st);
+  const AttentionShape shape{static_cast<int>(c.n_heads), static_cast<int>(c.n_kv_heads),
+                             static_cast<int>(hd), static_cast<int>(c.rotary_dim), c.rms_eps};
+  const AttentionWeights w{L.q_norm.as<float>(), L.k_norm.as<float>(), inv_freq_.as<float>()};
+  const AttentionRows rows{s.qg, s.k, s.v, s.attn};
+  const auto* wins = static_cast<const AttentionWindow*>(s.win_mixer[layer]);
+  AttentionSelection sel;
+  if (L.has_indexer) {
+    op("indexer");
+    const int64_t ihd = c.indexer_head_dim, iw = (c.indexer_heads + 1) * ihd;
+    wx(L.idx_qk, x, D, n, s.idx, iw, st);
+    const IndexerShape is{static_cast<int>(c.indexer_heads),  static_cast<int>(ihd),
+                          static_cast<int>(c.rotary_dim),     static_cast<int>(c.indexer_ratio),
+                          static_cast<int>(c.indexer_budget), c.rms_eps};
+    indexer_decode(is, L.iq_norm.as<float>(), L.ik_norm.as<float>(), inv_freq_.as<float>(),
+                   static_cast<const IndexerWindow*>(s.win_indexer[layer]), s.n_windows, s.max_count, s.idx,
+                   n, s.max_blocks, s.select_mode, s.scores, s.chosen, st);
+    sel = AttentionSelection{s.select_mode, s.chosen, s.max_blocks, static_cast<int>(c.indexer_ratio)};
+  }
+  op("attention core");
+  const bool fast = !opt_.generic_mixers && (hd == 128 || hd == 256);
+  if (fast) {
+    attention_decode(shape, w, wins, s.n_windows, s.max_count, rows, n, st);
+    if (L.has_indexer)
+      attention_decode_generic(shape, w, wins, s.n_windows, s.max_count, rows, n, sel, true, st);
+  } else {
+    attention_decode_generic(shape, w, wins, s.n_windows, s.max_count, rows, n, sel, false, st);
+  }
+  op("attention out");
+  wx(L.o, s.attn, c.n_heads * hd, n, y, D, st);
+}
+
+int64_t CudaModel::run(std::span<const CudaSegment> segments) {
+  const ModelConfig& c = cfg_;
+  if (segments.empty()) fail("CudaModel::forward: no segments");
+  int n = 0, max_count = 0;
+  std::vector<int32_t> tokens, want;
+  for (const CudaSegment& sg : segments) {
+    if (sg.state == nullptr || sg.state->device.bytes() != static_cast<size_t>(state_floats_) * sizeof(float))
+      fail("CudaModel::forward: a segment's state was not made by this model's new_state()");
+    if (sg.tokens.empty()) fail("CudaModel::forward: a segment has no tokens");
+    for (int32_t t : sg.tokens)
+      if (t < 0 || t >= c.vocab_size) fail("token id {} is out of range [0, {})", t, c.vocab_size);
+    const int64_t count = static_cast<int64_t>(sg.tokens.size());
+    if (sg.state->position + count > opt_.max_context)
+      fail("CudaModel::forward: a stream would reach position {} but the device caches hold {} (max_context)",
+           sg.state->position + count, opt_.max_context);
+    for (int64_t t = 0; t < count; ++t)
+      if (sg.all_logits || t == count - 1) want.push_back(n + static_cast<int32_t>(t));
+    tokens.insert(tokens.end(), sg.tokens.begin(), sg.tokens.end());
+    n += static_cast<int>(count);
+    max_count = std::max(max_count, static_cast<int>(count));
+  }
+  if (segments.size() > 65535) fail("CudaModel::forward: at most 65535 segments a call");
+  const int n_out = static_cast<int>(want.size());
+  const int64_t D = c.hidden, S = c.hc_count, SD = c.stream_width(), V = c.vocab_size;
+
+  // Device scratch for n rows.
+  if (!scratch_ || scratch_->capacity < n) {
+    auto s = std::make_unique<Scratch>();
+    s->capacity = n;
+    const int64_t K = std::max<int64_t>(c.experts_per_tok, 1), nv = c.lin_v_heads, vd = c.linear_value_dim();
+    const int64_t maxb = c.indexer_ratio > 0 ? opt_.max_context / c.indexer_ratio : 0;
+    const int64_t inter = std::max({c.moe_inter, c.dense_inter, int64_t{1}});
+    const int64_t sinter = std::max({c.shared_inter, c.dense_inter, int64_t{1}});
+    std::vector<std::pair<void**, int64_t>> parts = {
+        {(void**)&s->H, n * SD * 4},
+        {(void**)&s->x, n * D * 4},
+        {(void**)&s->y, n * D * 4},
+        {(void**)&s->normed, n * SD * 4},
+        {(void**)&s->low, n * std::max<int64_t>(c.hc_rank, 1) * 4},
+        {(void**)&s->mix, n * SD * 4},
+        {(void**)&s->iota, n * S * 4},
+        {(void**)&s->mixed, n * c.linear_conv_dim() * 4},
+        {(void**)&s->z, n * vd * 4},
+        {(void**)&s->b, n * nv * 4},
+        {(void**)&s->a, n * nv * 4},
+        {(void**)&s->gates, n * 2 * nv * 4},
+        {(void**)&s->core, n * vd * 4},
+        {(void**)&s->qg, n * c.n_heads * c.head_dim * 2 * 4},
+        {(void**)&s->k, n * c.n_kv_heads * c.head_dim * 4},
+        {(void**)&s->v, n * c.n_kv_heads * c.head_dim * 4},
+        {(void**)&s->attn, n * c.n_heads * c.head_dim * 4},
+        {(void**)&s->idx, n * (c.indexer_heads + 1) * c.indexer_head_dim * 4},
+        {(void**)&s->select_mode, n * 4},
+        {(void**)&s->scores, n * maxb * 4},
+        {(void**)&s->chosen, n * maxb},
+        {(void**)&s->router, n * c.n_experts * 4},
+        {(void**)&s->ids, n * K * 4},
+        {(void**)&s->weights, n * K * 4},
+        {(void**)&s->up_pairs, n * K * int64_t{sizeof(ExpertRow)}},
+        {(void**)&s->down_pairs, n * K * int64_t{sizeof(ExpertRow)}},
+        {(void**)&s->g, n * K * inter * 4},
+        {(void**)&s->u, n * K * inter * 4},
+        {(void**)&s->slots, n * K * D * 4},
+        {(void**)&s->sg, n * sinter * 4},
+        {(void**)&s->su, n * sinter * 4},
+        {(void**)&s->shared, n * D * 4},
+        {(void**)&s->sgate, n * 4},
+        {(void**)&s->pkey, n * SD * 4},
+        {(void**)&s->pval, n * D * 4},
+        {(void**)&s->qn, n * SD * 4},
+        {(void**)&s->gated, n * SD * 4},
+        {(void**)&s->gn, n * SD * 4},
+        {(void**)&s->xs, n * D * 4},
+        {(void**)&s->logits, n * V * 4},
+        {(void**)&s->want, n * 4},
+        {(void**)&s->argmax, n * 4}};
+    size_t total = 0;
+    for (auto& p : parts) total += align256(static_cast<size_t>(p.second));
+    s->arena = DeviceBuffer(total);
+    size_t at = 0;
+    for (auto& p : parts) {
+      *p.first = s->arena.as<uint8_t>() + at;
+      at += align256(static_cast<size_t>(p.second));
+    }
+    scratch_ = std::move(s);
+  }
+  Scratch& s = *scratch_;
+
+  // Host side: embedding rows, PLE rows, the windows of every layer, the logits rows; one upload.
+  Staging stage;
+  std::vector<float> rowbuf(static_cast<size_t>(n * D));
+  gather_rows(host_->embed, tokens.data(), n, rowbuf.data());
+  const size_t off_e = stage.put(rowbuf.data(), rowbuf.size() * 4);
+  std::vector<size_t> off_emb;
+  for (const PleWeights* p : host_->ple) {
+    const int64_t E = c.ple_embed_dim, nh = c.ple_heads(), hw = p->head_width;
+    std::vector<float> emb(static_cast<size_t>(n * E));
+    int64_t row0 = 0;
+    for (const CudaSegment& sg : segments) {
+      const int64_t count = static_cast<int64_t>(sg.tokens.size());
+      std::vector<int64_t> ids = ple_rows(c, *p, sg.state->ple_context, sg.tokens.data(), count);
+      for (int64_t t = 0; t < count; ++t)
+        for (int64_t h = 0; h < nh; ++h) {
+          int64_t row = ids[t * nh + h];
+          if (host_->ple_rows_kept > 0) row %= host_->ple_rows_kept;
+          size_t shard = p->shard_first_row.size() - 1;
+          while (p->shard_first_row[shard] > row) --shard;
+          const int32_t local = static_cast<int32_t>(row - p->shard_first_row[shard]);
+          gather_rows(p->table_shards[shard], &local, 1, emb.data() + (row0 + t) * E + h * hw);
+        }
+      row0 += count;
+    }
+    off_emb.push_back(stage.put(emb.data(), emb.size() * 4));
+  }
+  const size_t off_want = stage.put(want.data(), want.size() * 4);
+  const int nw = static_cast<int>(segments.size());
+  std::vector<size_t> off_mixer(c.layers, SIZE_MAX), off_ix(c.layers, SIZE_MAX), off_ple(c.layers, SIZE_MAX);
+  for (int l = 0; l < c.layers; ++l) {
+    auto* base = static_cast<float*>(nullptr);
+    std::vector<DeltaNetWindow> dn;
+    std::vector<AttentionWindow> at;
+    std::vector<IndexerWindow> ix;
+    std::vector<PleWindow> pw;
+    int32_t row0 = 0;
+    for (const CudaSegment& sg : segments) {
+      base = sg.state->device.as<float>();
+      const auto count = static_cast<int32_t>(sg.tokens.size());
+      const auto pos0 = static_cast<int32_t>(sg.state->position),
+                 cap = static_cast<int32_t>(opt_.max_context);
+      if (c.layer_kinds[l] == LayerKind::LinearAttention)
+        dn.push_back({row0, count, base + conv_off_[l], base + rec_off_[l]});
+      else
+        at.push_back({row0, count, pos0, cap, base + keys_off_[l], base + values_off_[l]});
+      if (layers_[l].has_indexer)
+        ix.push_back({row0, count, pos0, cap, base + ikeys_off_[l], base + iblocks_off_[l]});
+      if (layers_[l].has_ple) pw.push_back({row0, count, base + ple_off_[l]});
+      row0 += count;
+    }
+    if (!dn.empty()) off_mixer[l] = stage.put(dn.data(), dn.size() * sizeof(DeltaNetWindow));
+    if (!at.empty()) off_mixer[l] = stage.put(at.data(), at.size() * sizeof(AttentionWindow));
+    if (!ix.empty()) off_ix[l] = stage.put(ix.data(), ix.size() * sizeof(IndexerWindow));
+    if (!pw.empty()) off_ple[l] = stage.put(pw.data(), pw.size() * sizeof(PleWindow));
+  }
+  if (s.pinned_bytes < stage.bytes.size()) {
+    if (s.pinned) cudaFreeHost(s.pinned);
+    s.pinned = nullptr;
+    s.pinned_bytes = stage.bytes.size() * 2;
+    check(cudaMallocHost(reinterpret_cast<void**>(&s.pinned), s.pinned_bytes), "cudaMallocHost (staging)");
+    s.staged_buf = DeviceBuffer(s.pinned_bytes);
+  }
+  std::memcpy(s.pinned, stage.bytes.data(), stage.bytes.size());
+  uint8_t* dev = s.staged_buf.as<uint8_t>();
+  const cudaStream_t st = stream_.get();
+  auto at_off = [&](size_t off) { return off == SIZE_MAX ? nullptr : static_cast<const void*>(dev + off); };
+  s.win_mixer.assign(c.layers, nullptr), s.win_indexer.assign(c.layers, nullptr),
+      s.win_ple.assign(c.layers, nullptr);
+  for (int l = 0; l < c.layers; ++l)
+    s.win_mixer[l] = at_off(off_mixer[l]), s.win_indexer[l] = at_off(off_ix[l]),
+    s.win_ple[l] = at_off(off_ple[l]);
+  s.emb.clear();
+  for (size_t off : off_emb) s.emb.push_back(reinterpret_cast<const float*>(dev + off));
+  s.n_windows = nw;
+  s.max_count = max_count;
+  s.max_blocks = c.indexer_ratio > 0 ? static_cast<int>(opt_.max_context / c.indexer_ratio) : 0;
+  // Everything enqueued from here depends only on the call's shape (rows, windows, longest window, logits
+  // rows) and on buffers that stay put, so a decode round of the same shape replays it as one CUDA graph.
+  auto enqueue = [&] {
+    op("upload");
+    check(cudaMemcpyAsync(dev, s.pinned, stage.bytes.size(), cudaMemcpyHostToDevice, st),
+          "CudaModel: upload");
+    float* e = reinterpret_cast<float*>(dev + off_e);
+
+    if (c.family == ModelFamily::Qwen4Exp) {
+      hc_expand(e, n, static_cast<int>(S), static_cast<int>(D), s.H, st);
+      for (int l = 0; l < c.layers; ++l) {
+        const Layer& L = layers_[l];
+        if (L.has_ple) {
+          op("ple");
+          const int64_t E = c.ple_embed_dim;
+          const float* emb = s.emb[L.ple_index];
+          wx(L.ple_key, emb, E, n, s.pkey, SD, st);
+          wx(L.ple_value, emb, E, n, s.pval, D, st);
+          rms_norm_rows(s.pkey, SD, L.ple_norm_key.as<float>(), S, D, c.rms_eps, s.pkey, SD, n, st);
+          rms_norm_rows(s.H, SD, L.ple_norm_query.as<float>(), S, D, c.rms_eps, s.qn, SD, n, st);
+          ple_gate(s.pkey, s.qn, s.pval, n, S, D, s.gated, st);
+          rms_norm_rows(s.gated, SD, L.ple_norm_conv.as<float>(), S, D, c.rms_eps, s.gn, SD, n, st);
+          ple_conv(static_cast<const PleWindow*>(s.win_ple[l]), nw, s.gn, s.gated, L.ple_conv.as<float>(),
+                   static_cast<int>(c.ple_conv_kernel), static_cast<int>(c.ngram_size), SD, s.H, st);
+        }
+        hc_mix(L.hc_attn, n, s.H, s.x, s.iota);
+        mixer(L, l, n, s.x, s.y);
+        op("hc inject");
+        hc_inject(s.iota, s.y, n, S, D, s.H, st);
+        hc_mix(L.hc_mlp, n, s.H, s.x, s.iota);
+        moe(L, n, s.x, s.y);
+        op("hc inject");
+        hc_inject(s.iota, s.y, n, S, D, s.H, st);
+      }
+      hc_mix(*final_mixer_, n, s.H, s.x, nullptr);
+    } else {
+      float* h = e;  // the residual stream, in place in the uploaded rows
+      for (int l = 0; l < c.layers; ++l) {
+        const Layer& L = layers_[l];
+        op("norm");
+        rms_norm_rows(h, D, L.input_norm.as<float>(), 1, D, c.rms_eps, s.normed, D, n, st);
+        mixer(L, l, n, s.normed, s.y);
+        add_rows(h, s.y, int64_t{n} * D, st);
+        op("norm");
+        rms_norm_rows(h, D, L.post_norm.as<float>(), 1, D, c.rms_eps, s.normed, D, n, st);
+        moe(L, n, s.normed, s.y);
+        add_rows(h, s.y, int64_t{n} * D, st);
+      }
+      rms_norm_rows(h, D, final_norm_.as<float>(), 1, D, c.rms_eps, s.x, D, n, st);
+    }
+    op("lm_head");
+    copy_rows(s.x, D, reinterpret_cast<const int32_t*>(dev + off_want), n_out, static_cast<int>(D), s.xs, st);
+    wx(lm_head_, s.xs, D, n_out, s.logits, V, st);
+  };
+  const bool use_graph = opt_.graphs;
+  const std::vector<int64_t> key{n,
+                                 nw,
+                                 max_count,
+                                 n_out,
+                                 static_cast<int64_t>(stage.bytes.size()),
+                                 reinterpret_cast<int64_t>(dev),
+                                 reinterpret_cast<int64_t>(s.pinned),
+                                 reinterpret_cast<int64_t>(s.arena.data()),
+                                 opt_.time_ops ? 1 : 0};
+  if (!use_graph) {
+    if (graph_exec_ != nullptr) {  // its timing events would be mixed with these
+      cudaGraphExecDestroy(graph_exec_);
+      graph_exec_ = nullptr;
+      for (auto& ev : op_events_) cudaEventDestroy(ev.second);
+      op_events_.clear();
+    }
+    enqueue();
+  } else {
+    if (graph_exec_ == nullptr || key != graph_key_) {
+      if (graph_exec_ != nullptr) cudaGraphExecDestroy(graph_exec_);
+      graph_exec_ = nullptr;
+      for (auto& ev : op_events_) cudaEventDestroy(ev.second);
+      op_events_.clear();
+      check(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
+      capturing_ = true;
+      try {
+        enqueue();
+        op("end");
+        capturing_ = false;
+      } catch (...) {
+        capturing_ = false;
+        cudaGraph_t broken = nullptr;
+        cudaStreamEndCapture(st, &broken);
+        if (broken) cudaGraphDestroy(broken);
+        throw;
+      }
+      cudaGraph_t graph = nullptr;
+      check(cudaStreamEndCapture(st, &graph), "cudaStreamEndCapture");
+      const cudaError_t made = cudaGraphInstantiate(&graph_exec_, graph, 0);
+      cudaGraphDestroy(graph);
+      check(made, "cudaGraphInstantiate");
+      graph_key_ = key;
+    }
+    check(cudaGraphLaunch(graph_exec_, st), "cudaGraphLaunch");
+  }
+  if (opt_.time_ops) {
+    if (!use_graph) op("end");
+    stream_.synchronize();
+    for (size_t i = 0; i + 1 < op_events_.size(); ++i) {
+      float ms = 0;
+      check(cudaEventElapsedTime(&ms, op_events_[i].second, op_events_[i + 1].second),
+            "cudaEventElapsedTime");
+      op_ms_[op_events_[i].first] += ms;
+    }
+    if (!use_graph) {  // a graph's events live as long as the graph
+      for (auto& ev : op_events_) cudaEventDestroy(ev.second);
+      op_events_.clear();
+    }
+  }
+  for (const CudaSegment& sg : segments) {
+    if (!c.ple_layer_ids.empty())
+      ple_advance_context(sg.state->ple_context, sg.tokens.data(), static_cast<int64_t>(sg.tokens.size()));
+    sg.state->position += static_cast<int64_t>(sg.tokens.size());
+  }
+  return n_out;
+}
+
+}  // namespace ds::cuda

@@ -1,0 +1,113 @@
+#pragma once
+// The whole model's decode path on the GPU (docs/backend-cuda.md, "Whole model"): windows of tokens of many
+// streams per call, one launch sequence per layer op, logits for each segment's last row (or every row).
+// Weights are uploaded from a bound ModelWeights in their checkpoint encodings, or made at random on the GPU
+// from a config; the embedding and PLE tables stay in host memory and their rows are gathered per call.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "backend/cuda/device_buffer.h"
+#include "backend/cuda/model/device_matrix.h"
+#include "backend/cuda/stream.h"
+#include "model/model_config.h"
+#include "model/weights.h"
+
+namespace ds::cuda {
+
+struct CudaModelOptions {
+  int64_t max_context = 4096;   // positions a stream's device caches hold
+  bool generic_mixers = false;  // use the any-shape DeltaNet/attention kernels even where the fast ones fit
+  bool time_ops = false;  // CUDA events between op kinds (op_times), inside the graph when graphs are on
+  bool graphs = true;     // replay a decode round of an already seen shape as one CUDA graph
+};
+
+// Encodings for random weights: MLX affine bits/group for the experts and for every other matrix (bits 0:
+// dense bf16); the host tables use the dense encoding.
+struct DummySpec {
+  int expert_bits = 4, expert_group = 32;
+  int other_bits = 4, other_group = 32;
+  uint64_t seed = 1;
+  uint64_t ple_host_limit_bytes = uint64_t{80}
+                                  << 30;  // larger PLE tables are cut to this many bytes (stated)
+};
+
+// One stream's device state (DeltaNet conv/recurrent states, K/V and indexer caches, PLE conv history) and
+// the host part (position, PLE n-gram context).
+struct CudaStreamState {
+  int64_t position = 0;
+  std::vector<int32_t> ple_context;
+  DeviceBuffer device;
+};
+
+struct CudaSegment {
+  CudaStreamState* state = nullptr;
+  std::span<const int32_t> tokens;
+  bool all_logits = false;
+};
+
+class CudaModel {
+ public:
+  // `weights` (host, bound from a checkpoint) must outlive the model: the host tables are read from it.
+  CudaModel(const ModelConfig& cfg, const ModelWeights& weights, const CudaModelOptions& opt);
+  // Random weights on the GPU for `cfg` (qwen4_exp or qwen3_5_moe).
+  CudaModel(const ModelConfig& cfg, const DummySpec& spec, const CudaModelOptions& opt);
+  ~CudaModel();
+
+  const ModelConfig& config() const { return cfg_; }
+  CudaStreamState new_state() const;
+  // Decode windows of every segment in one pass; logits [rows, vocab] on the host (each segment's last row,
+  // or every row with all_logits).
+  std::vector<float> forward(std::span<const CudaSegment> segments);
+  // The same pass, returning the greedy (argmax) token of each logits row; the logits stay on the device.
+  std::vector<int32_t> forward_greedy(std::span<const CudaSegment> segments);
+
+  size_t device_weight_bytes() const { return weight_bytes_; }
+  // Bytes of weights one token reads at batch 1 (every non-expert matrix, top-k + shared experts, lm_head).
+  size_t bytes_per_token() const;
+  std::string describe() const;  // the encodings and sizes, for receipts
+  // Milliseconds per op kind summed over calls since the last reset (with time_ops).
+  const std::map<std::string, double>& op_times() const { return op_ms_; }
+  void reset_op_times() { op_ms_.clear(); }
+  void set_time_ops(bool on) { opt_.time_ops = on; }
+  void set_graphs(bool on) { opt_.graphs = on; }
+  cudaStream_t stream() const { return stream_.get(); }
+
+ private:
+  struct Layer;
+  struct HostTables;
+  struct Scratch;
+  void build(const ModelWeights* w, const DummySpec* spec);
+  int64_t run(std::span<const CudaSegment> segments);  // returns logits rows, left in scratch
+  void mixer(const Layer& L, int layer, int n, const float* x, float* y);
+  void moe(const Layer& L, int n, const float* x, float* y);
+  void hc_mix(const struct DeviceHc& hc, int n, const float* H, float* x, float* iota);
+  void op(const char* name);  // starts timing `name` (ends the previous op)
+
+  ModelConfig cfg_;
+  CudaModelOptions opt_;
+  Stream stream_;
+  std::vector<Layer> layers_;
+  std::unique_ptr<struct DeviceHc> final_mixer_;
+  DeviceBuffer final_norm_, inv_freq_;
+  DeviceMatrix lm_head_;
+  std::unique_ptr<HostTables> host_;
+  std::unique_ptr<Scratch> scratch_;
+  size_t weight_bytes_ = 0;
+  std::string encoding_;
+  // state layout (floats) per layer
+  std::vector<int64_t> conv_off_, rec_off_, keys_off_, values_off_, ikeys_off_, iblocks_off_, ple_off_;
+  int64_t state_floats_ = 0;
+  std::map<std::string, double> op_ms_;
+  std::vector<std::pair<std::string, cudaEvent_t>> op_events_;
+  cudaGraphExec_t graph_exec_ = nullptr;
+  bool capturing_ = false;
+  std::vector<int64_t> graph_key_;
+};
+
+}  // namespace ds::cuda

@@ -1,0 +1,69 @@
+#pragma once
+// The device weights of one layer and the host tables of a CudaModel (shared by its two source files).
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "backend/cuda/model/cuda_model.h"
+
+namespace ds::cuda {
+
+struct DeviceHc {
+  DeviceBuffer norm;
+  DeviceMatrix down, up, inject;
+};
+
+struct CudaModel::Layer {
+  LayerKind kind = LayerKind::LinearAttention;
+  // Gated DeltaNet
+  DeviceMatrix qkv, z, b, a, out;
+  DeviceBuffer conv, a_log, dt_bias, dn_norm;
+  // attention (+ QSA indexer)
+  DeviceMatrix q, k, v, o, idx_qk;
+  DeviceBuffer q_norm, k_norm, iq_norm, ik_norm;
+  bool has_indexer = false;
+  // MoE (experts stacked), shared expert, or a dense MLP in the shared slots
+  DeviceMatrix router, gate, up, down, sh_gate, sh_up, sh_down, sh_gate_w;
+  bool has_shared = false, dense = false;
+  // qwen4_exp
+  DeviceHc hc_attn, hc_mlp;
+  bool has_ple = false;
+  int ple_index = -1;
+  DeviceMatrix ple_key, ple_value;
+  DeviceBuffer ple_norm_key, ple_norm_query, ple_norm_conv, ple_conv;
+  // qwen3_5_moe
+  DeviceBuffer input_norm, post_norm;
+};
+
+// The embedding and PLE tables in host memory: views into the checkpoint, or random tables the model owns.
+struct CudaModel::HostTables {
+  MatrixWeight embed;
+  std::vector<const PleWeights*> ple;  // per PLE layer (uploaded model)
+  std::vector<PleWeights> own_ple;     // dummy tables' descriptions
+  int64_t ple_rows_kept = 0;           // dummy: rows actually held (the hashed row is taken modulo this)
+  std::vector<std::unique_ptr<uint8_t[]>> owned;
+};
+
+// Device scratch for one call's rows, carved from one allocation; pinned host staging for the uploads.
+struct CudaModel::Scratch {
+  int capacity = 0;  // rows
+  DeviceBuffer arena;
+  float *H, *x, *y, *normed, *low, *mix, *iota, *mixed, *z, *b, *a, *gates, *core, *qg, *k, *v, *attn, *idx;
+  float *scores, *router, *weights, *g, *u, *slots, *sg, *su, *shared, *sgate, *pkey, *pval, *qn, *gated, *gn;
+  float *xs, *logits;
+  int32_t *select_mode, *ids, *want, *argmax;
+  uint8_t* chosen;
+  ExpertRow *up_pairs, *down_pairs;
+  DeviceBuffer staged_buf;
+  uint8_t* pinned = nullptr;
+  size_t pinned_bytes = 0;
+  // This call's windows: per layer, the device array of its windows (by the mixer's type), or null.
+  std::vector<const void*> win_mixer, win_indexer, win_ple;
+  std::vector<const float*> emb;  // per PLE layer: the gathered rows [n, ple_embed_dim]
+  int n_windows = 0, max_count = 0, max_blocks = 0;
+  ~Scratch() {
+    if (pinned) cudaFreeHost(pinned);
+  }
+};
+
+}  // namespace ds::cuda

@@ -1,0 +1,192 @@
+#include "backend/cuda/model/device_matrix.h"
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+
+#include "backend/cuda/model/glue_kernels.h"
+#include "core/error.h"
+
+namespace ds::cuda {
+
+namespace {
+
+size_t align16(size_t n) {
+  return (n + 15) / 16 * 16;
+}
+
+bool fast_affine(const MatrixWeight& w) {
+  const bool bits_ok = w.bits == 2 || w.bits == 3 || w.bits == 4 || w.bits == 5 || w.bits == 6 || w.bits == 8;
+  const bool group_ok = w.group == 32 || w.group == 64 || w.group == 128;
+  return w.encoding == MatrixEncoding::Affine && w.scale_dtype == DType::BF16 && bits_ok && group_ok;
+}
+
+}  // namespace
+
+DeviceMatrix upload_matrix(const std::vector<const MatrixWeight*>& parts) {
+  if (parts.empty() || parts[0] == nullptr || !parts[0]->valid()) fail("upload_matrix: no matrix to upload");
+  const MatrixWeight& w0 = *parts[0];
+  for (const MatrixWeight* p : parts)
+    if (p->rows != w0.rows || p->cols != w0.cols || p->encoding != w0.encoding || p->bits != w0.bits ||
+        p->group != w0.group || p->scale_dtype != w0.scale_dtype)
+      fail("upload_matrix: '{}' differs in shape or encoding from '{}', so they cannot be stacked", p->name,
+           w0.name);
+  DeviceMatrix m;
+  m.rows = w0.rows;
+  m.cols = w0.cols;
+  m.n_experts = static_cast<int64_t>(parts.size());
+  const int64_t E = m.n_experts;
+  if (fast_affine(w0)) {
+    m.kind = DeviceMatrix::Kind::Affine;
+    const size_t code_bytes = static_cast<size_t>(w0.rows * w0.row_bytes());
+    const size_t scale_bytes = static_cast<size_t>(w0.rows * (w0.cols / w0.group)) * 2;
+    const size_t codes_total = align16(code_bytes * E), scales_total = align16(scale_bytes * E);
+    m.storage = DeviceBuffer(codes_total + 2 * scales_total);
+    auto* base = m.storage.as<uint8_t>();
+    for (int64_t e = 0; e < E; ++e) {
+      check(cudaMemcpy(base + e * code_bytes, parts[e]->data, code_bytes, cudaMemcpyHostToDevice),
+            "upload codes");
+      check(cudaMemcpy(base + codes_total + e * scale_bytes, parts[e]->scales, scale_bytes,
+                       cudaMemcpyHostToDevice),
+            "upload scales");
+      check(cudaMemcpy(base + codes_total + scales_total + e * scale_bytes, parts[e]->biases, scale_bytes,
+                       cudaMemcpyHostToDevice),
+            "upload biases");
+    }
+    m.affine = AffineWeight{reinterpret_cast<const uint32_t*>(base),
+                            reinterpret_cast<const uint16_t*>(base + codes_total),
+                            reinterpret_cast<const uint16_t*>(base + codes_total + scales_total),
+                            w0.rows,
+                            w0.cols,
+                            w0.bits,
+                            w0.group,
+                            E};
+    return m;
+  }
+  if (w0.encoding == MatrixEncoding::BF16 || w0.encoding == MatrixEncoding::F32) {
+    const size_t bytes = static_cast<size_t>(w0.rows * w0.row_bytes());
+    m.kind = w0.encoding == MatrixEncoding::BF16 ? DeviceMatrix::Kind::Bf16 : DeviceMatrix::Kind::F32;
+    m.storage = DeviceBuffer(bytes * E);
+    for (int64_t e = 0; e < E; ++e)
+      check(cudaMemcpy(m.storage.as<uint8_t>() + e * bytes, parts[e]->data, bytes, cudaMemcpyHostToDevice),
+            "upload dense");
+    m.dense = m.storage.data();
+    return m;
+  }
+  // f16, or affine the fast kernel does not take: dequantized to f32 by the reference (exact values).
+  m.kind = DeviceMatrix::Kind::F32;
+  std::vector<float> rows(static_cast<size_t>(w0.rows * w0.cols));
+  m.storage = DeviceBuffer(rows.size() * 4 * E);
+  for (int64_t e = 0; e < E; ++e) {
+    for (int64_t r = 0; r < w0.rows; ++r) dequantize_row_reference(*parts[e], r, rows.data() + r * w0.cols);
+    check(cudaMemcpy(m.storage.as<float>() + e * rows.size(), rows.data(), rows.size() * 4,
+                     cudaMemcpyHostToDevice),
+          "upload dequantized");
+  }
+  m.dense = m.storage.data();
+  return m;
+}
+
+DeviceMatrix random_matrix(int64_t rows, int64_t cols, int64_t n_experts, int bits, int group, uint64_t seed,
+                           cudaStream_t stream) {
+  DeviceMatrix m;
+  m.rows = rows;
+  m.cols = cols;
+  m.n_experts = n_experts;
+  if (bits == 0) {
+    m.kind = DeviceMatrix::Kind::Bf16;
+    m.storage = DeviceBuffer(static_cast<size_t>(rows * cols * n_experts) * 2);
+    const float a = 1.0f / std::sqrt(static_cast<float>(cols));
+    fill_random_bf16(m.storage.as<uint16_t>(), rows * cols * n_experts, seed, -a, a, stream);
+    m.dense = m.storage.data();
+    return m;
+  }
+  if (cols % group != 0 || (cols * bits) % 32 != 0)
+    fail("random_matrix: cols {} must be a multiple of the group {} (and of 32 codes)", cols, group);
+  m.kind = DeviceMatrix::Kind::Affine;
+  const int64_t words = rows * cols * bits / 32 * n_experts, groups = rows * (cols / group) * n_experts;
+  const size_t codes_total = align16(static_cast<size_t>(words) * 4), scales_total = align16(groups * 2);
+  m.storage = DeviceBuffer(codes_total + 2 * scales_total);
+  auto* base = m.storage.as<uint8_t>();
+  fill_random_words(reinterpret_cast<uint32_t*>(base), words, seed, stream);
+  // Codes uniform on 0..2^bits-1, scale about 2/(2^bits sqrt(cols)), bias centring the values near 0.
+  const float levels = static_cast<float>((1 << bits) - 1);
+  const float s = 2.0f / (levels * std::sqrt(static_cast<float>(cols)));
+  fill_random_bf16(reinterpret_cast<uint16_t*>(base + codes_total), groups, seed + 1, 0.5f * s, 1.5f * s,
+                   stream);
+  fill_random_bf16(reinterpret_cast<uint16_t*>(base + codes_total + scales_total), groups, seed + 2,
+                   -0.5f * levels * s - 0.1f * s, -0.5f * levels * s + 0.1f * s, stream);
+  m.affine = AffineWeight{reinterpret_cast<const uint32_t*>(base),
+                          reinterpret_cast<const uint16_t*>(base + codes_total),
+                          reinterpret_cast<const uint16_t*>(base + codes_total + scales_total),
+                          rows,
+                          cols,
+                          bits,
+                          group,
+                          n_experts};
+  return m;
+}
+
+void wx(const DeviceMatrix& m, const float* x, int64_t ldx, int n_rows, float* y, int64_t ldy,
+        cudaStream_t stream) {
+  if (m.n_experts != 1) fail("wx: a stacked expert matrix needs wx_grouped");
+  const bool fast_x = ldx % 8 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0;
+  for (int r0 = 0; r0 < n_rows; r0 += kMaxWindowRows) {
+    const int rows = std::min(kMaxWindowRows, n_rows - r0);
+    const float* xr = x + r0 * ldx;
+    float* yr = y + r0 * ldy;
+    const Activations act{xr, ActType::F32, ldx};
+    switch (m.kind) {
+      case DeviceMatrix::Kind::Affine:
+        if (!fast_x)
+          fail("wx: activations for an affine matrix need rows of a multiple of 8 floats (got {})", ldx);
+        affine_wx(m.affine, act, rows, yr, ldy, stream);
+        break;
+      case DeviceMatrix::Kind::Bf16:
+        if (fast_x && m.cols % 8 == 0)
+          dense_wx(DenseBf16Weight{static_cast<const uint16_t*>(m.dense), m.rows, m.cols}, act, rows, yr, ldy,
+                   stream);
+        else
+          plain_wx(m.dense, true, m.rows, m.cols, 0, 1, nullptr, rows, xr, ldx, yr, ldy, stream);
+        break;
+      case DeviceMatrix::Kind::F32:
+        plain_wx(m.dense, false, m.rows, m.cols, 0, 1, nullptr, rows, xr, ldx, yr, ldy, stream);
+        break;
+      case DeviceMatrix::Kind::None:
+        fail("wx: the matrix was not uploaded");
+    }
+  }
+}
+
+void wx_grouped(const DeviceMatrix& m, const ExpertRow* pairs, int n_pairs, const float* x, int64_t ldx,
+                int n_x_rows, float* y, int64_t ldy, cudaStream_t stream) {
+  if (n_pairs <= 0) return;
+  switch (m.kind) {
+    case DeviceMatrix::Kind::Affine:
+      if (ldx % 8 != 0) fail("wx_grouped: activations need rows of a multiple of 8 floats (got {})", ldx);
+      affine_wx_grouped(m.affine, pairs, n_pairs, Activations{x, ActType::F32, ldx}, n_x_rows, y, ldy,
+                        stream);
+      return;
+    case DeviceMatrix::Kind::Bf16:
+    case DeviceMatrix::Kind::F32:
+      plain_wx(m.dense, m.kind == DeviceMatrix::Kind::Bf16, m.rows, m.cols, m.rows * m.cols,
+               static_cast<int>(m.n_experts), pairs, n_pairs, x, ldx, y, ldy, stream);
+      return;
+    case DeviceMatrix::Kind::None:
+      fail("wx_grouped: the matrix was not uploaded");
+  }
+}
+
+DeviceBuffer upload_floats(const std::vector<float>& v) {
+  DeviceBuffer b(v.size() * sizeof(float));
+  if (!v.empty()) b.upload(v.data(), v.size() * sizeof(float), "upload_floats");
+  return b;
+}
+
+DeviceBuffer random_floats(int64_t n, uint64_t seed, float lo, float hi, cudaStream_t stream) {
+  DeviceBuffer b(static_cast<size_t>(n) * sizeof(float));
+  fill_random_f32(b.as<float>(), n, seed, lo, hi, stream);
+  return b;
+}
+
+}  // namespace ds::cuda

@@ -1,0 +1,290 @@
+#include "backend/cuda/cuda_error.h"
+#include "backend/cuda/model/device_math.cuh"
+#include "backend/cuda/model/glue_kernels.h"
+
+namespace ds::cuda {
+
+namespace {
+
+using dev::kWarp;
+
+unsigned blocks_for(int64_t n, int threads) {
+  return static_cast<unsigned>((n + threads - 1) / threads);
+}
+
+constexpr int kNormThreads = 256;
+
+// One block per (row, group): thread-strided double sums, the warps' butterflies, then warp 0 adds the 8 warp
+// sums in order. The order depends on the width alone; the many threads keep enough loads in flight.
+__global__ void rms_norm_kernel(const float* x, int64_t ldx, const float* mult, int width, float eps,
+                                float* y, int64_t ldy) {
+  __shared__ double part[kNormThreads / kWarp];
+  __shared__ float inv_shared;
+  const int r = blockIdx.x, g = blockIdx.y, lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+  const float* xr = x + r * ldx + int64_t{g} * width;
+  double ss = 0;
+  for (int i = threadIdx.x; i < width; i += kNormThreads) ss = __dadd_rn(ss, __dmul_rn(xr[i], xr[i]));
+  ss = dev::warp_sum(ss);
+  if (lane == 0) part[warp] = ss;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    double total = 0;
+    for (int w = 0; w < kNormThreads / kWarp; ++w) total = __dadd_rn(total, part[w]);
+    inv_shared = dev::inv_rms(total, width, eps);
+  }
+  __syncthreads();
+  const float inv = inv_shared;
+  float* yr = y + r * ldy + int64_t{g} * width;
+  const float* m = mult + int64_t{g} * width;
+  for (int i = threadIdx.x; i < width; i += kNormThreads) yr[i] = __fmul_rn(__fmul_rn(xr[i], inv), m[i]);
+}
+
+__global__ void hc_expand_kernel(const float* e, int n_rows, int S, int D, float* H) {
+  const int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
+  if (i >= int64_t{n_rows} * S * D) return;
+  const int64_t d = i % D, r = i / (int64_t{S} * D);
+  H[i] = e[r * D + d];
+}
+
+__global__ void silu_scaled_kernel(float* v, int64_t n, float inv_s) {
+  const int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
+  if (i < n) v[i] = dev::silu(__fmul_rn(v[i], inv_s));
+}
+
+__global__ void hc_combine_kernel(const float* mix, const float* normed, int n_rows, int S, int D, float* x) {
+  const int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
+  if (i >= int64_t{n_rows} * D) return;
+  const int64_t r = i / D, d = i % D, SD = int64_t{S} * D;
+  float s = 0.0f;
+  for (int k = 0; k < S; ++k)
+    s = __fadd_rn(s, __fmul_rn(dev::sigmoid(mix[r * SD + k * D + d]), normed[r * SD + k * D + d]));
+  x[i] = __fmul_rn(s, __fdiv_rn(1.0f, static_cast<float>(S)));
+}
+
+__global__ void hc_iota_kernel(float* iota, int64_t n, float inv_s) {
+  const int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
+  if (i < n) iota[i] = __fmul_rn(2.0f, dev::sigmoid(__fmul_rn(iota[i], inv_s)));
+}
+
+__global__ void hc_inject_kernel(const float* iota, const float* y, int n_rows, int S, int D, float* H) {
+  const int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
+  if (i >= int64_t{n_rows} * S * D) return;
+  const int64_t d = i % D, rk = i / D, r = rk / S;
+  H[i] = __fadd_rn(H[i], __fmul_rn(iota[rk], y[r * D + d]));
+}
+
+__global__ void add_rows_kernel(float* h, const float* y, int64_t n) {
+  const int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
+  if (i < n) h[i] = __fadd_rn(h[i], y[i]);
+}
+
+__global__ void silu_mul_kernel(float* g, const float* u, int64_t n) {
+  const int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
+  if (i < n) g[i] = __fmul_rn(dev::silu(g[i]), u[i]);
+}
+
+__global__ void moe_pairs_kernel(const int32_t* ids, int n, int K, ExpertRow* up, ExpertRow* down) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  up[i] = ExpertRow{ids[i], i / K};
+  down[i] = ExpertRow{ids[i], i};
+}
+
+__global__ void moe_combine_kernel(const float* weights, const float* slots, int n_rows, int K, int D,
+                                   const float* shared, const float* shared_gate, float* out) {
+  const int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
+  if (i >= int64_t{n_rows} * D) return;
+  const int64_t r = i / D, d = i % D;
+  float s = 0.0f;
+  for (int k = 0; k < K; ++k) s = __fadd_rn(s, __fmul_rn(weights[r * K + k], slots[(r * K + k) * D + d]));
+  if (shared != nullptr) s = __fadd_rn(s, __fmul_rn(dev::sigmoid(shared_gate[r]), shared[i]));
+  out[i] = s;
+}
+
+__global__ void copy_rows_kernel(const float* src, int64_t ld, const int32_t* rows, int width, float* dst) {
+  const int j = blockIdx.y;
+  const float* s = src + int64_t{rows[j]} * ld;
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < width; i += gridDim.x * blockDim.x)
+    dst[int64_t{j} * width + i] = s[i];
+}
+
+__global__ void argmax_kernel(const float* logits, int64_t V, int32_t* ids) {
+  __shared__ float best_v[256];
+  __shared__ int64_t best_i[256];
+  const float* row = logits + int64_t{blockIdx.x} * V;
+  float bv = -INFINITY;
+  int64_t bi = V;
+  for (int64_t i = threadIdx.x; i < V; i += blockDim.x)
+    if (row[i] > bv) bv = row[i], bi = i;  // ascending per thread: the first of equals stays
+  best_v[threadIdx.x] = bv;
+  best_i[threadIdx.x] = bi;
+  __syncthreads();
+  for (int s = blockDim.x / 2; s > 0; s >>= 1) {
+    if (threadIdx.x < s) {
+      const float ov = best_v[threadIdx.x + s];
+      const int64_t oi = best_i[threadIdx.x + s];
+      if (ov > best_v[threadIdx.x] || (ov == best_v[threadIdx.x] && oi < best_i[threadIdx.x]))
+        best_v[threadIdx.x] = ov, best_i[threadIdx.x] = oi;
+    }
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) ids[blockIdx.x] = static_cast<int32_t>(best_i[0] == V ? 0 : best_i[0]);
+}
+
+__device__ inline float load_weight(const void* w, bool bf16, int64_t i) {
+  if (bf16) return __uint_as_float(static_cast<uint32_t>(static_cast<const uint16_t*>(w)[i]) << 16);
+  return static_cast<const float*>(w)[i];
+}
+
+__global__ void plain_wx_kernel(const void* w, bool bf16, int64_t rows, int64_t cols, int64_t stride,
+                                int n_experts, const ExpertRow* pairs, const float* x, int64_t ldx, float* y,
+                                int64_t ldy) {
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  const int64_t o = int64_t{blockIdx.x} * (blockDim.x / kWarp) + warp;
+  const int p = blockIdx.y;
+  if (o >= rows) return;
+  int e = 0, xr = p;
+  if (pairs != nullptr) e = pairs[p].expert, xr = pairs[p].row;
+  if (e < 0 || e >= n_experts) {
+    if (lane == 0) y[int64_t{p} * ldy + o] = NAN;  // a bad pair shows, as affine_wx_grouped does
+    return;
+  }
+  const int64_t base = int64_t{e} * stride + o * cols;
+  const float* xrow = x + int64_t{xr} * ldx;
+  float acc = 0.0f;
+  for (int64_t i = lane; i < cols; i += kWarp) acc = __fmaf_rn(load_weight(w, bf16, base + i), xrow[i], acc);
+  acc = dev::warp_sum(acc);
+  if (lane == 0) y[int64_t{p} * ldy + o] = acc;
+}
+
+// splitmix64 of (seed, index): the same value wherever and however often it is computed.
+__device__ inline uint64_t mix64(uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+__device__ inline float uniform(uint64_t seed, int64_t i, float lo, float hi) {
+  const float u = static_cast<float>(mix64(seed * 0x9e3779b97f4a7c15ull + static_cast<uint64_t>(i)) >> 40) *
+                  (1.0f / 16777216.0f);
+  return lo + (hi - lo) * u;
+}
+
+__global__ void fill_words_kernel(uint32_t* p, int64_t n, uint64_t seed) {
+  for (int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x)
+    p[i] = static_cast<uint32_t>(mix64(seed * 0x9e3779b97f4a7c15ull + static_cast<uint64_t>(i)));
+}
+__global__ void fill_bf16_kernel(uint16_t* p, int64_t n, uint64_t seed, float lo, float hi) {
+  for (int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x)
+    p[i] = static_cast<uint16_t>(__float_as_uint(uniform(seed, i, lo, hi)) >> 16);
+}
+__global__ void fill_f32_kernel(float* p, int64_t n, uint64_t seed, float lo, float hi) {
+  for (int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x)
+    p[i] = uniform(seed, i, lo, hi);
+}
+
+constexpr int kThreads = 256;
+
+}  // namespace
+
+void rms_norm_rows(const float* x, int64_t ldx, const float* mult, int groups, int width, float eps, float* y,
+                   int64_t ldy, int n_rows, cudaStream_t stream) {
+  if (n_rows <= 0) return;
+  rms_norm_kernel<<<dim3(n_rows, groups), kNormThreads, 0, stream>>>(x, ldx, mult, width, eps, y, ldy);
+  check_launch("rms_norm_rows");
+}
+
+void hc_expand(const float* e, int n_rows, int S, int D, float* H, cudaStream_t stream) {
+  const int64_t n = int64_t{n_rows} * S * D;
+  hc_expand_kernel<<<blocks_for(n, kThreads), kThreads, 0, stream>>>(e, n_rows, S, D, H);
+  check_launch("hc_expand");
+}
+
+void silu_scaled(float* v, int64_t n, float inv_s, cudaStream_t stream) {
+  silu_scaled_kernel<<<blocks_for(n, kThreads), kThreads, 0, stream>>>(v, n, inv_s);
+  check_launch("silu_scaled");
+}
+
+void hc_combine(const float* mix, const float* normed, int n_rows, int S, int D, float* x,
+                cudaStream_t stream) {
+  hc_combine_kernel<<<blocks_for(int64_t{n_rows} * D, kThreads), kThreads, 0, stream>>>(mix, normed, n_rows,
+                                                                                        S, D, x);
+  check_launch("hc_combine");
+}
+
+void hc_iota(float* iota, int64_t n, float inv_s, cudaStream_t stream) {
+  hc_iota_kernel<<<blocks_for(n, kThreads), kThreads, 0, stream>>>(iota, n, inv_s);
+  check_launch("hc_iota");
+}
+
+void hc_inject(const float* iota, const float* y, int n_rows, int S, int D, float* H, cudaStream_t stream) {
+  hc_inject_kernel<<<blocks_for(int64_t{n_rows} * S * D, kThreads), kThreads, 0, stream>>>(iota, y, n_rows, S,
+                                                                                           D, H);
+  check_launch("hc_inject");
+}
+
+void add_rows(float* h, const float* y, int64_t n, cudaStream_t stream) {
+  add_rows_kernel<<<blocks_for(n, kThreads), kThreads, 0, stream>>>(h, y, n);
+  check_launch("add_rows");
+}
+
+void silu_mul(float* g, const float* u, int64_t n, cudaStream_t stream) {
+  silu_mul_kernel<<<blocks_for(n, kThreads), kThreads, 0, stream>>>(g, u, n);
+  check_launch("silu_mul");
+}
+
+void moe_pairs(const int32_t* ids, int n_rows, int K, ExpertRow* up_pairs, ExpertRow* down_pairs,
+               cudaStream_t stream) {
+  const int n = n_rows * K;
+  moe_pairs_kernel<<<blocks_for(n, kThreads), kThreads, 0, stream>>>(ids, n, K, up_pairs, down_pairs);
+  check_launch("moe_pairs");
+}
+
+void moe_combine(const float* weights, const float* slots, int n_rows, int K, int D, const float* shared,
+                 const float* shared_gate, float* out, cudaStream_t stream) {
+  moe_combine_kernel<<<blocks_for(int64_t{n_rows} * D, kThreads), kThreads, 0, stream>>>(
+      weights, slots, n_rows, K, D, shared, shared_gate, out);
+  check_launch("moe_combine");
+}
+
+void copy_rows(const float* src, int64_t ld_src, const int32_t* rows, int n, int width, float* dst,
+               cudaStream_t stream) {
+  if (n <= 0) return;
+  copy_rows_kernel<<<dim3(blocks_for(width, kThreads), n), kThreads, 0, stream>>>(src, ld_src, rows, width,
+                                                                                  dst);
+  check_launch("copy_rows");
+}
+
+void argmax_rows(const float* logits, int n_rows, int64_t V, int32_t* ids, cudaStream_t stream) {
+  if (n_rows <= 0) return;
+  argmax_kernel<<<n_rows, 256, 0, stream>>>(logits, V, ids);
+  check_launch("argmax_rows");
+}
+
+void plain_wx(const void* w, bool bf16, int64_t rows, int64_t cols, int64_t expert_stride, int n_experts,
+              const ExpertRow* pairs, int n_out_rows, const float* x, int64_t ldx, float* y, int64_t ldy,
+              cudaStream_t stream) {
+  if (n_out_rows <= 0) return;
+  if (n_out_rows > 65535) throw ArgumentError("plain_wx: at most 65535 output rows a launch");
+  constexpr int kWarps = 4;
+  plain_wx_kernel<<<dim3(blocks_for(rows, kWarps), n_out_rows), kWarps * kWarp, 0, stream>>>(
+      w, bf16, rows, cols, expert_stride, n_experts, pairs, x, ldx, y, ldy);
+  check_launch("plain_wx");
+}
+
+void fill_random_words(uint32_t* p, int64_t n, uint64_t seed, cudaStream_t stream) {
+  fill_words_kernel<<<4096, kThreads, 0, stream>>>(p, n, seed);
+  check_launch("fill_random_words");
+}
+void fill_random_bf16(uint16_t* p, int64_t n, uint64_t seed, float lo, float hi, cudaStream_t stream) {
+  fill_bf16_kernel<<<4096, kThreads, 0, stream>>>(p, n, seed, lo, hi);
+  check_launch("fill_random_bf16");
+}
+void fill_random_f32(float* p, int64_t n, uint64_t seed, float lo, float hi, cudaStream_t stream) {
+  fill_f32_kernel<<<4096, kThreads, 0, stream>>>(p, n, seed, lo, hi);
+  check_launch("fill_random_f32");
+}
+
+}  // namespace ds::cuda

@@ -1,0 +1,62 @@
+#pragma once
+// The model's elementwise and per-row ops on the GPU (norms, hyper-connection mix, MoE glue, greedy pick) and
+// the plain weight product used where the fast kernels do not take a shape. CPU math: src/model/model.cpp,
+// src/model/layers/{hyper_connection,moe}.cpp, row_math.h. Every op reduces a row in a fixed order.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "backend/cuda/wx_products.h"
+
+namespace ds::cuda {
+
+// y = x / sqrt(mean(x^2) + eps) * mult per group of `width` values, `groups` groups a row (mult has
+// groups * width entries). In place allowed.
+void rms_norm_rows(const float* x, int64_t ldx, const float* mult, int groups, int width, float eps, float* y,
+                   int64_t ldy, int n_rows, cudaStream_t stream);
+
+// H[r, s, :] = e[r, :] for s < S.
+void hc_expand(const float* e, int n_rows, int S, int D, float* H, cudaStream_t stream);
+// v = silu(v * inv_s), elementwise.
+void silu_scaled(float* v, int64_t n, float inv_s, cudaStream_t stream);
+// x[r, d] = (sum_k sigmoid(mix[r, k, d]) * normed[r, k, d]) * inv_s, k in order.
+void hc_combine(const float* mix, const float* normed, int n_rows, int S, int D, float* x,
+                cudaStream_t stream);
+// iota = 2 * sigmoid(iota * inv_s), elementwise.
+void hc_iota(float* iota, int64_t n, float inv_s, cudaStream_t stream);
+// H[r, k, d] += iota[r, k] * y[r, d].
+void hc_inject(const float* iota, const float* y, int n_rows, int S, int D, float* H, cudaStream_t stream);
+// h += y, elementwise.
+void add_rows(float* h, const float* y, int64_t n, cudaStream_t stream);
+// g = silu(g) * u, elementwise.
+void silu_mul(float* g, const float* u, int64_t n, cudaStream_t stream);
+
+// From the routed ids [n_rows, K]: up_pairs[i] = (ids[i], i / K) (expert on the token's row), down_pairs[i] =
+// (ids[i], i) (expert on the slot's hidden row).
+void moe_pairs(const int32_t* ids, int n_rows, int K, ExpertRow* up_pairs, ExpertRow* down_pairs,
+               cudaStream_t stream);
+// out[r, d] = sum_i weights[r, i] * slots[r*K + i, d] (+ sigmoid(shared_gate[r]) * shared[r, d]), in rank
+// order. shared and shared_gate may be null.
+void moe_combine(const float* weights, const float* slots, int n_rows, int K, int D, const float* shared,
+                 const float* shared_gate, float* out, cudaStream_t stream);
+
+// dst[j, :] = src[rows[j], :] for j < n (rows in device memory), width floats a row.
+void copy_rows(const float* src, int64_t ld_src, const int32_t* rows, int n, int width, float* dst,
+               cudaStream_t stream);
+// ids[r] = the first index of the largest value of logits[r, 0..V).
+void argmax_rows(const float* logits, int n_rows, int64_t V, int32_t* ids, cudaStream_t stream);
+
+// Plain weight product y[p, o] = sum_i W_e[o, i] * x[row, i] with W fp32 or bf16 (`bf16`), rows x cols per
+// expert, experts `expert_stride` elements apart; (e, row) = pairs[p] when pairs is set, else (0, p). One
+// warp per output: lane-strided FMA chain, then the butterfly. Any cols; x rows fp32.
+void plain_wx(const void* w, bool bf16, int64_t rows, int64_t cols, int64_t expert_stride, int n_experts,
+              const ExpertRow* pairs, int n_out_rows, const float* x, int64_t ldx, float* y, int64_t ldy,
+              cudaStream_t stream);
+
+// Deterministic pseudo-random fills (dummy weights): words uniform over all bits; bf16/f32 uniform in
+// [lo, hi). Values depend only on (seed, index).
+void fill_random_words(uint32_t* p, int64_t n, uint64_t seed, cudaStream_t stream);
+void fill_random_bf16(uint16_t* p, int64_t n, uint64_t seed, float lo, float hi, cudaStream_t stream);
+void fill_random_f32(float* p, int64_t n, uint64_t seed, float lo, float hi, cudaStream_t stream);
+
+}  // namespace ds::cuda

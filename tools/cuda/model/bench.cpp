@@ -1,0 +1,138 @@
+// The fast kernels against the any-shape ones on a small model of the real head shapes, and the real-shape
+// decode bench with random weights made on the GPU.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "backend/cuda/model/cuda_bench.h"
+#include "backend/cuda/model/cuda_model.h"
+#include "core/error.h"
+#include "model_checks.h"
+
+namespace ds::cuda::modelcheck {
+
+namespace {
+
+ModelConfig read_config(const std::string& path) {
+  std::ifstream f(path);
+  if (!f) fail("cannot open {}", path);
+  return ModelConfig::from_json(nlohmann::json::parse(f));
+}
+
+constexpr double kRooflineBytesPerSecond = 4.3e12;
+
+}  // namespace
+
+void run_fast_vs_generic(Tally& tally, const std::string& config_path) {
+  const ModelConfig cfg = read_config(config_path);
+  DummySpec spec;
+  spec.expert_bits = 4, spec.expert_group = 32, spec.other_bits = 6, spec.other_group = 64, spec.seed = 7;
+  CudaModelOptions fast_opt, generic_opt;
+  fast_opt.max_context = generic_opt.max_context = 256;
+  generic_opt.generic_mixers = true;
+  CudaModel fast(cfg, spec, fast_opt), generic(cfg, spec, generic_opt);
+  std::vector<int32_t> tokens;
+  for (int i = 0; i < 60; ++i) tokens.push_back(static_cast<int32_t>((i * 7919 + 13) % cfg.vocab_size));
+  CudaStreamState a = fast.new_state(), b = generic.new_state();
+  const std::vector<float> lf = run_windows(fast, a, tokens, 4), lg = run_windows(generic, b, tokens, 4);
+  const int64_t V = cfg.vocab_size;
+  double worst = 0, top = 0;
+  int top1_bad = 0;
+  for (size_t r = 0; r < tokens.size(); ++r) {
+    double row_top = 0;
+    for (int64_t v = 0; v < V; ++v) {
+      worst = std::max(worst, std::fabs(double(lf[r * V + v]) - lg[r * V + v]));
+      row_top = std::max(row_top, std::fabs(double(lg[r * V + v])));
+    }
+    top = std::max(top, row_top);
+    const auto am = [&](const std::vector<float>& l) {
+      return std::max_element(l.begin() + r * V, l.begin() + (r + 1) * V) - (l.begin() + r * V);
+    };
+    top1_bad += am(lf) != am(lg);
+  }
+  // Both are f32 with different reduction orders over 60 positions; 1e-3 of the largest logit.
+  const double bound = 1e-3 * top;
+  std::printf(
+      "  fast vs generic kernels (dk 128, hd 256, indexer selecting past position %lld): worst |diff| %.3g "
+      "(bound %.3g, %.3f of it); top-1 disagreements %d\n",
+      static_cast<long long>((cfg.indexer_budget / cfg.indexer_ratio + 1) * cfg.indexer_ratio - 1), worst,
+      bound, worst / bound, top1_bad);
+  tally.expect(worst <= bound, "fast vs generic kernels within bound");
+  check_alone_vs_together(tally, fast, tokens, 4, "fast kernels");
+  fast.set_graphs(false);
+  CudaStreamState s0 = fast.new_state();
+  const bool graph_same = run_windows(fast, s0, tokens, 4) == lf;
+  fast.set_graphs(true);
+  std::printf("  fast kernels: CUDA-graph replay == direct launches: %s\n",
+              graph_same ? "bit-identical" : "DIFFERENT");
+  tally.expect(graph_same, "fast kernels: graph replay == direct launches");
+  CudaStreamState s1 = fast.new_state();
+  const bool steps_same = run_windows(fast, s1, tokens, 1) == lf;
+  std::printf("  fast kernels: windows of 4 == single steps: %s\n",
+              steps_same ? "bit-identical" : "DIFFERENT");
+  tally.expect(steps_same, "fast kernels: a window == its single steps");
+  // Negative control for the comparison: the generic model on other tokens differs by far more than the
+  // bound.
+  std::vector<int32_t> other(tokens.rbegin(), tokens.rend());
+  CudaStreamState c = generic.new_state();
+  const std::vector<float> lo = run_windows(generic, c, other, 4);
+  double far = 0;
+  for (size_t i = 0; i < lo.size(); ++i) far = std::max(far, std::fabs(double(lo[i]) - lf[i]));
+  std::printf("  negative control (other tokens): %.3g = %.0fx the bound\n", far, far / bound);
+  tally.expect(far > bound, "fast vs generic: negative control exceeds the bound");
+}
+
+void run_bench(const std::string& config_path, int bits, int group, const std::vector<int>& streams,
+               int rounds) {
+  const ModelConfig cfg = read_config(config_path);
+  DummySpec spec;
+  spec.expert_bits = spec.other_bits = bits;
+  spec.expert_group = spec.other_group = group;
+  CudaModelOptions opt;
+  const int max_streams = *std::max_element(streams.begin(), streams.end());
+  opt.max_context = max_streams > 8 ? 512 : 4096;
+  const auto t0 = std::chrono::steady_clock::now();
+  CudaModel m(cfg, spec, opt);
+  const double build_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::printf("\n== real shape, MLX affine %d-bit g%d ==\n%sbuilt in %.1f s\n", bits, group,
+              m.describe().c_str(), build_s);
+  const double bytes = static_cast<double>(m.bytes_per_token());
+  std::printf("%8s %10s %12s %12s %10s\n", "streams", "rounds", "ms/round", "tok/s", "vs 4.3TB/s");
+  for (int n : streams) {
+    const DecodeRate r = bench_decode_rounds(m, n, rounds, 4);
+    std::printf("%8d %10d %12.3f %12.1f", n, rounds, r.ms_per_round, r.tokens_per_s);
+    if (n == 1)
+      std::printf(" %9.1f%%  (%.3f GB/token -> %.0f GB/s)",
+                  100 * bytes * r.tokens_per_s / kRooflineBytesPerSecond, bytes / 1e9,
+                  bytes * r.tokens_per_s / 1e9);
+    std::printf("\n");
+    std::fflush(stdout);
+    if (n != 1) continue;
+    m.set_graphs(false);
+    const DecodeRate plain = bench_decode_rounds(m, n, rounds, 1);
+    m.set_graphs(true);
+    std::printf("%8d %10d %12.3f %12.1f  (without CUDA graphs)\n", n, rounds, plain.ms_per_round,
+                plain.tokens_per_s);
+    const int timed = 8;
+    const auto ops = op_breakdown(m, timed);
+    double total = 0;
+    for (const auto& o : ops) total += o.second;
+    std::printf(
+        "  per-op GPU time of one batch-1 round (graph replay, CUDA events as graph nodes; mean of %d):\n",
+        timed);
+    for (const auto& [k, us] : ops)
+      std::printf("    %-20s %9.1f us %5.1f%%\n", k.c_str(), us, 100 * us / total);
+    std::printf("    %-20s %9.1f us\n", "total", total);
+  }
+  // Batch 1 at longer contexts: past the indexer budget the block selection and the selected attention run.
+  for (int context : {1024, 4000}) {
+    if (context + rounds + 8 > opt.max_context) break;
+    const DecodeRate r = bench_decode_rounds(m, 1, rounds, 2, context);
+    std::printf("  batch 1 after %d context tokens: %.3f ms/round, %.1f tok/s\n", context, r.ms_per_round,
+                r.tokens_per_s);
+  }
+}
+
+}  // namespace ds::cuda::modelcheck

@@ -1,0 +1,87 @@
+// cuda_model_check: whole-model checks on the committed fixtures and the real-shape decode bench on the GPU
+// (docs/backend-cuda.md, docs/receipts/cuda-decode.md). Exit 1 when a check fails.
+// Usage: cuda_model_check ROOT [--no-checks] [--small-config JSON] [--bench CONFIG] [--encoding
+// BITS:GROUP]...
+//        [--streams 1,8,32,64] [--rounds N]
+#include <cstdlib>
+#include <exception>
+#include <sstream>
+
+#include "model_checks.h"
+
+namespace {
+
+template <class F>
+void section(ds::cuda::modelcheck::Tally& tally, const char* name, F&& f) {
+  try {
+    f();
+  } catch (const std::exception& e) {
+    std::printf("cuda_model_check: %s: %s\n", name, e.what());
+    tally.expect(false, std::string(name) + " threw: " + e.what());
+  }
+  std::fflush(stdout);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    std::fprintf(stderr,
+                 "usage: %s ROOT [--no-checks] [--bench CONFIG] [--bits B] [--group G] [--streams LIST] "
+                 "[--rounds N]\n",
+                 argv[0]);
+    return 2;
+  }
+  const std::string root = argv[1];
+  bool checks = true;
+  std::string bench_config, small_config = root + "/tests/cuda/flashnext-small-real-heads.json";
+  std::vector<std::pair<int, int>> encodings;
+  std::vector<int> streams{1, 8, 32, 64};
+  int rounds = 32;
+  for (int i = 2; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto next = [&] { return i + 1 < argc ? std::string(argv[++i]) : std::string(); };
+    if (a == "--no-checks") {
+      checks = false;
+    } else if (a == "--small-config") {
+      small_config = next();
+    } else if (a == "--bench") {
+      bench_config = next();
+    } else if (a == "--encoding") {  // BITS:GROUP, repeatable
+      const std::string v = next();
+      encodings.push_back({std::atoi(v.c_str()), std::atoi(v.substr(v.find(':') + 1).c_str())});
+    } else if (a == "--streams") {
+      streams.clear();
+      std::stringstream ss(next());
+      for (std::string t; std::getline(ss, t, ',');) streams.push_back(std::atoi(t.c_str()));
+    } else if (a == "--rounds") {
+      rounds = std::atoi(next().c_str());
+    } else {
+      std::fprintf(stderr, "unknown argument %s\n", a.c_str());
+      return 2;
+    }
+  }
+  namespace mc = ds::cuda::modelcheck;
+  mc::Tally tally;
+  if (checks) {
+    section(tally, "fixtures", [&] {
+      mc::run_fixture_checks(
+          tally, root,
+          {"qwen4exp_base", "qwen4exp_hc2_sigmoid", "qwen4exp_multimodal", "qwen4exp_mlx_mixed",
+           "qwen4exp_mlx_8bit_g128", "qwen4exp_mlx_2bit_g32", "qwen35moe", "flashnext_tiny", "qwen3next"});
+    });
+    section(tally, "fast vs generic", [&] { mc::run_fast_vs_generic(tally, small_config); });
+    std::printf("checks: %d passed, %d failed\n", tally.passed, tally.failed);
+  }
+  if (!bench_config.empty()) {
+    if (encodings.empty()) encodings = {{4, 32}, {6, 64}};
+    for (auto [bits, group] : encodings)
+      section(tally, "bench", [&] { mc::run_bench(bench_config, bits, group, streams, rounds); });
+  }
+  if (tally.failed > 0) {
+    std::printf("\nFAILED checks:\n");
+    for (const auto& f : tally.failures) std::printf("  %s\n", f.c_str());
+    return 1;
+  }
+  return 0;
+}
