@@ -60,7 +60,8 @@ void Engine::Impl::calibrate_costs() {
       return ms_since(start);
     });
   });
-  head_costs.chain.calibrate(std::max(options.parallel, 2), [&](int64_t streams) {
+  // Chain calls over more streams than the table holds extrapolate linearly (RoundCosts::cost).
+  head_costs.chain.calibrate(std::clamp<int64_t>(options.parallel, 2, widths), [&](int64_t streams) {
     const std::vector<int32_t> token = tokens_of(1);
     const std::vector<float> hidden(W, 0.5f);
     return best_of_two([&] {
