@@ -60,7 +60,7 @@ Engine::Impl::Impl(const Model& m, const EngineOptions& o)
   if (o.draft_source)
     drafter = o.draft_source;
   else if (m.has_mtp())
-    drafter = std::make_shared<MtpDrafter>(m);
+    drafter = std::make_shared<MtpDrafter>(m, NgramOptions{}, &head_costs);
   else
     drafter = std::make_shared<NgramDrafter>();
   const bool head_follows = o.drafts && o.max_drafts > 0 && drafter->uses_hidden();

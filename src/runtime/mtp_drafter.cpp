@@ -1,6 +1,7 @@
 #include "runtime/mtp_drafter.h"
 
 #include <algorithm>
+#include <chrono>
 
 #include "core/error.h"
 
@@ -9,6 +10,12 @@ namespace {
 
 int32_t argmax(const float* row, int64_t n) {
   return static_cast<int32_t>(std::max_element(row, row + n) - row);
+}
+
+using Clock = std::chrono::steady_clock;
+
+double ms_since(Clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
 }
 
 }  // namespace
@@ -71,7 +78,8 @@ void run_head_rows(const Model& model, std::span<HeadRows> items, MtpLogits logi
   }
 }
 
-MtpDrafter::MtpDrafter(const Model& model, NgramOptions ngram) : model_(model), ngram_(ngram) {
+MtpDrafter::MtpDrafter(const Model& model, NgramOptions ngram, HeadCosts* observed)
+    : model_(model), ngram_(ngram), observed_(observed) {
   if (!model.has_mtp()) fail("MtpDrafter: the model has no MTP head");
 }
 
@@ -87,7 +95,12 @@ void MtpDrafter::propose(std::span<DraftAsk> asks) {
     items.push_back({a.state, a.prompt, a.reply, {}, {}});
     owner.push_back(i);
   }
+  int64_t catch_up_rows = 0;
+  for (const HeadRows& h : items)
+    catch_up_rows += static_cast<int64_t>(h.state->mtp_pending.size()) / model_.mtp_hidden_width();
+  const auto catch_up_start = Clock::now();
   run_head_rows(model_, items, MtpLogits::Last);
+  if (observed_ && catch_up_rows > 0) observed_->catch_up.observe(catch_up_rows, ms_since(catch_up_start));
 
   // Draft 1 from the last verified row; chains go on from the head's own hidden and the previous draft.
   std::vector<size_t> chaining;
@@ -111,7 +124,9 @@ void MtpDrafter::propose(std::span<DraftAsk> asks) {
       segs.push_back({h.state, h.last_hidden, std::span<const int32_t>(&a.drafts.back(), 1),
                       h.state->mtp_position, outs[c].data(), MtpLogits::All});
     }
+    const auto chain_start = Clock::now();
     const std::vector<float> logits = model_.mtp_forward(segs);
+    if (observed_) observed_->chain.observe(static_cast<int64_t>(segs.size()), ms_since(chain_start));
     std::vector<size_t> still;
     for (size_t c = 0; c < chaining.size(); ++c) {
       HeadRows& h = items[chaining[c]];

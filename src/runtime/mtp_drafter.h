@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "model/model.h"
+#include "runtime/draft_policy.h"
 #include "runtime/draft_source.h"
 #include "runtime/ngram_drafter.h"
 
@@ -32,13 +33,15 @@ void run_head_rows(const Model& model, std::span<HeadRows> items, MtpLogits logi
 
 class MtpDrafter final : public DraftSource {
  public:
-  explicit MtpDrafter(const Model& model, NgramOptions ngram = {});
+  // `observed`, when set, is refined with the measured time of every head call (as RoundCosts are by rounds).
+  explicit MtpDrafter(const Model& model, NgramOptions ngram = {}, HeadCosts* observed = nullptr);
   void propose(std::span<DraftAsk> asks) override;
   bool uses_hidden() const override { return true; }
 
  private:
   const Model& model_;
   NgramDrafter ngram_;
+  HeadCosts* observed_;
 };
 
 }  // namespace ds
