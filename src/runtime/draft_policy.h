@@ -25,8 +25,9 @@ class LandingRates {
 class RoundCosts {
  public:
   bool calibrated() const { return !ms_.empty(); }
-  // Times widths 1..max_rows with `time_ms(rows)`.
-  void calibrate(int64_t max_rows, const std::function<double(int64_t)>& time_ms);
+  // Times widths 1..max_rows with `time_ms(rows)`, `passes` times over all widths in turn, keeping each
+  // width's fastest: a burst of load then spoils one pass of every width, not every pass of one.
+  void calibrate(int64_t max_rows, const std::function<double(int64_t)>& time_ms, int passes = 1);
   // A round of `rows` decode rows (and nothing else) took `ms`.
   void observe(int64_t rows, double ms);
   // The estimate for `rows` (extrapolated linearly past the measured widths).

@@ -15,16 +15,12 @@ double ms_since(EngineClock::time_point start) {
   return std::chrono::duration<double, std::milli>(EngineClock::now() - start).count();
 }
 
-// Best of two runs of `call`, which builds its scratch input and times only the model call.
-template <class Call>
-double best_of_two(Call call) {
-  const double a = call(), b = call();
-  return std::min(a, b);
-}
+// Passes over all widths at calibration; each width keeps its fastest.
+constexpr int kCalibrationPasses = 3;
 
 }  // namespace
 
-// Times a verify window of each width once, on a scratch state, before the first drafted round; with the
+// Times a verify window of each width on a scratch state, before the first drafted round; with the
 // MTP head as the source, also the head's catch-up call by rows and its chain call by streams.
 void Engine::Impl::calibrate_costs() {
   const int64_t widths = static_cast<int64_t>(options.max_drafts) + 1;
@@ -34,48 +30,51 @@ void Engine::Impl::calibrate_costs() {
     for (int64_t i = 0; i < rows; ++i) tokens[i] = static_cast<int32_t>((i + 3) % vocab);
     return tokens;
   };
-  round_costs.calibrate(widths, [&](int64_t rows) {
-    const std::vector<int32_t> tokens = tokens_of(rows);
-    return best_of_two([&] {
-      StreamState scratch = model.new_state();
-      WindowRecord record;
-      ForwardSegment seg{&scratch, tokens, false, rows > 1, nullptr, rows > 1 ? &record : nullptr};
-      std::lock_guard lock(forward_mutex());
-      const auto start = EngineClock::now();
-      model.forward({&seg, 1});
-      return ms_since(start);
-    });
-  });
+  round_costs.calibrate(
+      widths,
+      [&](int64_t rows) {
+        const std::vector<int32_t> tokens = tokens_of(rows);
+        StreamState scratch = model.new_state();
+        WindowRecord record;
+        ForwardSegment seg{&scratch, tokens, false, rows > 1, nullptr, rows > 1 ? &record : nullptr};
+        std::lock_guard lock(forward_mutex());
+        const auto start = EngineClock::now();
+        model.forward({&seg, 1});
+        return ms_since(start);
+      },
+      kCalibrationPasses);
   if (!drafter->uses_hidden() || !model.has_mtp()) return;
   const auto W = static_cast<size_t>(model.mtp_hidden_width());
-  head_costs.catch_up.calibrate(widths, [&](int64_t rows) {
-    const std::vector<int32_t> tokens = tokens_of(rows);
-    const std::vector<float> hidden(rows * W, 0.5f);
-    return best_of_two([&] {
-      StreamState scratch = model.new_state();
-      MtpSegment seg{&scratch, hidden, tokens, 0, nullptr, MtpLogits::Last};
-      std::lock_guard lock(forward_mutex());
-      const auto start = EngineClock::now();
-      model.mtp_forward({&seg, 1});
-      return ms_since(start);
-    });
-  });
+  head_costs.catch_up.calibrate(
+      widths,
+      [&](int64_t rows) {
+        const std::vector<int32_t> tokens = tokens_of(rows);
+        const std::vector<float> hidden(rows * W, 0.5f);
+        StreamState scratch = model.new_state();
+        MtpSegment seg{&scratch, hidden, tokens, 0, nullptr, MtpLogits::Last};
+        std::lock_guard lock(forward_mutex());
+        const auto start = EngineClock::now();
+        model.mtp_forward({&seg, 1});
+        return ms_since(start);
+      },
+      kCalibrationPasses);
   // Chain calls over more streams than the table holds extrapolate linearly (RoundCosts::cost).
-  head_costs.chain.calibrate(std::clamp<int64_t>(options.parallel, 2, widths), [&](int64_t streams) {
-    const std::vector<int32_t> token = tokens_of(1);
-    const std::vector<float> hidden(W, 0.5f);
-    return best_of_two([&] {
-      std::vector<StreamState> scratch(streams, model.new_state());
-      std::vector<std::vector<float>> outs(streams, std::vector<float>(W));
-      std::vector<MtpSegment> segs;
-      for (int64_t i = 0; i < streams; ++i)
-        segs.push_back({&scratch[i], hidden, token, 0, outs[i].data(), MtpLogits::All});
-      std::lock_guard lock(forward_mutex());
-      const auto start = EngineClock::now();
-      model.mtp_forward(segs);
-      return ms_since(start);
-    });
-  });
+  head_costs.chain.calibrate(
+      std::clamp<int64_t>(options.parallel, 2, widths),
+      [&](int64_t streams) {
+        const std::vector<int32_t> token = tokens_of(1);
+        const std::vector<float> hidden(W, 0.5f);
+        std::vector<StreamState> scratch(streams, model.new_state());
+        std::vector<std::vector<float>> outs(streams, std::vector<float>(W));
+        std::vector<MtpSegment> segs;
+        for (int64_t i = 0; i < streams; ++i)
+          segs.push_back({&scratch[i], hidden, token, 0, outs[i].data(), MtpLogits::All});
+        std::lock_guard lock(forward_mutex());
+        const auto start = EngineClock::now();
+        model.mtp_forward(segs);
+        return ms_since(start);
+      },
+      kCalibrationPasses);
 }
 
 // The head follows a stream only while the engine may draft at all and its cache is in step with the state.
