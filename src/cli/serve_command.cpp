@@ -27,7 +27,8 @@ struct ServeOptions {
   std::string model, host = "127.0.0.1", api_key;
   int port = 8080, parallel = 4, threads = 0;
   int64_t context = 0, max_queue = 256;
-  double prompt_cache_gib = 1.0;
+  double prompt_cache_gib = 1.0, memory_limit_gib = 0;
+  int draft_depth = 0;
   bool no_drafts = false;
   bool reference = false;
 };
@@ -71,6 +72,8 @@ void serve(const ServeOptions& o) {
     options.prompt_cache_gib = o.prompt_cache_gib;
     options.max_queue = o.max_queue;
     options.drafts = !o.no_drafts;
+    options.draft_depth = o.draft_depth;
+    options.memory_limit_gib = o.memory_limit_gib;
     engine = std::make_unique<Engine>(model, options);
     backend_ptr = std::make_unique<server::EngineBackend<Engine>>(*engine);
   }
@@ -116,6 +119,12 @@ void register_serve_command(CLI::App& app) {
   cmd->add_option("--max-queue", o->max_queue, "queued requests beyond this get 429 + Retry-After");
   cmd->add_option("--threads", o->threads, "CPU threads (default: all cores)");
   cmd->add_flag("--no-drafts", o->no_drafts, "never draft (the plain decode for every request)");
+  cmd->add_option("--draft-depth", o->draft_depth,
+                  "verify this many drafts when offered (tests); 0: by measured cost")
+      ->check(CLI::Range(0, 8));
+  cmd->add_option("--memory-limit-gib", o->memory_limit_gib,
+                  "weights + stream states + drafting + prompt cache stay under this; 0: no limit")
+      ->check(CLI::NonNegativeNumber);
   cmd->add_flag("--reference", o->reference,
                 "serve with the serial reference decode instead of the batched engine");
   cmd->callback([o] { serve(*o); });

@@ -27,6 +27,9 @@ struct ForwardSegment {
   WindowRecord* record = nullptr;  // decode path only: keep the per-row recurrent states (draft rollback)
 };
 
+// Which rows of an MTP segment get logits: following prompt rows needs none, a draft needs the last row.
+enum class MtpLogits { All, Last, None };
+
 // Rows for the MTP draft head (docs/mtp.md): row i reads hidden row i and next_tokens[i] at position + i.
 struct MtpSegment {
   StreamState* state = nullptr;
@@ -34,6 +37,7 @@ struct MtpSegment {
   std::span<const int32_t> next_tokens;  // the token after each row's position; rows = next_tokens.size()
   int64_t position = 0;                  // must equal state->mtp_position
   float* hidden_out = nullptr;           // if set, receives each row's output hidden for chained drafts
+  MtpLogits logits = MtpLogits::All;     // rows whose logits mtp_forward returns
 };
 
 class Model {
@@ -55,8 +59,8 @@ class Model {
   std::vector<float> forward(std::span<const ForwardSegment> segments) const;
 
   // The MTP draft head (src/model/mtp.cpp): whether one is loaded, the floats per hidden row (S*D for
-  // qwen4_exp, D otherwise), and logits [rows, vocab] for every row of every segment, advancing each
-  // stream's head cache. Row-invariant like forward.
+  // qwen4_exp, D otherwise), and logits [rows, vocab] for the rows each segment's `logits` asks for, in
+  // segment order, advancing each stream's head cache. Row-invariant like forward.
   bool has_mtp() const { return mtp_.present; }
   int64_t mtp_hidden_width() const;
   std::vector<float> mtp_forward(std::span<const MtpSegment> segments) const;

@@ -73,7 +73,18 @@ std::vector<float> Model::mtp_forward(std::span<const MtpSegment> segments) cons
   for (int64_t r = 0; r < n; ++r)
     rowmath::rms_norm(hidden.data() + r * W, mtp_.norm_hidden.data(), W, cfg_.rms_eps, hn.data() + r * W);
 
-  std::vector<float> x(n * D), out(n * W);
+  // Only the rows that want logits go through the final mixer / norm and lm_head (the vocabulary projection
+  // is most of a row's cost, and prompt rows only fill the head's cache).
+  std::vector<int64_t> want;
+  for (size_t i = 0; i < segments.size(); ++i) {
+    const SegmentRows& seg = batch.segments[i];
+    if (segments[i].logits == MtpLogits::All)
+      for (int64_t t = 0; t < seg.count; ++t) want.push_back(seg.row0 + t);
+    else if (segments[i].logits == MtpLogits::Last)
+      want.push_back(seg.row0 + seg.count - 1);
+  }
+  const auto m = static_cast<int64_t>(want.size());
+  std::vector<float> out(n * W), x(m * D);
   if (cfg_.family == ModelFamily::Qwen4Exp) {
     // X_s = fc_embedding(e) + fc_hidden(n_s): fc_hidden runs over the n*S stream rows of the joint-normed H.
     const int64_t S = cfg_.hc_count;
@@ -84,7 +95,10 @@ std::vector<float> Model::mtp_forward(std::span<const MtpSegment> segments) cons
       for (int64_t s = 0; s < S; ++s)
         for (int64_t i = 0; i < D; ++i) out[(r * S + s) * D + i] += E[r * D + i];
     layer_qwen4exp(mtp_.layer, static_cast<int>(slot), batch, out.data());
-    hc_mix(cfg_, mtp_.mixer, out.data(), n, x.data(), nullptr);
+    std::vector<float> picked(m * W);
+    for (int64_t j = 0; j < m; ++j)
+      std::copy(out.begin() + want[j] * W, out.begin() + (want[j] + 1) * W, picked.begin() + j * W);
+    if (m > 0) hc_mix(cfg_, mtp_.mixer, picked.data(), m, x.data(), nullptr);
   } else {
     std::vector<float> cat(n * 2 * D), h(n * D);
     for (int64_t r = 0; r < n; ++r) {
@@ -93,9 +107,11 @@ std::vector<float> Model::mtp_forward(std::span<const MtpSegment> segments) cons
     }
     matmul(mtp_.fc, cat.data(), n, 2 * D, h.data(), D);
     layer_prenorm(mtp_.layer, static_cast<int>(slot), batch, h.data());
+    // A chained draft feeds back the post-norm output, so every row is normed.
     for (int64_t r = 0; r < n; ++r)
-      rowmath::rms_norm(h.data() + r * D, mtp_.norm.data(), D, cfg_.rms_eps, x.data() + r * D);
-    out = x;  // a chained draft feeds back the post-norm output
+      rowmath::rms_norm(h.data() + r * D, mtp_.norm.data(), D, cfg_.rms_eps, out.data() + r * D);
+    for (int64_t j = 0; j < m; ++j)
+      std::copy(out.begin() + want[j] * D, out.begin() + (want[j] + 1) * D, x.begin() + j * D);
   }
 
   for (size_t i = 0; i < segments.size(); ++i) {
@@ -104,8 +120,8 @@ std::vector<float> Model::mtp_forward(std::span<const MtpSegment> segments) cons
       std::copy(out.begin() + seg.row0 * W, out.begin() + (seg.row0 + seg.count) * W, segments[i].hidden_out);
     seg.state->mtp_position += seg.count;
   }
-  std::vector<float> logits(n * cfg_.vocab_size);
-  matmul(w_.lm_head, x.data(), n, D, logits.data(), cfg_.vocab_size);
+  std::vector<float> logits(m * cfg_.vocab_size);
+  if (m > 0) matmul(w_.lm_head, x.data(), m, D, logits.data(), cfg_.vocab_size);
   return logits;
 }
 

@@ -30,6 +30,9 @@ struct StreamState {
   std::vector<AttentionState> attention;  // per layer, then one slot per MTP layer (the head's KV cache)
   std::vector<PleState> ple;
   int64_t mtp_position = 0;     // positions the MTP head has consumed (docs/mtp.md)
+  // Main-model H rows for positions mtp_position.. that the head has not read yet (their next token was not
+  // known): kept with the state so a snapshot at the end of the known tokens resumes with the head in step.
+  std::vector<float> mtp_pending;
   int64_t mtp_index_ratio = 0;  // the head's indexer block size, 0 without indexer
 
   static StreamState fresh(const ModelConfig& cfg);

@@ -28,9 +28,13 @@ double LandingRates::expected_tokens(int depth) const {
   return total;
 }
 
-void RoundCosts::calibrate(int64_t max_rows, const std::function<double(int64_t)>& time_ms) {
+void RoundCosts::calibrate(int64_t max_rows, const std::function<double(int64_t)>& time_ms, int passes) {
   ms_.assign(std::max<int64_t>(max_rows, 2), 0.0);
-  for (int64_t r = 1; r <= static_cast<int64_t>(ms_.size()); ++r) ms_[r - 1] = time_ms(r);
+  for (int pass = 0; pass < std::max(passes, 1); ++pass)
+    for (int64_t r = 1; r <= static_cast<int64_t>(ms_.size()); ++r) {
+      const double ms = time_ms(r);
+      ms_[r - 1] = pass == 0 ? ms : std::min(ms_[r - 1], ms);
+    }
   // Costs never fall with more rows; timing noise must not make a wider window look cheaper.
   for (size_t i = 1; i < ms_.size(); ++i) ms_[i] = std::max(ms_[i], ms_[i - 1]);
 }
@@ -49,16 +53,40 @@ double RoundCosts::cost(int64_t rows) const {
   return ms_[n - 1] + slope * static_cast<double>(rows - n);
 }
 
-void choose_depths(const RoundCosts& costs, std::span<DepthChoice> choices, int64_t base_rows) {
+double HeadCosts::cost(std::span<const int> depths, std::span<const int64_t> rows) const {
+  if (!calibrated()) return 0.0;
+  int64_t catch_rows = 0;
+  int deepest = 0;
+  for (size_t i = 0; i < depths.size(); ++i)
+    if (depths[i] > 0 && rows[i] > 0) {
+      catch_rows += rows[i];
+      deepest = std::max(deepest, depths[i]);
+    }
+  double ms = catch_rows > 0 ? catch_up.cost(catch_rows) : 0.0;
+  // Draft d (d >= 2) is one call over every stream drafting at least d deep.
+  for (int d = 2; d <= deepest; ++d) {
+    int64_t n = 0;
+    for (size_t i = 0; i < depths.size(); ++i) n += depths[i] >= d && rows[i] > 0 ? 1 : 0;
+    ms += chain.cost(n);
+  }
+  return ms;
+}
+
+void choose_depths(const RoundCosts& costs, std::span<DepthChoice> choices, int64_t base_rows,
+                   const HeadCosts* head) {
   int64_t rows = base_rows + static_cast<int64_t>(choices.size());
   double tokens = 0;
-  for (DepthChoice& c : choices) {
-    c.depth = 0;
+  std::vector<int> depths(choices.size(), 0);
+  std::vector<int64_t> head_rows(choices.size(), 0);
+  for (size_t i = 0; i < choices.size(); ++i) {
+    choices[i].depth = 0;
+    head_rows[i] = choices[i].head_rows;
     tokens += 1.0;
   }
+  auto round_ms = [&](int64_t r) { return costs.cost(r) + (head ? head->cost(depths, head_rows) : 0.0); };
   // Greedy: deepen the one stream whose deepening gives the best rate, while the rate improves.
   for (;;) {
-    const double now = tokens / costs.cost(rows);
+    const double now = tokens / round_ms(rows);
     double best = now;
     size_t best_i = 0;
     int best_depth = 0;
@@ -66,19 +94,22 @@ void choose_depths(const RoundCosts& costs, std::span<DepthChoice> choices, int6
       const DepthChoice& c = choices[i];
       const double have = c.rates->expected_tokens(c.depth);
       for (int d = c.depth + 1; d <= c.offered; ++d) {
-        const double rate = (tokens - have + c.rates->expected_tokens(d)) / costs.cost(rows + d - c.depth);
+        depths[i] = d;
+        const double rate = (tokens - have + c.rates->expected_tokens(d)) / round_ms(rows + d - c.depth);
         if (rate > best) {
           best = rate;
           best_i = i;
           best_depth = d;
         }
       }
+      depths[i] = c.depth;
     }
     if (best <= now) return;
     DepthChoice& c = choices[best_i];
     tokens += c.rates->expected_tokens(best_depth) - c.rates->expected_tokens(c.depth);
     rows += best_depth - c.depth;
     c.depth = best_depth;
+    depths[best_i] = best_depth;
   }
 }
 

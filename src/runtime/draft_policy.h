@@ -25,8 +25,9 @@ class LandingRates {
 class RoundCosts {
  public:
   bool calibrated() const { return !ms_.empty(); }
-  // Times widths 1..max_rows with `time_ms(rows)`.
-  void calibrate(int64_t max_rows, const std::function<double(int64_t)>& time_ms);
+  // Times widths 1..max_rows with `time_ms(rows)`, `passes` times over all widths in turn, keeping each
+  // width's fastest: a burst of load then spoils one pass of every width, not every pass of one.
+  void calibrate(int64_t max_rows, const std::function<double(int64_t)>& time_ms, int passes = 1);
   // A round of `rows` decode rows (and nothing else) took `ms`.
   void observe(int64_t rows, double ms);
   // The estimate for `rows` (extrapolated linearly past the measured widths).
@@ -36,15 +37,29 @@ class RoundCosts {
   std::vector<double> ms_;  // ms_[r - 1]: rounds of r rows
 };
 
+// Milliseconds of the MTP head's own calls in a round: one call catching up the streams' pending rows (the
+// last row's logits give draft 1), then one call per further draft depth over the streams chaining that deep.
+struct HeadCosts {
+  RoundCosts catch_up;  // by head rows in the call
+  RoundCosts chain;     // by chaining streams (one row each, with logits)
+  bool calibrated() const { return catch_up.calibrated() && chain.calibrated(); }
+  // The head's cost when streams draft `depths` deep and catch up `rows` (0 rows: that stream's drafts
+  // cost no head call, e.g. copies).
+  double cost(std::span<const int> depths, std::span<const int64_t> rows) const;
+};
+
 // One stream's candidate: its rates and the drafts on offer (depth at most offered).
 struct DepthChoice {
   const LandingRates* rates = nullptr;
   int offered = 0;
-  int depth = 0;  // out
+  int64_t head_rows = 0;  // rows the MTP head runs before drafting for this stream; 0: no head call
+  int depth = 0;          // out
 };
 
-// Sets every choice's depth to maximise (sum of expected tokens) / cost(total rows); depth 0 everywhere when
-// drafting does not pay. `base_rows`: rows in the round besides the windows' first rows.
-void choose_depths(const RoundCosts& costs, std::span<DepthChoice> choices, int64_t base_rows = 0);
+// Sets every choice's depth to maximise (sum of expected tokens) / (cost(total rows) + the head's cost);
+// depth 0 everywhere when drafting does not pay. `base_rows`: rows in the round besides the windows' first
+// rows. `head`: the head's call costs (null: drafts cost nothing to make, as copies or drafts already made).
+void choose_depths(const RoundCosts& costs, std::span<DepthChoice> choices, int64_t base_rows = 0,
+                   const HeadCosts* head = nullptr);
 
 }  // namespace ds

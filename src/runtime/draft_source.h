@@ -14,11 +14,9 @@ struct DraftAsk {
   std::span<const int32_t> prompt, reply;  // the stream's tokens so far; reply ends with the last drawn token
   StreamState* state = nullptr;            // for sources that run the model (MTP); at the last drawn token
   int max = 0;                             // drafts wanted at most
-  int depth_hint =
-      0;  // the depth the policy would verify if `max` were offered (a chained source stops there)
-  // The MTP head's pending H rows (positions state->mtp_position..), owned by the stream; null when not
-  // captured. A source that runs the head consumes (erases) the rows it ran.
-  std::vector<float>* hidden = nullptr;
+  // The depth the policy would verify if `max` were offered, counting the MTP head's own calls: a chained
+  // source drafts that deep, and runs no head rows at all for a hint of 0 (drafting does not pay).
+  int depth_hint = 0;
   std::vector<int32_t> drafts;  // out: the tokens proposed to follow, at most max
 };
 
@@ -28,7 +26,8 @@ class DraftSource {
   // Fills every ask's drafts (possibly none). All asks of a round come together, so a model-based source
   // can batch them into one call.
   virtual void propose(std::span<DraftAsk> asks) = 0;
-  // Whether the engine should capture every row's H (ForwardSegment::hidden) and keep the head's cache.
+  // Whether the engine should capture every row's H (ForwardSegment::hidden, kept in the state's
+  // mtp_pending) and keep the head's cache; a source that runs the head consumes the pending rows it ran.
   virtual bool uses_hidden() const { return false; }
 };
 

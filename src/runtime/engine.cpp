@@ -30,15 +30,6 @@ int64_t checkpoint_bytes(const Model& model) {
   return n;
 }
 
-// State bytes that grow per token: attention K/V plus indexer keys and (at most as many) pooled block keys.
-int64_t state_bytes_per_token(const ModelConfig& c) {
-  int64_t floats = 0;
-  for (auto kind : c.layer_kinds)
-    if (kind == LayerKind::Attention)
-      floats += 2 * c.n_kv_heads * c.head_dim + (c.indexer_heads > 0 ? 2 * c.indexer_head_dim : 0);
-  return floats * static_cast<int64_t>(sizeof(float));
-}
-
 double gib(int64_t bytes) {
   return static_cast<double>(bytes) / kGiB;
 }
@@ -62,9 +53,7 @@ Engine::Impl::Impl(const Model& m, const EngineOptions& o)
   if (context <= 0) fail("engine: the model gives no max_position_embeddings; set the context");
   weights_bytes = checkpoint_bytes(m);
   limit_bytes = static_cast<int64_t>(o.memory_limit_gib * kGiB);
-  fresh_state_bytes = static_cast<int64_t>(m.new_state().bytes());
-  token_state_bytes = state_bytes_per_token(m.config());
-  if (limit_bytes > 0 && weights_bytes + fresh_state_bytes > limit_bytes)
+  if (limit_bytes > 0 && weights_bytes + static_cast<int64_t>(m.new_state().bytes()) > limit_bytes)
     fail("engine: memory_limit_gib {} is below the weights ({:.3f} GiB)", o.memory_limit_gib,
          gib(weights_bytes));
   stats.weights_bytes = weights_bytes;
@@ -72,9 +61,11 @@ Engine::Impl::Impl(const Model& m, const EngineOptions& o)
   if (o.draft_source)
     drafter = o.draft_source;
   else if (m.has_mtp())
-    drafter = std::make_shared<MtpDrafter>(m);
+    drafter = std::make_shared<MtpDrafter>(m, NgramOptions{}, &head_costs);
   else
     drafter = std::make_shared<NgramDrafter>();
+  const bool head_follows = o.drafts && o.max_drafts > 0 && drafter->uses_hidden();
+  memory = stream_memory(m, o.drafts ? o.max_drafts : 0, head_follows, kMaxIdleHeadRows);
   // Timed at load, so the first drafted reply does not pay for it.
   if (o.drafts && o.max_drafts > 0 && o.draft_depth == 0) calibrate_costs();
   cache.set_capacity(cache_budget());
@@ -83,7 +74,10 @@ Engine::Impl::Impl(const Model& m, const EngineOptions& o)
 int64_t Engine::Impl::reserved_bytes() const {
   int64_t n = 0;
   for (const auto& s : running) n += s->reserve_bytes;
-  for (const auto& w : warm) n += static_cast<int64_t>(w.state.bytes()) + w.target * token_state_bytes;
+  // A warm pass grows its state (the head's cache included) to its last mark.
+  for (const auto& w : warm)
+    n += static_cast<int64_t>(w.state.bytes()) +
+         (w.target - w.state.position) * (memory.per_token + memory.head_per_token);
   return n;
 }
 
@@ -305,12 +299,14 @@ uint64_t Engine::submit(GenerationRequest request, TokenCallback on_event) {
     fail("context_length_exceeded: prompt of {} tokens + max_tokens {} exceeds the context of {} tokens", n,
          request.max_tokens, im.context);
   if (!on_event) fail("submit: no event callback");
-  const int64_t reserve = im.fresh_state_bytes + (n + request.max_tokens) * im.token_state_bytes;
+  const bool drafts = im.options.drafts && request.use_drafts && im.options.max_drafts > 0;
+  const int64_t reserve = im.memory.reserve(n + request.max_tokens, n, drafts);
   if (im.limit_bytes > 0 && im.weights_bytes + reserve > im.limit_bytes)
     fail(
-        "memory: the request needs {:.3f} GiB of stream state; with {:.3f} GiB of weights it exceeds "
+        "memory: the request needs {:.3f} GiB of stream state{}; with {:.3f} GiB of weights it exceeds "
         "memory_limit_gib {}",
-        gib(reserve), gib(im.weights_bytes), im.options.memory_limit_gib);
+        gib(reserve), drafts ? " (drafts included; \"draft\": false needs less)" : "", gib(im.weights_bytes),
+        im.options.memory_limit_gib);
   uint64_t id = 0;
   {
     std::lock_guard lock(im.mutex);

@@ -9,30 +9,77 @@
 
 namespace ds {
 
-// Times a verify window of each width once, on a scratch state, before the first drafted round.
+namespace {
+
+double ms_since(EngineClock::time_point start) {
+  return std::chrono::duration<double, std::milli>(EngineClock::now() - start).count();
+}
+
+// Passes over all widths at calibration; each width keeps its fastest.
+constexpr int kCalibrationPasses = 3;
+
+}  // namespace
+
+// Times a verify window of each width on a scratch state, before the first drafted round; with the
+// MTP head as the source, also the head's catch-up call by rows and its chain call by streams.
 void Engine::Impl::calibrate_costs() {
   const int64_t widths = static_cast<int64_t>(options.max_drafts) + 1;
   const int64_t vocab = model.config().vocab_size;
-  round_costs.calibrate(widths, [&](int64_t rows) {
+  auto tokens_of = [&](int64_t rows) {
     std::vector<int32_t> tokens(rows);
     for (int64_t i = 0; i < rows; ++i) tokens[i] = static_cast<int32_t>((i + 3) % vocab);
-    double best = 0;
-    for (int rep = 0; rep < 2; ++rep) {
-      StreamState scratch = model.new_state();
-      WindowRecord record;
-      ForwardSegment seg{&scratch, tokens, false, rows > 1, nullptr, rows > 1 ? &record : nullptr};
-      std::lock_guard lock(forward_mutex());
-      const auto start = EngineClock::now();
-      model.forward({&seg, 1});
-      const double ms = std::chrono::duration<double, std::milli>(EngineClock::now() - start).count();
-      best = rep == 0 ? ms : std::min(best, ms);
-    }
-    return best;
-  });
+    return tokens;
+  };
+  round_costs.calibrate(
+      widths,
+      [&](int64_t rows) {
+        const std::vector<int32_t> tokens = tokens_of(rows);
+        StreamState scratch = model.new_state();
+        WindowRecord record;
+        ForwardSegment seg{&scratch, tokens, false, rows > 1, nullptr, rows > 1 ? &record : nullptr};
+        std::lock_guard lock(forward_mutex());
+        const auto start = EngineClock::now();
+        model.forward({&seg, 1});
+        return ms_since(start);
+      },
+      kCalibrationPasses);
+  if (!drafter->uses_hidden() || !model.has_mtp()) return;
+  const auto W = static_cast<size_t>(model.mtp_hidden_width());
+  head_costs.catch_up.calibrate(
+      widths,
+      [&](int64_t rows) {
+        const std::vector<int32_t> tokens = tokens_of(rows);
+        const std::vector<float> hidden(rows * W, 0.5f);
+        StreamState scratch = model.new_state();
+        MtpSegment seg{&scratch, hidden, tokens, 0, nullptr, MtpLogits::Last};
+        std::lock_guard lock(forward_mutex());
+        const auto start = EngineClock::now();
+        model.mtp_forward({&seg, 1});
+        return ms_since(start);
+      },
+      kCalibrationPasses);
+  // Chain calls over more streams than the table holds extrapolate linearly (RoundCosts::cost).
+  head_costs.chain.calibrate(
+      std::clamp<int64_t>(options.parallel, 2, widths),
+      [&](int64_t streams) {
+        const std::vector<int32_t> token = tokens_of(1);
+        const std::vector<float> hidden(W, 0.5f);
+        std::vector<StreamState> scratch(streams, model.new_state());
+        std::vector<std::vector<float>> outs(streams, std::vector<float>(W));
+        std::vector<MtpSegment> segs;
+        for (int64_t i = 0; i < streams; ++i)
+          segs.push_back({&scratch[i], hidden, token, 0, outs[i].data(), MtpLogits::All});
+        std::lock_guard lock(forward_mutex());
+        const auto start = EngineClock::now();
+        model.mtp_forward(segs);
+        return ms_since(start);
+      },
+      kCalibrationPasses);
 }
 
-bool Engine::Impl::captures_hidden(const StreamState& state, const std::vector<float>& pending) const {
-  return drafter->uses_hidden() && head_in_sync(model, state, pending);
+// The head follows a stream only while the engine may draft at all and its cache is in step with the state.
+bool Engine::Impl::captures_hidden(const StreamState& state) const {
+  return options.drafts && options.max_drafts > 0 && drafter->uses_hidden() && head_in_sync(model, state);
 }
 
 // Runs the MTP head over prompt rows whose next token is known, so the head's cache stands at the same mark
@@ -41,10 +88,10 @@ void Engine::Impl::follow_prompt_rows(std::span<HeadRows> items) {
   if (items.empty()) return;
   try {
     std::lock_guard lock(forward_mutex());  // the head runs on the shared thread pool
-    run_head_rows(model, items);
+    run_head_rows(model, items, MtpLogits::None);
   } catch (const std::exception&) {
     for (HeadRows& h : items) {
-      h.hidden->clear();
+      h.state->mtp_pending.clear();
       h.state->truncate_mtp(0);
     }
   }
@@ -62,13 +109,7 @@ void Engine::Impl::plan_windows() {
     const int max = static_cast<int>(std::min<int64_t>(options.max_drafts, room));
     if (!s->drafting || max <= 0) continue;
     streams.push_back(s.get());
-    asks.push_back({s->request.prompt,
-                    s->generated,
-                    &s->state,
-                    max,
-                    0,
-                    drafter->uses_hidden() ? &s->head_hidden : nullptr,
-                    {}});
+    asks.push_back({s->request.prompt, s->generated, &s->state, max, 0, {}});
   }
   if (asks.empty()) return;
   if (options.draft_depth == 0 && !round_costs.calibrated()) calibrate_costs();
@@ -77,29 +118,35 @@ void Engine::Impl::plan_windows() {
   for (auto& s : running)
     if (!s->done && !s->prefilling()) ++plain;
   plain -= static_cast<int64_t>(asks.size());
-  auto depths = [&](auto offered) {
+  auto depths = [&](auto offered, const HeadCosts* head) {
     std::vector<DepthChoice> choices(asks.size());
     for (size_t i = 0; i < asks.size(); ++i) {
       choices[i].rates = &streams[i]->landing;
       choices[i].offered = offered(asks[i]);
+      choices[i].head_rows = head ? head_rows_pending(model, streams[i]->state) : 0;
     }
     if (options.draft_depth > 0) {
       for (auto& c : choices) c.depth = std::min(c.offered, options.draft_depth);
     } else {
-      choose_depths(round_costs, choices, plain);
+      choose_depths(round_costs, choices, plain, head);
     }
     return choices;
   };
-  // What the policy would verify if every stream offered its max: a chained source drafts that deep.
-  const auto hints = depths([](const DraftAsk& a) { return a.max; });
+  // What the policy would verify if every stream offered its max, the head's own calls counted: a chained
+  // source drafts that deep (and not at all for 0).
+  const auto hints =
+      depths([](const DraftAsk& a) { return a.max; }, drafter->uses_hidden() ? &head_costs : nullptr);
   for (size_t i = 0; i < asks.size(); ++i) asks[i].depth_hint = hints[i].depth;
   {
     std::lock_guard lock(forward_mutex());  // a model-based source runs on the shared thread pool
     drafter->propose(asks);
   }
+  for (size_t i = 0; i < asks.size(); ++i)
+    if (head_rows_pending(model, streams[i]->state) > kMaxIdleHeadRows) streams[i]->state.mtp_pending.clear();
 
-  const auto choices =
-      depths([](const DraftAsk& a) { return static_cast<int>(std::min<size_t>(a.drafts.size(), a.max)); });
+  // The drafts are made: what they cost to make no longer matters, only the window's rows.
+  const auto choices = depths(
+      [](const DraftAsk& a) { return static_cast<int>(std::min<size_t>(a.drafts.size(), a.max)); }, nullptr);
   for (size_t i = 0; i < asks.size(); ++i)
     streams[i]->window.insert(streams[i]->window.end(), asks[i].drafts.begin(),
                               asks[i].drafts.begin() + choices[i].depth);

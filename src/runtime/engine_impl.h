@@ -20,6 +20,7 @@
 #include "runtime/keyed_sampler.h"
 #include "runtime/mtp_drafter.h"
 #include "runtime/prompt_cache.h"
+#include "runtime/stream_memory.h"
 #include "runtime/token_counts.h"
 
 namespace ds {
@@ -45,7 +46,6 @@ struct Stream {
   std::vector<int32_t> window;     // decode rows for the next round: the last drawn token, then drafts
   bool drafting = false;           // drafts on for this request (engine option and request field)
   WindowRecord record;             // per-row recurrent states of the last verify window, for rollback
-  std::vector<float> head_hidden;  // H rows the MTP head has not consumed yet (from state.mtp_position)
   LandingRates landing;            // how often each draft depth landed, for the depth choice
   int64_t drafted = 0, accepted = 0;
   bool caching = false;  // takes and uses prompt-cache snapshots
@@ -64,7 +64,6 @@ struct WarmJob {
   std::vector<int32_t> tokens;
   int64_t target = 0;  // the last grid mark within tokens
   StreamState state;
-  std::vector<float> head_hidden;  // as Stream::head_hidden
 };
 
 // The CPU thread pool runs one job at a time: engines sharing a process take turns at forward calls.
@@ -98,14 +97,14 @@ struct Engine::Impl {
   void plan_windows();
   void verify(Stream& s, const float* logits, int64_t rows);
   void calibrate_costs();
-  bool captures_hidden(const StreamState& state, const std::vector<float>& pending) const;
+  bool captures_hidden(const StreamState& state) const;
   void follow_prompt_rows(std::span<HeadRows> items);
 
   const Model& model;
   EngineOptions options;
   int64_t context = 0;
   int64_t weights_bytes = 0, limit_bytes = 0;  // limit 0 = none
-  int64_t fresh_state_bytes = 0, token_state_bytes = 0;
+  StreamMemory memory;                         // what a stream reserves (runtime/stream_memory.h)
   int64_t round_prompt_rows = 256;  // prompt rows per round, so long prompts interleave with decoding
 
   mutable std::mutex mutex;
@@ -121,6 +120,7 @@ struct Engine::Impl {
   KeyedSampler sampler;
   std::shared_ptr<DraftSource> drafter;
   RoundCosts round_costs;
+  HeadCosts head_costs;  // the MTP head's calls, when the source runs it
   std::vector<std::unique_ptr<Stream>> running;
   std::deque<WarmJob> warm;
   std::thread thread;

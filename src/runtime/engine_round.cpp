@@ -50,7 +50,7 @@ void Engine::Impl::run_round() {
   owners.reserve(running.size() + warm.size());  // segments point into owners' hidden buffers
   // A stream's rows are captured for the MTP head while the head follows it (and drafts or caching want it).
   auto capture = [&](RowOwner& o, int64_t rows, bool wanted, Stream& s) -> float* {
-    if (!wanted || !captures_hidden(s.state, s.head_hidden)) return nullptr;
+    if (!wanted || !captures_hidden(s.state)) return nullptr;
     o.hidden.resize(static_cast<size_t>(rows * model.mtp_hidden_width()));
     return o.hidden.data();
   };
@@ -82,7 +82,7 @@ void Engine::Impl::run_round() {
     if (end == pos) break;
     owners.push_back({RowKind::Warm, nullptr, &w, 1, pos, {}});
     float* h = nullptr;
-    if (captures_hidden(w.state, w.head_hidden)) {
+    if (captures_hidden(w.state)) {
       owners.back().hidden.resize(static_cast<size_t>((end - pos) * model.mtp_hidden_width()));
       h = owners.back().hidden.data();
     }
@@ -111,12 +111,11 @@ void Engine::Impl::run_round() {
   std::vector<HeadRows> follow;
   for (auto& o : owners) {
     if (o.kind == RowKind::Decode || o.hidden.empty()) continue;
-    auto& pending = o.stream ? o.stream->head_hidden : o.warm->head_hidden;
-    pending.insert(pending.end(), o.hidden.begin(), o.hidden.end());
-    if (o.stream)
-      follow.push_back({&o.stream->state, &pending, o.stream->request.prompt, {}, {}, {}});
-    else
-      follow.push_back({&o.warm->state, &pending, o.warm->tokens, {}, {}, {}});
+    StreamState& state = o.stream ? o.stream->state : o.warm->state;
+    state.mtp_pending.insert(state.mtp_pending.end(), o.hidden.begin(), o.hidden.end());
+    const std::span<const int32_t> known = o.stream ? std::span<const int32_t>(o.stream->request.prompt)
+                                                    : std::span<const int32_t>(o.warm->tokens);
+    follow.push_back({&state, known, {}, {}, {}});
   }
   follow_prompt_rows(follow);
 
@@ -146,8 +145,8 @@ void Engine::Impl::run_round() {
       // The rows kept (the state's advance) are the ones the head reads next round.
       const int64_t kept = s.state.position - o.position;
       if (!s.done && !o.hidden.empty() && kept > 0)
-        s.head_hidden.insert(s.head_hidden.end(), o.hidden.begin(),
-                             o.hidden.begin() + kept * model.mtp_hidden_width());
+        s.state.mtp_pending.insert(s.state.mtp_pending.end(), o.hidden.begin(),
+                                   o.hidden.begin() + kept * model.mtp_hidden_width());
     } catch (const std::exception& e) {
       finish(s, FinishReason::Error, e.what());
     }

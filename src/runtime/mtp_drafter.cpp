@@ -1,6 +1,7 @@
 #include "runtime/mtp_drafter.h"
 
 #include <algorithm>
+#include <chrono>
 
 #include "core/error.h"
 
@@ -11,16 +12,28 @@ int32_t argmax(const float* row, int64_t n) {
   return static_cast<int32_t>(std::max_element(row, row + n) - row);
 }
 
-}  // namespace
+using Clock = std::chrono::steady_clock;
 
-bool head_in_sync(const Model& model, const StreamState& state, const std::vector<float>& hidden) {
-  if (!model.has_mtp()) return false;
-  const auto W = static_cast<size_t>(model.mtp_hidden_width());
-  return hidden.size() % W == 0 &&
-         state.mtp_position + static_cast<int64_t>(hidden.size() / W) == state.position;
+double ms_since(Clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
 }
 
-void run_head_rows(const Model& model, std::span<HeadRows> items) {
+}  // namespace
+
+bool head_in_sync(const Model& model, const StreamState& state) {
+  if (!model.has_mtp()) return false;
+  const auto W = static_cast<size_t>(model.mtp_hidden_width());
+  const std::vector<float>& pending = state.mtp_pending;
+  return pending.size() % W == 0 &&
+         state.mtp_position + static_cast<int64_t>(pending.size() / W) == state.position;
+}
+
+int64_t head_rows_pending(const Model& model, const StreamState& state) {
+  if (!head_in_sync(model, state)) return 0;
+  return static_cast<int64_t>(state.mtp_pending.size()) / model.mtp_hidden_width();
+}
+
+void run_head_rows(const Model& model, std::span<HeadRows> items, MtpLogits logits_wanted) {
   const int64_t W = model.mtp_hidden_width(), V = model.config().vocab_size;
   std::vector<MtpSegment> segs;
   std::vector<std::vector<int32_t>> next(items.size());
@@ -32,15 +45,17 @@ void run_head_rows(const Model& model, std::span<HeadRows> items) {
     h.last_hidden.clear();
     const int64_t np = static_cast<int64_t>(h.prompt.size());
     const int64_t known = np + static_cast<int64_t>(h.reply.size());
-    const int64_t pos0 = h.state->mtp_position, pending = static_cast<int64_t>(h.hidden->size()) / W;
+    const std::vector<float>& pending = h.state->mtp_pending;
+    const int64_t pos0 = h.state->mtp_position, rows_pending = static_cast<int64_t>(pending.size()) / W;
     // Row k reads the token at k + 1, so it runs only once that token is known.
-    const int64_t rows = std::min(pending, known - 1 - pos0);
+    const int64_t rows = std::min(rows_pending, known - 1 - pos0);
     if (rows <= 0) continue;
     for (int64_t k = pos0 + 1; k <= pos0 + rows; ++k)
       next[i].push_back(k < np ? h.prompt[k] : h.reply[k - np]);
-    outs[i].resize(static_cast<size_t>(rows * W));
-    segs.push_back({h.state, std::span<const float>(h.hidden->data(), static_cast<size_t>(rows * W)), next[i],
-                    pos0, outs[i].data()});
+    const bool drafts = logits_wanted != MtpLogits::None;
+    if (drafts) outs[i].resize(static_cast<size_t>(rows * W));
+    segs.push_back({h.state, std::span<const float>(pending.data(), static_cast<size_t>(rows * W)), next[i],
+                    pos0, drafts ? outs[i].data() : nullptr, logits_wanted});
     which.push_back(i);
   }
   if (segs.empty()) return;
@@ -49,14 +64,22 @@ void run_head_rows(const Model& model, std::span<HeadRows> items) {
   for (size_t j = 0; j < which.size(); ++j) {
     HeadRows& h = items[which[j]];
     const auto rows = static_cast<int64_t>(segs[j].next_tokens.size());
-    row += rows;
-    h.last_logits.assign(logits.begin() + (row - 1) * V, logits.begin() + row * V);
-    h.last_hidden.assign(outs[which[j]].end() - W, outs[which[j]].end());
-    h.hidden->erase(h.hidden->begin(), h.hidden->begin() + rows * W);
+    if (logits_wanted == MtpLogits::Last) {
+      h.last_logits.assign(logits.begin() + row * V, logits.begin() + (row + 1) * V);
+      h.last_hidden.assign(outs[which[j]].end() - W, outs[which[j]].end());
+      ++row;
+    } else if (logits_wanted == MtpLogits::All) {
+      row += rows;
+      h.last_logits.assign(logits.begin() + (row - 1) * V, logits.begin() + row * V);
+      h.last_hidden.assign(outs[which[j]].end() - W, outs[which[j]].end());
+    }
+    std::vector<float>& pending = h.state->mtp_pending;
+    pending.erase(pending.begin(), pending.begin() + rows * W);
   }
 }
 
-MtpDrafter::MtpDrafter(const Model& model, NgramOptions ngram) : model_(model), ngram_(ngram) {
+MtpDrafter::MtpDrafter(const Model& model, NgramOptions ngram, HeadCosts* observed)
+    : model_(model), ngram_(ngram), observed_(observed) {
   if (!model.has_mtp()) fail("MtpDrafter: the model has no MTP head");
 }
 
@@ -67,18 +90,24 @@ void MtpDrafter::propose(std::span<DraftAsk> asks) {
   for (size_t i = 0; i < asks.size(); ++i) {
     DraftAsk& a = asks[i];
     a.drafts = ngram_.propose_one(a.prompt, a.reply, a.max);
-    if (!a.state || !a.hidden || !head_in_sync(model_, *a.state, *a.hidden)) continue;
-    items.push_back({a.state, a.hidden, a.prompt, a.reply, {}, {}});
+    // A hint of 0: the head's rows would cost more than its drafts bring; copies only.
+    if (!a.state || a.depth_hint <= 0 || !head_in_sync(model_, *a.state)) continue;
+    items.push_back({a.state, a.prompt, a.reply, {}, {}});
     owner.push_back(i);
   }
-  run_head_rows(model_, items);
+  int64_t catch_up_rows = 0;
+  for (const HeadRows& h : items)
+    catch_up_rows += static_cast<int64_t>(h.state->mtp_pending.size()) / model_.mtp_hidden_width();
+  const auto catch_up_start = Clock::now();
+  run_head_rows(model_, items, MtpLogits::Last);
+  if (observed_ && catch_up_rows > 0) observed_->catch_up.observe(catch_up_rows, ms_since(catch_up_start));
 
   // Draft 1 from the last verified row; chains go on from the head's own hidden and the previous draft.
   std::vector<size_t> chaining;
   for (size_t j = 0; j < items.size(); ++j) {
     if (items[j].last_logits.empty()) continue;
     DraftAsk& a = asks[owner[j]];
-    const int chain = std::min(a.max, std::max(1, a.depth_hint));
+    const int chain = std::min(a.max, a.depth_hint);
     const int32_t d1 = argmax(items[j].last_logits.data(), V);
     // Copies that agree with the head and reach as far are kept: they cost no head rows.
     if (!a.drafts.empty() && a.drafts[0] == d1 && static_cast<int>(a.drafts.size()) >= chain) continue;
@@ -93,16 +122,18 @@ void MtpDrafter::propose(std::span<DraftAsk> asks) {
       DraftAsk& a = asks[owner[chaining[c]]];
       outs[c].resize(h.last_hidden.size());
       segs.push_back({h.state, h.last_hidden, std::span<const int32_t>(&a.drafts.back(), 1),
-                      h.state->mtp_position, outs[c].data()});
+                      h.state->mtp_position, outs[c].data(), MtpLogits::All});
     }
+    const auto chain_start = Clock::now();
     const std::vector<float> logits = model_.mtp_forward(segs);
+    if (observed_) observed_->chain.observe(static_cast<int64_t>(segs.size()), ms_since(chain_start));
     std::vector<size_t> still;
     for (size_t c = 0; c < chaining.size(); ++c) {
       HeadRows& h = items[chaining[c]];
       DraftAsk& a = asks[owner[chaining[c]]];
       a.drafts.push_back(argmax(logits.data() + c * V, V));
       h.last_hidden = std::move(outs[c]);
-      if (depth < std::min(a.max, std::max(1, a.depth_hint))) still.push_back(chaining[c]);
+      if (depth < std::min(a.max, a.depth_hint)) still.push_back(chaining[c]);
     }
     chaining = std::move(still);
   }

@@ -6,37 +6,42 @@
 #include <vector>
 
 #include "model/model.h"
+#include "runtime/draft_policy.h"
 #include "runtime/draft_source.h"
 #include "runtime/ngram_drafter.h"
 
 namespace ds {
 
-// One stream's H rows for the head: `hidden` holds rows for positions state->mtp_position onward; the
+// One stream's H rows for the head: the state's mtp_pending rows (positions state->mtp_position onward); the
 // stream's known tokens are `prompt` then `reply` (the token at position k is the k-th of them).
 struct HeadRows {
   StreamState* state = nullptr;
-  std::vector<float>* hidden = nullptr;
   std::span<const int32_t> prompt, reply;
   std::vector<float> last_logits, last_hidden;  // out: the last row run's logits and output hidden
 };
 
 // Whether the head's cache plus the pending rows reach exactly the stream's position (else the head cannot
-// follow this stream: a snapshot without the head's rows, say).
-bool head_in_sync(const Model& model, const StreamState& state, const std::vector<float>& hidden);
+// follow this stream: a snapshot stored by a failed head call, say).
+bool head_in_sync(const Model& model, const StreamState& state);
+// Rows the head would run to draft for this stream (its pending rows), 0 when it cannot follow it.
+int64_t head_rows_pending(const Model& model, const StreamState& state);
 
 // Runs the head, in one mtp_forward, over every item's pending rows whose next token is known, and erases
-// them from `hidden`. Items with no such row are left alone (empty last_logits).
-void run_head_rows(const Model& model, std::span<HeadRows> items);
+// them from the state's mtp_pending. `logits`: Last to draft from the last row, None to only fill the
+// head's cache (prompt rows). Items with no such row are left alone (empty last_logits).
+void run_head_rows(const Model& model, std::span<HeadRows> items, MtpLogits logits);
 
 class MtpDrafter final : public DraftSource {
  public:
-  explicit MtpDrafter(const Model& model, NgramOptions ngram = {});
+  // `observed`, when set, is refined with the measured time of every head call (as RoundCosts are by rounds).
+  explicit MtpDrafter(const Model& model, NgramOptions ngram = {}, HeadCosts* observed = nullptr);
   void propose(std::span<DraftAsk> asks) override;
   bool uses_hidden() const override { return true; }
 
  private:
   const Model& model_;
   NgramDrafter ngram_;
+  HeadCosts* observed_;
 };
 
 }  // namespace ds

@@ -6,6 +6,7 @@
 
 #include "engine_test_support.h"
 #include "expect_error.h"
+#include "runtime/stream_memory.h"
 
 namespace ds {
 namespace {
@@ -103,8 +104,11 @@ TEST_F(EngineAdmission, MemoryLimitDelaysASecondStream) {
   EngineOptions o;
   Engine probe(*model_, o);
   const int64_t weights = probe.stats().weights_bytes;
-  // A 20 + 200-token stream reserves ~200 KB on this fixture: one fits the limit, two do not.
-  o.memory_limit_gib = (static_cast<double>(weights) + 300000.0) / (1024.0 * 1024.0 * 1024.0);
+  // A 20 + 200-token drafting stream's reserve (runtime/stream_memory.h) x 1.5: one fits the limit, two do
+  // not.
+  const int64_t reserve = stream_memory(*model_, o.max_drafts, true, kMaxIdleHeadRows).reserve(220, 20, true);
+  o.memory_limit_gib =
+      (static_cast<double>(weights) + 1.5 * static_cast<double>(reserve)) / (1024.0 * 1024.0 * 1024.0);
   Engine engine(*model_, o);
   std::mutex mu;
   std::vector<std::pair<int, bool>> log;  // (request, finished) in event order

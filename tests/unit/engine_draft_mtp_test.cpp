@@ -187,6 +187,53 @@ TEST_P(EngineMtpDrafts, PromptCacheHitStillDrafts) {
   EXPECT_TRUE(head_drafted);
 }
 
+// A cached prefix that ends exactly on a grid mark at the end of the known tokens (a 128-token prompt; a
+// first turn whose prompt + reply is 128 tokens, stored by the warm pass): the snapshot carries the head's
+// pending row, so the resumed stream drafts with the head at once, and its drafts are exactly those of the
+// same request run cold (the head's cache and pending row are the bits a fresh pass computes).
+TEST_P(EngineMtpDrafts, ResumesWithTheHeadFromAMarkAtTheEndOfTheKnownTokens) {
+  const Model& m = *model_;
+  const int64_t V = m.config().vocab_size;
+  struct Case {
+    int64_t prompt, reply;
+  };
+  for (const Case c : {Case{128, 4}, Case{100, 28}}) {
+    const std::string what = "prompt " + std::to_string(c.prompt) + " reply " + std::to_string(c.reply);
+    auto first =
+        test::make_request(test::random_prompt(c.prompt, V, 21), static_cast<int32_t>(c.reply), false, 1);
+    auto head = std::make_shared<HeadOnly>(m);
+    EngineOptions o;
+    o.parallel = 1;
+    o.draft_depth = 3;
+    o.draft_source = head;
+    Engine engine(m, o);
+    Reply a = test::run_on(engine, first);
+    test::wait_warm(engine);
+    auto second = first;
+    second.max_tokens = 24;
+    if (c.prompt + c.reply == 128)
+      second.prompt.insert(second.prompt.end(), a.tokens.begin(), a.tokens.end());
+    auto more = test::random_prompt(6, V, 22);
+    second.prompt.insert(second.prompt.end(), more.begin(), more.end());
+    const size_t before = head->proposals.size();
+    Reply b = test::run_on(engine, second);
+    expect_same(b, run_plain(m, second), what);
+    EXPECT_EQ(b.final.cached_tokens, 128) << what;
+    const std::vector<std::vector<int32_t>> resumed(head->proposals.begin() + static_cast<int64_t>(before),
+                                                    head->proposals.end());
+    ASSERT_FALSE(resumed.empty()) << what;
+    EXPECT_FALSE(resumed[0].empty()) << what << ": the head did not draft after the resumed prompt";
+
+    auto cold_head = std::make_shared<HeadOnly>(m);
+    EngineOptions cold = o;
+    cold.prompt_cache_gib = 0;
+    cold.draft_source = cold_head;
+    Engine cold_engine(m, cold);
+    expect_same(test::run_on(cold_engine, second), b, what + " cold");
+    EXPECT_EQ(cold_head->proposals, resumed) << what;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Fixtures, EngineMtpDrafts, ::testing::Values("qwen4exp_mtp", "qwen3next_mtp"));
 
 // The first proposal after the prompt is the golden chained draft (tools/mtp/make_mtp_fixtures.py): the
@@ -209,6 +256,44 @@ TEST(MtpDrafter, FirstProposalIsTheGoldenChain) {
     EXPECT_EQ(got.tokens[0], ref["next_token"].get<int32_t>()) << name;
     ASSERT_FALSE(head->proposals.empty()) << name;
     EXPECT_EQ(head->proposals[0], ref["chain_drafts"].get<std::vector<int32_t>>()) << name;
+  }
+}
+
+}  // namespace
+}  // namespace ds
+
+namespace ds {
+namespace {
+
+// Rows that ask for no logits or only the last row's change nothing else: the returned rows are those of
+// the all-rows call, bit for bit, and the head's cache and output hidden rows are the same.
+TEST(MtpLogits, LastAndNoneAreRowsOfAll) {
+  for (const std::string name : {"qwen4exp_mtp", "qwen3next_mtp"}) {
+    Model m(test::fixture(name));
+    const int64_t W = m.mtp_hidden_width(), V = m.config().vocab_size, rows = 7;
+    std::vector<float> hidden(rows * W);
+    for (int64_t i = 0; i < rows * W; ++i) hidden[i] = static_cast<float>((i * 37) % 101) / 50.0f - 1.0f;
+    const std::vector<int32_t> next = test::random_prompt(rows, V, 5);
+    std::vector<StreamState> st(3, m.new_state());
+    std::vector<std::vector<float>> out(3, std::vector<float>(rows * W));
+    std::vector<std::vector<float>> logits;
+    const MtpLogits kinds[3] = {MtpLogits::All, MtpLogits::Last, MtpLogits::None};
+    for (int k = 0; k < 3; ++k) {
+      MtpSegment seg{&st[k], hidden, next, 0, out[k].data(), kinds[k]};
+      logits.push_back(m.mtp_forward({&seg, 1}));
+    }
+    ASSERT_EQ(logits[0].size(), static_cast<size_t>(rows * V)) << name;
+    EXPECT_TRUE(test::same_bits(logits[1], std::vector<float>(logits[0].end() - V, logits[0].end()))) << name;
+    EXPECT_TRUE(logits[2].empty()) << name;
+    for (int k = 1; k < 3; ++k) {
+      EXPECT_TRUE(test::same_state(st[k], st[0])) << name << " kind " << k;
+      EXPECT_TRUE(test::same_bits(out[k], out[0])) << name << " kind " << k;
+    }
+    // Two segments, the first without logits: the second's rows come first in the result.
+    std::vector<StreamState> two(2, m.new_state());
+    MtpSegment segs[2] = {{&two[0], hidden, next, 0, nullptr, MtpLogits::None},
+                          {&two[1], hidden, next, 0, nullptr, MtpLogits::Last}};
+    EXPECT_TRUE(test::same_bits(m.mtp_forward(segs), logits[1])) << name;
   }
 }
 

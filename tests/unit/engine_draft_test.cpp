@@ -365,5 +365,43 @@ TEST(DraftPolicy, DepthsPayOrTurnOff) {
   EXPECT_DOUBLE_EQ(mixed.cost(12), 22.0);
 }
 
+// The MTP head's own calls are in the round's cost: a head whose catch-up costs more than its drafts save
+// turns drafting off; a chain step dearer than what a deeper draft adds stops the chain; copies (no head
+// rows) are unaffected; without head costs the same choice drafts full depth.
+TEST(DraftPolicy, TheHeadsCostCounts) {
+  auto costs_of = [](int64_t widths, double fixed, double per_row) {
+    RoundCosts c;
+    c.calibrate(widths, [&](int64_t rows) { return fixed + per_row * static_cast<double>(rows); });
+    return c;
+  };
+  LandingRates good;
+  for (int i = 0; i < 50; ++i) good.record(8, 8);
+  LandingRates half;  // every other draft lands: a window of depth d expects < 2 tokens
+  for (int i = 0; i < 50; ++i) half.record(8, i % 2 == 0 ? 1 : 0);
+  const RoundCosts flat = costs_of(9, 10, 0.1);
+  HeadCosts cheap{costs_of(9, 0.2, 0.05), costs_of(4, 0.2, 0.05)};
+  HeadCosts dear_catch_up{costs_of(9, 12, 0.1), costs_of(4, 0.2, 0.05)};
+  HeadCosts dear_chain{costs_of(9, 0.2, 0.05), costs_of(4, 6, 0.1)};
+
+  std::vector<DepthChoice> one = {{&good, 8, 1}};
+  choose_depths(flat, one, 0, &cheap);
+  EXPECT_EQ(one[0].depth, 8);
+  choose_depths(flat, one, 0, &dear_chain);
+  EXPECT_EQ(one[0].depth, 1);  // draft 1 comes with the catch-up; each further one costs a chain step
+  std::vector<DepthChoice> middling = {{&half, 8, 1}};
+  choose_depths(flat, middling, 0, &dear_catch_up);
+  EXPECT_EQ(middling[0].depth, 0);  // ~1.5 tokens for twice the round: off
+  choose_depths(flat, middling);
+  EXPECT_GT(middling[0].depth, 0);  // the same stream drafts when its drafts cost nothing to make
+  std::vector<DepthChoice> copies = {{&good, 8, 0}};
+  choose_depths(flat, copies, 0, &dear_catch_up);
+  EXPECT_EQ(copies[0].depth, 8);
+  // The catch-up is one call for all streams, a chain step one call per depth over the streams that deep.
+  const int depths[3] = {3, 1, 0};
+  const int64_t rows[3] = {2, 4, 5};
+  EXPECT_DOUBLE_EQ(cheap.cost(depths, rows), cheap.catch_up.cost(6) + 2 * cheap.chain.cost(1));
+  EXPECT_DOUBLE_EQ(HeadCosts{}.cost(depths, rows), 0.0);  // uncalibrated: no head cost
+}
+
 }  // namespace
 }  // namespace ds
