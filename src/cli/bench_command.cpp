@@ -34,7 +34,7 @@ struct BenchOptions {
   int decode_tokens = 32, warmup_rounds = 2, decode_prompt = 16, repeats = 3, threads = 0;
   int bandwidth_mib = 1024;
   int draft_tokens = 64;  // reply length of the drafts off/on line; 0 skips it
-  bool json = false, no_drafts = false;
+  bool json = false, no_drafts = false, no_weight_tiles = false;
 };
 
 double seconds_since(Clock::time_point t0) {
@@ -77,12 +77,12 @@ std::unique_ptr<Model> load(const BenchOptions& o) {
     } catch (const json::exception& e) {
       fail("{}: not valid JSON: {}", o.config, e.what());
     }
-    return std::make_unique<Model>(dummy_checkpoint(config, o.seed));
+    return std::make_unique<Model>(dummy_checkpoint(config, o.seed), !o.no_weight_tiles);
   }
   if (o.load_format != "auto") fail("--load-format '{}' is not one of auto, dummy", o.load_format);
   if (o.model.empty()) fail("bench needs --model DIR or --load-format dummy --config FILE");
   if (!o.config.empty()) fail("--config is for --load-format dummy; a checkpoint has its own config.json");
-  return std::make_unique<Model>(o.model);
+  return std::make_unique<Model>(o.model, !o.no_weight_tiles);
 }
 
 uint64_t weight_bytes(const Checkpoint& ck) {
@@ -162,6 +162,8 @@ void print_table(const json& r) {
       "model: %s, %.3f GiB of weights (%s), %s\n", r["model"]["architecture"].get<std::string>().c_str(),
       r["model"]["weight_bytes"].get<double>() / (1u << 30),
       r["model"]["quantization"].get<std::string>().c_str(), r["model"]["source"].get<std::string>().c_str());
+  std::printf("CPU tiled weight copies: %.3f GiB%s\n", r["cpu_tile_bytes"].get<double>() / (1u << 30),
+              r["cpu_tile_bytes"].get<double>() > 0 ? "" : " (row-major kernels)");
   std::printf("threads: %d; load average before %s, after %s\n", r["threads"].get<int>(),
               r["load_average_before"].get<std::string>().c_str(),
               r["load_average_after"].get<std::string>().c_str());
@@ -207,6 +209,7 @@ void run_bench(const BenchOptions& o) {
       {"weight_bytes", weight_bytes(m->checkpoint())},
       {"quantization", m->checkpoint().quantization_summary()}};
   r["threads"] = ThreadPool::global().size();
+  r["cpu_tile_bytes"] = m->cpu_tile_bytes();
   std::fprintf(stderr, "measuring DRAM read bandwidth over %d MiB\n", o.bandwidth_mib);
   const double bw = measure_read_bandwidth_gbs(static_cast<uint64_t>(o.bandwidth_mib) << 20, 5);
   r["bandwidth_gbs"] = bw;
@@ -258,6 +261,8 @@ void register_bench_command(CLI::App& app) {
       ->check(CLI::NonNegativeNumber);
   cmd->add_flag("--no-drafts", o->no_drafts,
                 "skip the drafts off/on line (everything else is the plain path)");
+  cmd->add_flag("--no-weight-tiles", o->no_weight_tiles,
+                "keep the checkpoint's row-major layout (no tiled copies for the CPU kernels): the A/B of tiling");
   cmd->add_flag("--json", o->json, "print one JSON object instead of the table");
   cmd->callback([o] { run_bench(*o); });
 }
