@@ -261,8 +261,9 @@ void register_bench_command(CLI::App& app) {
       ->check(CLI::NonNegativeNumber);
   cmd->add_flag("--no-drafts", o->no_drafts,
                 "skip the drafts off/on line (everything else is the plain path)");
-  cmd->add_flag("--no-weight-tiles", o->no_weight_tiles,
-                "keep the checkpoint's row-major layout (no tiled copies for the CPU kernels): the A/B of tiling");
+  cmd->add_flag(
+      "--no-weight-tiles", o->no_weight_tiles,
+      "keep the checkpoint's row-major layout (no tiled copies for the CPU kernels): the A/B of tiling");
   cmd->add_flag("--json", o->json, "print one JSON object instead of the table");
   cmd->callback([o] { run_bench(*o); });
 }
