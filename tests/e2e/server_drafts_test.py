@@ -17,11 +17,7 @@ import unittest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import server_process  # noqa: E402
 
-try:
-    import openai
-except ImportError:
-    print("SKIP: the openai Python package is not installed (scripts/setup.sh installs it)")
-    sys.exit(77)
+openai = server_process.import_openai_or_skip()
 
 ARGS = None
 

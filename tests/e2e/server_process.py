@@ -13,6 +13,16 @@ import urllib.error
 import urllib.request
 
 
+def import_openai_or_skip():
+    """The official openai client, or exit 77 (ctest's skip code) saying how to install it."""
+    try:
+        import openai
+    except ImportError:
+        print("SKIP: the openai Python package is not installed (scripts/setup.sh installs it)")
+        raise SystemExit(77)
+    return openai
+
+
 def make_model_dir(source):
     """The qwen4exp_base fixture's weights plus the 320-token test tokenizer with a ChatML thinking template."""
     out = tempfile.mkdtemp(prefix="deltaserve-e2e-")
