@@ -73,6 +73,13 @@ void run_fast_vs_generic(Tally& tally, const std::string& config_path) {
   std::printf("  fast kernels: windows of 4 == single steps: %s\n",
               steps_same ? "bit-identical" : "DIFFERENT");
   tally.expect(steps_same, "fast kernels: a window == its single steps");
+  fast.set_expert_windows(false);
+  CudaStreamState s2 = fast.new_state();
+  const bool pairs_same = run_windows(fast, s2, tokens, 4) == lf;
+  fast.set_expert_windows(true);
+  std::printf("  fast kernels: expert windows == per-pair expert products: %s\n",
+              pairs_same ? "bit-identical" : "DIFFERENT");
+  tally.expect(pairs_same, "fast kernels: expert windows == per-pair expert products");
   // Negative control for the comparison: the generic model on other tokens differs by far more than the
   // bound.
   std::vector<int32_t> other(tokens.rbegin(), tokens.rend());
@@ -109,7 +116,14 @@ void run_bench(const std::string& config_path, int bits, int group, const std::v
                   bytes * r.tokens_per_s / 1e9);
     std::printf("\n");
     std::fflush(stdout);
-    if (n != 1) continue;
+    if (n != 1) {
+      m.set_expert_windows(false);
+      const DecodeRate pairs = bench_decode_rounds(m, n, rounds, 1);
+      m.set_expert_windows(true);
+      std::printf("%8d %10d %12.3f %12.1f  (per-pair expert products, no windows)\n", n, rounds,
+                  pairs.ms_per_round, pairs.tokens_per_s);
+      continue;
+    }
     m.set_graphs(false);
     const DecodeRate plain = bench_decode_rounds(m, n, rounds, 1);
     m.set_graphs(true);
