@@ -111,9 +111,9 @@ void run_bench(const std::string& config_path, int bits, int group, const std::v
     const DecodeRate r = bench_decode_rounds(m, n, rounds, 4);
     std::printf("%8d %10d %12.3f %12.1f", n, rounds, r.ms_per_round, r.tokens_per_s);
     if (n == 1)
-      std::printf(" %9.1f%%  (%.3f GB/token -> %.0f GB/s)",
+      std::printf(" %9.1f%%  (%.3f GB/token -> %.0f GB/s; %zu graph nodes a round)",
                   100 * bytes * r.tokens_per_s / kRooflineBytesPerSecond, bytes / 1e9,
-                  bytes * r.tokens_per_s / 1e9);
+                  bytes * r.tokens_per_s / 1e9, m.graph_nodes());
     std::printf("\n");
     std::fflush(stdout);
     if (n != 1) {

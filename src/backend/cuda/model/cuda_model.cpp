@@ -512,6 +512,8 @@ int64_t CudaModel::run(std::span<const CudaSegment> segments) {
       }
       cudaGraph_t graph = nullptr;
       check(cudaStreamEndCapture(st, &graph), "cudaStreamEndCapture");
+      graph_nodes_ = 0;
+      cudaGraphGetNodes(graph, nullptr, &graph_nodes_);
       const cudaError_t made = cudaGraphInstantiate(&graph_exec_, graph, 0);
       cudaGraphDestroy(graph);
       check(made, "cudaGraphInstantiate");

@@ -79,6 +79,8 @@ class CudaModel {
   void set_time_ops(bool on) { opt_.time_ops = on; }
   void set_graphs(bool on) { opt_.graphs = on; }
   void set_expert_windows(bool on) { opt_.expert_windows = on; }
+  // Nodes (launches, copies, timing events) of the last captured round's graph.
+  size_t graph_nodes() const { return graph_nodes_; }
   cudaStream_t stream() const { return stream_.get(); }
 
  private:
@@ -116,6 +118,7 @@ class CudaModel {
   bool experts_windowed_ =
       false;  // every layer's experts are MLX affine: the expert-window kernels take them
   std::vector<int64_t> graph_key_;
+  size_t graph_nodes_ = 0;
 };
 
 }  // namespace ds::cuda
