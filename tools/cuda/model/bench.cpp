@@ -73,10 +73,10 @@ void run_fast_vs_generic(Tally& tally, const std::string& config_path) {
   std::printf("  fast kernels: windows of 4 == single steps: %s\n",
               steps_same ? "bit-identical" : "DIFFERENT");
   tally.expect(steps_same, "fast kernels: a window == its single steps");
-  fast.set_expert_windows(false);
+  fast.set_expert_windows(!fast.options().expert_windows);
   CudaStreamState s2 = fast.new_state();
   const bool pairs_same = run_windows(fast, s2, tokens, 4) == lf;
-  fast.set_expert_windows(true);
+  fast.set_expert_windows(!fast.options().expert_windows);
   std::printf("  fast kernels: expert windows == per-pair expert products: %s\n",
               pairs_same ? "bit-identical" : "DIFFERENT");
   tally.expect(pairs_same, "fast kernels: expert windows == per-pair expert products");
@@ -116,14 +116,14 @@ void run_bench(const std::string& config_path, int bits, int group, const std::v
                   bytes * r.tokens_per_s / 1e9, m.graph_nodes());
     std::printf("\n");
     std::fflush(stdout);
-    if (n != 1) {
-      m.set_expert_windows(false);
-      const DecodeRate pairs = bench_decode_rounds(m, n, rounds, 1);
-      m.set_expert_windows(true);
-      std::printf("%8d %10d %12.3f %12.1f  (per-pair expert products, no windows)\n", n, rounds,
-                  pairs.ms_per_round, pairs.tokens_per_s);
-      continue;
-    }
+    // The other routed-expert path (expert windows / per-pair products), same rounds.
+    const bool windows = m.options().expert_windows;
+    m.set_expert_windows(!windows);
+    const DecodeRate other = bench_decode_rounds(m, n, rounds, 1);
+    m.set_expert_windows(windows);
+    std::printf("%8d %10d %12.3f %12.1f  (%s)\n", n, rounds, other.ms_per_round, other.tokens_per_s,
+                windows ? "per-pair expert products" : "expert windows");
+    if (n != 1) continue;
     m.set_graphs(false);
     const DecodeRate plain = bench_decode_rounds(m, n, rounds, 1);
     m.set_graphs(true);

@@ -25,8 +25,9 @@ struct CudaModelOptions {
   bool generic_mixers = false;  // use the any-shape DeltaNet/attention kernels even where the fast ones fit
   bool time_ops = false;  // CUDA events between op kinds (op_times), inside the graph when graphs are on
   bool graphs = true;     // replay a decode round of an already seen shape as one CUDA graph
-  bool expert_windows =
-      true;  // routed experts as expert windows (each expert read once a step) where they fit
+  // Routed experts as expert windows (each expert read once a step; bit-identical to the per-pair products):
+  // off by default, as the per-pair products measured faster at 1-64 streams (docs/receipts/cuda-decode.md).
+  bool expert_windows = false;
 };
 
 // Encodings for random weights: MLX affine bits/group for the experts and for every other matrix (bits 0:
@@ -79,6 +80,7 @@ class CudaModel {
   void set_time_ops(bool on) { opt_.time_ops = on; }
   void set_graphs(bool on) { opt_.graphs = on; }
   void set_expert_windows(bool on) { opt_.expert_windows = on; }
+  const CudaModelOptions& options() const { return opt_; }
   // Nodes (launches, copies, timing events) of the last captured round's graph.
   size_t graph_nodes() const { return graph_nodes_; }
   cudaStream_t stream() const { return stream_.get(); }
