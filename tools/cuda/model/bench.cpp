@@ -73,6 +73,13 @@ void run_fast_vs_generic(Tally& tally, const std::string& config_path) {
   std::printf("  fast kernels: windows of 4 == single steps: %s\n",
               steps_same ? "bit-identical" : "DIFFERENT");
   tally.expect(steps_same, "fast kernels: a window == its single steps");
+  fast.set_expert_windows(!fast.options().expert_windows);
+  CudaStreamState s2 = fast.new_state();
+  const bool pairs_same = run_windows(fast, s2, tokens, 4) == lf;
+  fast.set_expert_windows(!fast.options().expert_windows);
+  std::printf("  fast kernels: expert windows == per-pair expert products: %s\n",
+              pairs_same ? "bit-identical" : "DIFFERENT");
+  tally.expect(pairs_same, "fast kernels: expert windows == per-pair expert products");
   // Negative control for the comparison: the generic model on other tokens differs by far more than the
   // bound.
   std::vector<int32_t> other(tokens.rbegin(), tokens.rend());
@@ -104,11 +111,18 @@ void run_bench(const std::string& config_path, int bits, int group, const std::v
     const DecodeRate r = bench_decode_rounds(m, n, rounds, 4);
     std::printf("%8d %10d %12.3f %12.1f", n, rounds, r.ms_per_round, r.tokens_per_s);
     if (n == 1)
-      std::printf(" %9.1f%%  (%.3f GB/token -> %.0f GB/s)",
+      std::printf(" %9.1f%%  (%.3f GB/token -> %.0f GB/s; %zu graph nodes a round)",
                   100 * bytes * r.tokens_per_s / kRooflineBytesPerSecond, bytes / 1e9,
-                  bytes * r.tokens_per_s / 1e9);
+                  bytes * r.tokens_per_s / 1e9, m.graph_nodes());
     std::printf("\n");
     std::fflush(stdout);
+    // The other routed-expert path (expert windows / per-pair products), same rounds.
+    const bool windows = m.options().expert_windows;
+    m.set_expert_windows(!windows);
+    const DecodeRate other = bench_decode_rounds(m, n, rounds, 1);
+    m.set_expert_windows(windows);
+    std::printf("%8d %10d %12.3f %12.1f  (%s)\n", n, rounds, other.ms_per_round, other.tokens_per_s,
+                windows ? "per-pair expert products" : "expert windows");
     if (n != 1) continue;
     m.set_graphs(false);
     const DecodeRate plain = bench_decode_rounds(m, n, rounds, 1);

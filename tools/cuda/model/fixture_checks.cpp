@@ -170,6 +170,14 @@ void run_fixture_checks(Tally& tally, const std::string& root, const std::vector
       std::printf("  %s: windows of 16 == single steps: %s; == windows of 5: %s\n", name.c_str(),
                   steps_same ? "bit-identical" : "DIFFERENT", five_same ? "bit-identical" : "DIFFERENT");
       tally.expect(steps_same && five_same, name + ": a window == its single steps");
+      // Expert windows (each expert read once a step) == per-pair expert products, bit for bit.
+      m.set_expert_windows(!m.options().expert_windows);
+      CudaStreamState sp = m.new_state();
+      const bool pairs_same = same_bits(run_windows(m, sp, prompt, 16), got);
+      m.set_expert_windows(!m.options().expert_windows);
+      std::printf("  %s: expert windows == per-pair expert products: %s\n", name.c_str(),
+                  pairs_same ? "bit-identical" : "DIFFERENT");
+      tally.expect(pairs_same, name + ": expert windows == per-pair expert products");
       check_alone_vs_together(tally, m, prompt, 4, name);
 
       // Negative control: the final norm 1% off must exceed the bound.

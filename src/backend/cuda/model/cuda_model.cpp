@@ -21,6 +21,8 @@ namespace ds::cuda {
 
 namespace {
 
+constexpr int kMaxExpertWindowSlots = 4096;  // moe_expert_windows takes at most this many (row, rank) pairs
+
 constexpr size_t align256(size_t n) {
   return (n + 255) / 256 * 256;
 }
@@ -54,24 +56,39 @@ void CudaModel::op(const char* name) {
   op_events_.push_back({name, ev});
 }
 
-void CudaModel::hc_mix(const DeviceHc& hc, int n, const float* H, float* x, float* iota) {
+void CudaModel::hc_mix(const DeviceHc& hc, int n, float* H, const float* pending, float* x, float* iota) {
   Scratch& s = *scratch_;
   const int S = static_cast<int>(cfg_.hc_count), D = static_cast<int>(cfg_.hidden),
             R = static_cast<int>(cfg_.hc_rank);
   const float inv_s = 1.0f / static_cast<float>(S);
   const cudaStream_t st = stream_.get();
   op("hc norm");
-  rms_norm_rows(H, int64_t{S} * D, hc.norm.as<float>(), S, D, cfg_.rms_eps, s.normed, int64_t{S} * D, n, st);
+  if (pending != nullptr)  // the previous block's output, injected with the previous iota first
+    add_rms_norm_rows(H, int64_t{S} * D, s.iota, pending, hc.norm.as<float>(), S, D, cfg_.rms_eps, s.normed,
+                      int64_t{S} * D, n, st);
+  else
+    rms_norm_rows(H, int64_t{S} * D, hc.norm.as<float>(), S, D, cfg_.rms_eps, s.normed, int64_t{S} * D, n,
+                  st);
   op("hc down");
   wx(hc.down, s.normed, int64_t{S} * D, n, s.low, R, st);
   op("hc inject w");
   if (iota) wx(hc.inject, s.normed, int64_t{S} * D, n, iota, S, st);
   op("hc up");
-  silu_scaled(s.low, int64_t{n} * R, inv_s, st);
+  hc_activations(s.low, int64_t{n} * R, iota, int64_t{n} * S, inv_s, st);
   wx(hc.up, s.low, R, n, s.mix, int64_t{S} * D, st);
   op("hc combine");
   hc_combine(s.mix, s.normed, n, S, D, x, st);
-  if (iota) hc_iota(iota, int64_t{n} * S, inv_s, st);
+}
+
+// gate|up of an MLP on n rows of x: one product into gu [n, 2 inter] (two when the encodings differ), then
+// h = silu(gate) * up [n, inter].
+void CudaModel::mlp_in(const DeviceMatrix& gate_up, const DeviceMatrix& up_alone, int64_t inter, int n,
+                       const float* x, float* gu, float* h) {
+  const cudaStream_t st = stream_.get();
+  const int64_t D = cfg_.hidden;
+  wx(gate_up, x, D, n, gu, 2 * inter, st);
+  if (up_alone.valid()) wx(up_alone, x, D, n, gu + inter, 2 * inter, st);
+  silu_mul_halves(gu, n, static_cast<int>(inter), h, st);
 }
 
 void CudaModel::moe(const Layer& L, int n, const float* x, float* y) {
@@ -81,36 +98,47 @@ void CudaModel::moe(const Layer& L, int n, const float* x, float* y) {
             K = static_cast<int>(cfg_.experts_per_tok);
   if (L.dense) {
     op("mlp");
-    const int I = static_cast<int>(cfg_.dense_inter);
-    wx(L.sh_gate, x, D, n, s.sg, I, st);
-    wx(L.sh_up, x, D, n, s.su, I, st);
-    silu_mul(s.sg, s.su, int64_t{n} * I, st);
-    wx(L.sh_down, s.sg, I, n, y, D, st);
+    const int64_t I = cfg_.dense_inter;
+    mlp_in(L.sh_gate_up, L.sh_up_alone, I, n, x, s.sgu, s.sh);
+    wx(L.sh_down, s.sh, I, n, y, D, st);
     return;
   }
   op("moe router");
   wx(L.router, x, D, n, s.router, E, st);
   op("moe top-k");
   moe_route(s.router, n, E, K, cfg_.norm_topk_prob, s.ids, s.weights, st);
-  moe_pairs(s.ids, n, K, s.up_pairs, s.down_pairs, st);
-  op("moe expert gate|up");
-  const int I = static_cast<int>(cfg_.moe_inter);
-  wx_grouped(L.gate, s.up_pairs, n * K, x, D, n, s.g, I, st);
-  wx_grouped(L.up, s.up_pairs, n * K, x, D, n, s.u, I, st);
-  silu_mul(s.g, s.u, int64_t{n} * K * I, st);
-  op("moe expert down");
-  wx_grouped(L.down, s.down_pairs, n * K, s.g, I, n * K, s.slots, D, st);
+  const int I = static_cast<int>(cfg_.moe_inter), slots = n * K;
+  // Expert windows (each expert's weights read once for all the rows it serves) where the kernels take the
+  // matrices; the per-pair products otherwise. Both give each row affine_wx's bits.
+  const bool windows = opt_.expert_windows && experts_windowed_ && slots <= kMaxExpertWindowSlots;
+  const int32_t* slot_of = nullptr;
+  if (windows) {
+    moe_expert_windows(s.ids, n, K, E, s.windows, s.row_ids, s.slot_of, st);
+    op("moe expert gate|up");
+    wx_windows(L.gate_up, s.windows, slots, s.row_ids, x, D, n, s.gu, 2 * I, st);
+    if (L.up_alone.valid()) wx_windows(L.up_alone, s.windows, slots, s.row_ids, x, D, n, s.gu + I, 2 * I, st);
+    silu_mul_halves(s.gu, slots, I, s.h, st);
+    op("moe expert down");
+    wx_windows(L.down, s.windows, slots, nullptr, s.h, I, slots, s.slots, D, st);
+    slot_of = s.slot_of;
+  } else {
+    moe_pairs(s.ids, n, K, s.up_pairs, s.down_pairs, st);
+    op("moe expert gate|up");
+    wx_grouped(L.gate_up, s.up_pairs, slots, x, D, n, s.gu, 2 * I, st);
+    if (L.up_alone.valid()) wx_grouped(L.up_alone, s.up_pairs, slots, x, D, n, s.gu + I, 2 * I, st);
+    silu_mul_halves(s.gu, slots, I, s.h, st);
+    op("moe expert down");
+    wx_grouped(L.down, s.down_pairs, slots, s.h, I, slots, s.slots, D, st);
+  }
   if (L.has_shared) {
     op("moe shared");
-    const int SI = static_cast<int>(cfg_.shared_inter);
-    wx(L.sh_gate, x, D, n, s.sg, SI, st);
-    wx(L.sh_up, x, D, n, s.su, SI, st);
-    silu_mul(s.sg, s.su, int64_t{n} * SI, st);
-    wx(L.sh_down, s.sg, SI, n, s.shared, D, st);
+    const int64_t SI = cfg_.shared_inter;
+    mlp_in(L.sh_gate_up, L.sh_up_alone, SI, n, x, s.sgu, s.sh);
+    wx(L.sh_down, s.sh, SI, n, s.shared, D, st);
     wx(L.sh_gate_w, x, D, n, s.sgate, 1, st);
   }
   op("moe combine");
-  moe_combine(s.weights, s.slots, n, K, D, L.has_shared ? s.shared : nullptr,
+  moe_combine(s.weights, s.slots, slot_of, n, K, D, L.has_shared ? s.shared : nullptr,
               L.has_shared ? s.sgate : nullptr, y, st);
 }
 
@@ -197,7 +225,7 @@ void CudaModel::mixer(const Layer& L, int layer, int n, const float* x, float* y
   op("attention core");
   const bool fast = !opt_.generic_mixers && (hd == 128 || hd == 256);
   if (fast) {
-    attention_decode(shape, w, wins, s.n_windows, s.max_count, rows, n, st);
+    attention_decode(shape, w, wins, s.n_windows, s.max_count, rows, n, s.attn_ws, s.attn_ws_bytes, st);
     if (L.has_indexer)
       attention_decode_generic(shape, w, wins, s.n_windows, s.max_count, rows, n, sel, true, st);
   } else {
@@ -240,6 +268,10 @@ int64_t CudaModel::run(std::span<const CudaSegment> segments) {
     const int64_t maxb = c.indexer_ratio > 0 ? opt_.max_context / c.indexer_ratio : 0;
     const int64_t inter = std::max({c.moe_inter, c.dense_inter, int64_t{1}});
     const int64_t sinter = std::max({c.shared_inter, c.dense_inter, int64_t{1}});
+    const AttentionShape ashape{static_cast<int>(c.n_heads), static_cast<int>(c.n_kv_heads),
+                                static_cast<int>(c.head_dim), static_cast<int>(c.rotary_dim), c.rms_eps};
+    const size_t attn_ws =
+        c.head_dim == 128 || c.head_dim == 256 ? attention_decode_workspace_bytes(ashape, n) : 0;
     std::vector<std::pair<void**, int64_t>> parts = {
         {(void**)&s->H, n * SD * 4},
         {(void**)&s->x, n * D * 4},
@@ -267,11 +299,15 @@ int64_t CudaModel::run(std::span<const CudaSegment> segments) {
         {(void**)&s->weights, n * K * 4},
         {(void**)&s->up_pairs, n * K * int64_t{sizeof(ExpertRow)}},
         {(void**)&s->down_pairs, n * K * int64_t{sizeof(ExpertRow)}},
-        {(void**)&s->g, n * K * inter * 4},
-        {(void**)&s->u, n * K * inter * 4},
+        {(void**)&s->windows, n * K * int64_t{sizeof(ExpertWindow)}},
+        {(void**)&s->row_ids, n * K * 4},
+        {(void**)&s->slot_of, n * K * 4},
+        {(void**)&s->gu, n * K * 2 * inter * 4},
+        {(void**)&s->h, n * K * inter * 4},
         {(void**)&s->slots, n * K * D * 4},
-        {(void**)&s->sg, n * sinter * 4},
-        {(void**)&s->su, n * sinter * 4},
+        {(void**)&s->sgu, n * 2 * sinter * 4},
+        {(void**)&s->sh, n * sinter * 4},
+        {(void**)&s->attn_ws, static_cast<int64_t>(attn_ws)},
         {(void**)&s->shared, n * D * 4},
         {(void**)&s->sgate, n * 4},
         {(void**)&s->pkey, n * SD * 4},
@@ -291,6 +327,7 @@ int64_t CudaModel::run(std::span<const CudaSegment> segments) {
       *p.first = s->arena.as<uint8_t>() + at;
       at += align256(static_cast<size_t>(p.second));
     }
+    s->attn_ws_bytes = attn_ws;
     scratch_ = std::move(s);
   }
   Scratch& s = *scratch_;
@@ -381,6 +418,8 @@ int64_t CudaModel::run(std::span<const CudaSegment> segments) {
 
     if (c.family == ModelFamily::Qwen4Exp) {
       hc_expand(e, n, static_cast<int>(S), static_cast<int>(D), s.H, st);
+      // A block's output waits to be injected into H (with s.iota) by the next op that reads H.
+      const float* pending = nullptr;
       for (int l = 0; l < c.layers; ++l) {
         const Layer& L = layers_[l];
         if (L.has_ple) {
@@ -390,36 +429,44 @@ int64_t CudaModel::run(std::span<const CudaSegment> segments) {
           wx(L.ple_key, emb, E, n, s.pkey, SD, st);
           wx(L.ple_value, emb, E, n, s.pval, D, st);
           rms_norm_rows(s.pkey, SD, L.ple_norm_key.as<float>(), S, D, c.rms_eps, s.pkey, SD, n, st);
-          rms_norm_rows(s.H, SD, L.ple_norm_query.as<float>(), S, D, c.rms_eps, s.qn, SD, n, st);
+          if (pending != nullptr)
+            add_rms_norm_rows(s.H, SD, s.iota, pending, L.ple_norm_query.as<float>(), S, D, c.rms_eps, s.qn,
+                              SD, n, st);
+          else
+            rms_norm_rows(s.H, SD, L.ple_norm_query.as<float>(), S, D, c.rms_eps, s.qn, SD, n, st);
+          pending = nullptr;
           ple_gate(s.pkey, s.qn, s.pval, n, S, D, s.gated, st);
           rms_norm_rows(s.gated, SD, L.ple_norm_conv.as<float>(), S, D, c.rms_eps, s.gn, SD, n, st);
           ple_conv(static_cast<const PleWindow*>(s.win_ple[l]), nw, s.gn, s.gated, L.ple_conv.as<float>(),
                    static_cast<int>(c.ple_conv_kernel), static_cast<int>(c.ngram_size), SD, s.H, st);
         }
-        hc_mix(L.hc_attn, n, s.H, s.x, s.iota);
+        hc_mix(L.hc_attn, n, s.H, pending, s.x, s.iota);
         mixer(L, l, n, s.x, s.y);
-        op("hc inject");
-        hc_inject(s.iota, s.y, n, S, D, s.H, st);
-        hc_mix(L.hc_mlp, n, s.H, s.x, s.iota);
+        hc_mix(L.hc_mlp, n, s.H, s.y, s.x, s.iota);
         moe(L, n, s.x, s.y);
-        op("hc inject");
-        hc_inject(s.iota, s.y, n, S, D, s.H, st);
+        pending = s.y;
       }
-      hc_mix(*final_mixer_, n, s.H, s.x, nullptr);
+      hc_mix(*final_mixer_, n, s.H, pending, s.x, nullptr);
     } else {
       float* h = e;  // the residual stream, in place in the uploaded rows
+      // Each residual add is fused into the norm that reads h next.
       for (int l = 0; l < c.layers; ++l) {
         const Layer& L = layers_[l];
         op("norm");
-        rms_norm_rows(h, D, L.input_norm.as<float>(), 1, D, c.rms_eps, s.normed, D, n, st);
+        if (l == 0)
+          rms_norm_rows(h, D, L.input_norm.as<float>(), 1, D, c.rms_eps, s.normed, D, n, st);
+        else
+          add_rms_norm_rows(h, D, nullptr, s.y, L.input_norm.as<float>(), 1, D, c.rms_eps, s.normed, D, n,
+                            st);
         mixer(L, l, n, s.normed, s.y);
-        add_rows(h, s.y, int64_t{n} * D, st);
         op("norm");
-        rms_norm_rows(h, D, L.post_norm.as<float>(), 1, D, c.rms_eps, s.normed, D, n, st);
+        add_rms_norm_rows(h, D, nullptr, s.y, L.post_norm.as<float>(), 1, D, c.rms_eps, s.normed, D, n, st);
         moe(L, n, s.normed, s.y);
-        add_rows(h, s.y, int64_t{n} * D, st);
       }
-      rms_norm_rows(h, D, final_norm_.as<float>(), 1, D, c.rms_eps, s.x, D, n, st);
+      if (c.layers > 0)
+        add_rms_norm_rows(h, D, nullptr, s.y, final_norm_.as<float>(), 1, D, c.rms_eps, s.x, D, n, st);
+      else
+        rms_norm_rows(h, D, final_norm_.as<float>(), 1, D, c.rms_eps, s.x, D, n, st);
     }
     op("lm_head");
     copy_rows(s.x, D, reinterpret_cast<const int32_t*>(dev + off_want), n_out, static_cast<int>(D), s.xs, st);
@@ -434,7 +481,8 @@ int64_t CudaModel::run(std::span<const CudaSegment> segments) {
                                  reinterpret_cast<int64_t>(dev),
                                  reinterpret_cast<int64_t>(s.pinned),
                                  reinterpret_cast<int64_t>(s.arena.data()),
-                                 opt_.time_ops ? 1 : 0};
+                                 opt_.time_ops ? 1 : 0,
+                                 opt_.expert_windows ? 1 : 0};
   if (!use_graph) {
     if (graph_exec_ != nullptr) {  // its timing events would be mixed with these
       cudaGraphExecDestroy(graph_exec_);
@@ -464,6 +512,8 @@ int64_t CudaModel::run(std::span<const CudaSegment> segments) {
       }
       cudaGraph_t graph = nullptr;
       check(cudaStreamEndCapture(st, &graph), "cudaStreamEndCapture");
+      graph_nodes_ = 0;
+      cudaGraphGetNodes(graph, nullptr, &graph_nodes_);
       const cudaError_t made = cudaGraphInstantiate(&graph_exec_, graph, 0);
       cudaGraphDestroy(graph);
       check(made, "cudaGraphInstantiate");

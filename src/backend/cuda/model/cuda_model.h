@@ -25,6 +25,9 @@ struct CudaModelOptions {
   bool generic_mixers = false;  // use the any-shape DeltaNet/attention kernels even where the fast ones fit
   bool time_ops = false;  // CUDA events between op kinds (op_times), inside the graph when graphs are on
   bool graphs = true;     // replay a decode round of an already seen shape as one CUDA graph
+  // Routed experts as expert windows (each expert read once a step; bit-identical to the per-pair products):
+  // off by default, as the per-pair products measured faster at 1-64 streams (docs/receipts/cuda-decode.md).
+  bool expert_windows = false;
 };
 
 // Encodings for random weights: MLX affine bits/group for the experts and for every other matrix (bits 0:
@@ -76,6 +79,10 @@ class CudaModel {
   void reset_op_times() { op_ms_.clear(); }
   void set_time_ops(bool on) { opt_.time_ops = on; }
   void set_graphs(bool on) { opt_.graphs = on; }
+  void set_expert_windows(bool on) { opt_.expert_windows = on; }
+  const CudaModelOptions& options() const { return opt_; }
+  // Nodes (launches, copies, timing events) of the last captured round's graph.
+  size_t graph_nodes() const { return graph_nodes_; }
   cudaStream_t stream() const { return stream_.get(); }
 
  private:
@@ -86,7 +93,10 @@ class CudaModel {
   int64_t run(std::span<const CudaSegment> segments);  // returns logits rows, left in scratch
   void mixer(const Layer& L, int layer, int n, const float* x, float* y);
   void moe(const Layer& L, int n, const float* x, float* y);
-  void hc_mix(const struct DeviceHc& hc, int n, const float* H, float* x, float* iota);
+  void mlp_in(const DeviceMatrix& gate_up, const DeviceMatrix& up_alone, int64_t inter, int n, const float* x,
+              float* gu, float* h);
+  // pending: the previous block's output, injected into H (with the previous iota) by the mix's norm.
+  void hc_mix(const struct DeviceHc& hc, int n, float* H, const float* pending, float* x, float* iota);
   void op(const char* name);  // starts timing `name` (ends the previous op)
 
   ModelConfig cfg_;
@@ -107,7 +117,10 @@ class CudaModel {
   std::vector<std::pair<std::string, cudaEvent_t>> op_events_;
   cudaGraphExec_t graph_exec_ = nullptr;
   bool capturing_ = false;
+  bool experts_windowed_ =
+      false;  // every layer's experts are MLX affine: the expert-window kernels take them
   std::vector<int64_t> graph_key_;
+  size_t graph_nodes_ = 0;
 };
 
 }  // namespace ds::cuda

@@ -22,8 +22,10 @@ struct CudaModel::Layer {
   DeviceMatrix q, k, v, o, idx_qk;
   DeviceBuffer q_norm, k_norm, iq_norm, ik_norm;
   bool has_indexer = false;
-  // MoE (experts stacked), shared expert, or a dense MLP in the shared slots
-  DeviceMatrix router, gate, up, down, sh_gate, sh_up, sh_down, sh_gate_w;
+  // MoE (experts stacked), shared expert, or a dense MLP in the shared slots. gate|up of one expert are one
+  // [2 inter, hidden] matrix (one product); when their encodings differ, *gate_up holds gate and *up_alone
+  // up.
+  DeviceMatrix router, gate_up, up_alone, down, sh_gate_up, sh_up_alone, sh_down, sh_gate_w;
   bool has_shared = false, dense = false;
   // qwen4_exp
   DeviceHc hc_attn, hc_mlp;
@@ -49,11 +51,16 @@ struct CudaModel::Scratch {
   int capacity = 0;  // rows
   DeviceBuffer arena;
   float *H, *x, *y, *normed, *low, *mix, *iota, *mixed, *z, *b, *a, *gates, *core, *qg, *k, *v, *attn, *idx;
-  float *scores, *router, *weights, *g, *u, *slots, *sg, *su, *shared, *sgate, *pkey, *pval, *qn, *gated, *gn;
+  float *scores, *router, *weights, *gu, *h, *slots, *sgu, *sh, *shared, *sgate, *pkey, *pval, *qn, *gated,
+      *gn;
   float *xs, *logits;
-  int32_t *select_mode, *ids, *want, *argmax;
+  int32_t *select_mode, *ids, *want, *argmax, *row_ids, *slot_of;
   uint8_t* chosen;
   ExpertRow *up_pairs, *down_pairs;
+  ExpertWindow* windows;
+  void*
+      attn_ws;  // attention_decode's split-KV partials (caller-owned, so a captured graph allocates nothing)
+  size_t attn_ws_bytes = 0;
   DeviceBuffer staged_buf;
   uint8_t* pinned = nullptr;
   size_t pinned_bytes = 0;

@@ -82,13 +82,16 @@ void CudaModel::build(const ModelWeights* w, const DummySpec* spec) {
   if (c.max_positions > 0 && opt_.max_context > c.max_positions) opt_.max_context = c.max_positions;
   const cudaStream_t st = stream_.get();
   uint64_t seed = spec ? spec->seed * 1000003 : 0;
+  auto SHAPE = [&](const MatrixWeight* h, int64_t rows, int64_t cols) {
+    if (h == nullptr || !h->valid())
+      fail("CudaModel: a {}x{} matrix is missing from the bound weights", rows, cols);
+    if (h->rows != rows || h->cols != cols)
+      fail("CudaModel: '{}' is {}x{}, the config wants {}x{}", h->name, h->rows, h->cols, rows, cols);
+  };
   auto M = [&](const MatrixWeight* h, int64_t rows, int64_t cols) {
     DeviceMatrix m;
     if (w) {
-      if (h == nullptr || !h->valid())
-        fail("CudaModel: a {}x{} matrix is missing from the bound weights", rows, cols);
-      if (h->rows != rows || h->cols != cols)
-        fail("CudaModel: '{}' is {}x{}, the config wants {}x{}", h->name, h->rows, h->cols, rows, cols);
+      SHAPE(h, rows, cols);
       m = upload_matrix({h});
     } else {
       m = random_matrix(rows, cols, 1, spec->other_bits, spec->other_group, ++seed, st);
@@ -111,13 +114,24 @@ void CudaModel::build(const ModelWeights* w, const DummySpec* spec) {
     d.up = M(h ? &h->up : nullptr, SD, R);
     if (inject) d.inject = M(h ? &h->inject : nullptr, S, SD);
   };
-  auto MLP = [&](const MlpWeights* h, int64_t inter, DeviceMatrix& g, DeviceMatrix& u, DeviceMatrix& dn) {
-    g = M(h ? &h->gate : nullptr, inter, D);
-    u = M(h ? &h->up : nullptr, inter, D);
+  // gate|up joined into one [2 inter, D] matrix (one product); kept apart when their encodings differ.
+  auto GATE_UP = [&](const MatrixWeight* g, const MatrixWeight* u, int64_t inter, DeviceMatrix& gu,
+                     DeviceMatrix& up_alone) {
+    if (w) {
+      SHAPE(g, inter, D), SHAPE(u, inter, D);
+      if (!upload_joined({g}, {u}, gu)) gu = upload_matrix({g}), up_alone = upload_matrix({u});
+    } else {
+      gu = random_matrix(2 * inter, D, 1, spec->other_bits, spec->other_group, ++seed, st);
+    }
+    weight_bytes_ += gu.storage.bytes() + up_alone.storage.bytes();
+  };
+  auto MLP = [&](const MlpWeights* h, int64_t inter, DeviceMatrix& gu, DeviceMatrix& u, DeviceMatrix& dn) {
+    GATE_UP(h ? &h->gate : nullptr, h ? &h->up : nullptr, inter, gu, u);
     dn = M(h ? &h->down : nullptr, D, inter);
   };
   host_ = std::make_unique<HostTables>();
   layers_.resize(c.layers);
+  experts_windowed_ = c.n_experts <= 1024;  // moe_expert_windows' limit
   for (int l = 0; l < c.layers; ++l) {
     Layer& L = layers_[l];
     const LayerWeights* lw = w ? &w->layers[l] : nullptr;
@@ -154,25 +168,26 @@ void CudaModel::build(const ModelWeights* w, const DummySpec* spec) {
     const MoeWeights* mo = lw ? &lw->moe : nullptr;
     L.dense = mo ? mo->dense : (!c.dense_mlp_layers.empty() && c.dense_mlp_layers[l]);
     if (L.dense) {
-      MLP(mo ? &mo->dense_mlp : nullptr, c.dense_inter, L.sh_gate, L.sh_up, L.sh_down);
+      MLP(mo ? &mo->dense_mlp : nullptr, c.dense_inter, L.sh_gate_up, L.sh_up_alone, L.sh_down);
     } else {
       const int64_t E = c.n_experts;
       L.router = M(mo ? &mo->router : nullptr, E, D);
       if (w) {
         std::vector<const MatrixWeight*> g, u, dn;
         for (const auto& e : mo->experts) g.push_back(&e.gate), u.push_back(&e.up), dn.push_back(&e.down);
-        L.gate = upload_matrix(g);
-        L.up = upload_matrix(u);
+        if (!upload_joined(g, u, L.gate_up)) L.gate_up = upload_matrix(g), L.up_alone = upload_matrix(u);
         L.down = upload_matrix(dn);
       } else {
-        L.gate = random_matrix(c.moe_inter, D, E, spec->expert_bits, spec->expert_group, ++seed, st);
-        L.up = random_matrix(c.moe_inter, D, E, spec->expert_bits, spec->expert_group, ++seed, st);
+        L.gate_up = random_matrix(2 * c.moe_inter, D, E, spec->expert_bits, spec->expert_group, ++seed, st);
         L.down = random_matrix(D, c.moe_inter, E, spec->expert_bits, spec->expert_group, ++seed, st);
       }
-      weight_bytes_ += L.gate.storage.bytes() + L.up.storage.bytes() + L.down.storage.bytes();
+      weight_bytes_ += L.gate_up.storage.bytes() + L.up_alone.storage.bytes() + L.down.storage.bytes();
+      const auto affine = [](const DeviceMatrix& m) { return m.kind == DeviceMatrix::Kind::Affine; };
+      experts_windowed_ = experts_windowed_ && affine(L.gate_up) && affine(L.down) &&
+                          (!L.up_alone.valid() || affine(L.up_alone));
       L.has_shared = mo ? mo->has_shared : c.shared_inter > 0;
       if (L.has_shared) {
-        MLP(mo ? &mo->shared : nullptr, c.shared_inter, L.sh_gate, L.sh_up, L.sh_down);
+        MLP(mo ? &mo->shared : nullptr, c.shared_inter, L.sh_gate_up, L.sh_up_alone, L.sh_down);
         L.sh_gate_w = M(mo ? &mo->shared_gate : nullptr, 1, D);
       }
     }
@@ -293,10 +308,10 @@ size_t CudaModel::bytes_per_token() const {
   if (final_mixer_) hc(*final_mixer_);
   for (const Layer& L : layers_) {
     for (const DeviceMatrix* m :
-         {&L.qkv, &L.z, &L.b, &L.a, &L.out, &L.q, &L.k, &L.v, &L.o, &L.idx_qk, &L.router, &L.sh_gate,
-          &L.sh_up, &L.sh_down, &L.sh_gate_w, &L.ple_key, &L.ple_value})
+         {&L.qkv, &L.z, &L.b, &L.a, &L.out, &L.q, &L.k, &L.v, &L.o, &L.idx_qk, &L.router, &L.sh_gate_up,
+          &L.sh_up_alone, &L.sh_down, &L.sh_gate_w, &L.ple_key, &L.ple_value})
       n += m->storage.bytes();
-    for (const DeviceMatrix* m : {&L.gate, &L.up, &L.down})
+    for (const DeviceMatrix* m : {&L.gate_up, &L.up_alone, &L.down})
       if (m->valid()) n += m->expert_bytes() * static_cast<size_t>(cfg_.experts_per_tok);
     hc(L.hc_attn);
     hc(L.hc_mlp);

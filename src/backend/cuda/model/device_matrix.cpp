@@ -87,6 +87,30 @@ DeviceMatrix upload_matrix(const std::vector<const MatrixWeight*>& parts) {
   return m;
 }
 
+bool upload_joined(const std::vector<const MatrixWeight*>& gate, const std::vector<const MatrixWeight*>& up,
+                   DeviceMatrix& m) {
+  if (gate.empty() || gate.size() != up.size())
+    fail("upload_joined: {} gate and {} up matrices", gate.size(), up.size());
+  std::vector<const MatrixWeight*> parts;
+  for (size_t e = 0; e < gate.size(); ++e) {
+    if (gate[e] == nullptr || up[e] == nullptr || !gate[e]->valid() || !up[e]->valid())
+      fail("upload_joined: a gate or up matrix is missing");
+    parts.push_back(gate[e]);
+    parts.push_back(up[e]);
+  }
+  const MatrixWeight& w0 = *parts[0];
+  for (const MatrixWeight* p : parts)
+    if (p->rows != w0.rows || p->cols != w0.cols || p->encoding != w0.encoding || p->bits != w0.bits ||
+        p->group != w0.group || p->scale_dtype != w0.scale_dtype)
+      return false;
+  m = upload_matrix(parts);
+  m.rows *= 2;
+  m.n_experts /= 2;
+  m.affine.rows = m.rows;
+  m.affine.n_experts = m.n_experts;
+  return true;
+}
+
 DeviceMatrix random_matrix(int64_t rows, int64_t cols, int64_t n_experts, int bits, int group, uint64_t seed,
                            cudaStream_t stream) {
   DeviceMatrix m;
@@ -175,6 +199,15 @@ void wx_grouped(const DeviceMatrix& m, const ExpertRow* pairs, int n_pairs, cons
     case DeviceMatrix::Kind::None:
       fail("wx_grouped: the matrix was not uploaded");
   }
+}
+
+void wx_windows(const DeviceMatrix& m, const ExpertWindow* windows, int n_windows, const int32_t* row_ids,
+                const float* x, int64_t ldx, int n_x_rows, float* y, int64_t ldy, cudaStream_t stream) {
+  if (m.kind != DeviceMatrix::Kind::Affine) fail("wx_windows: expert windows need an MLX affine matrix");
+  if (ldx % 8 != 0) fail("wx_windows: activations need rows of a multiple of 8 floats (got {})", ldx);
+  if (n_windows <= 0) return;
+  affine_wx_expert_windows(m.affine, windows, n_windows, row_ids, Activations{x, ActType::F32, ldx}, n_x_rows,
+                           y, ldy, stream);
 }
 
 DeviceBuffer upload_floats(const std::vector<float>& v) {

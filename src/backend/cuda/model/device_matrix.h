@@ -29,6 +29,11 @@ struct DeviceMatrix {
 // Uploads one matrix, or the experts' matrices stacked (all the same shape and encoding); names the tensor
 // on a mismatch. Refuses a MatrixWeight the CPU has repacked for its own kernels.
 DeviceMatrix upload_matrix(const std::vector<const MatrixWeight*>& parts);
+// gate|up of each expert (or of one MLP) as one [2 rows, cols] matrix, experts stacked: uploaded as the parts
+// gate_0, up_0, gate_1, up_1 ..., whose storage is that layout already. False (m untouched) when the parts
+// differ in shape or encoding.
+bool upload_joined(const std::vector<const MatrixWeight*>& gate, const std::vector<const MatrixWeight*>& up,
+                   DeviceMatrix& m);
 // Random weights made on the GPU: MLX affine `bits`/`group` (bits 0: dense bf16). Values depend on `seed`.
 DeviceMatrix random_matrix(int64_t rows, int64_t cols, int64_t n_experts, int bits, int group, uint64_t seed,
                            cudaStream_t stream);
@@ -39,6 +44,11 @@ void wx(const DeviceMatrix& m, const float* x, int64_t ldx, int n_rows, float* y
 // Grouped expert products: y row p = expert pairs[p].expert on x row pairs[p].row (pairs in device memory).
 void wx_grouped(const DeviceMatrix& m, const ExpertRow* pairs, int n_pairs, const float* x, int64_t ldx,
                 int n_x_rows, float* y, int64_t ldy, cudaStream_t stream);
+
+// Expert windows (moe_expert_windows' grouping): each expert's weights read once for all rows it serves;
+// affine matrices only. row_ids null: window slots index x rows directly (the down projection).
+void wx_windows(const DeviceMatrix& m, const ExpertWindow* windows, int n_windows, const int32_t* row_ids,
+                const float* x, int64_t ldx, int n_x_rows, float* y, int64_t ldy, cudaStream_t stream);
 
 // fp32 vector to the device (norm weights, conv taps ...).
 DeviceBuffer upload_floats(const std::vector<float>& v);

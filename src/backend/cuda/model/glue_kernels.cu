@@ -16,12 +16,24 @@ constexpr int kNormThreads = 256;
 
 // One block per (row, group): thread-strided double sums, the warps' butterflies, then warp 0 adds the 8 warp
 // sums in order. The order depends on the width alone; the many threads keep enough loads in flight.
-__global__ void rms_norm_kernel(const float* x, int64_t ldx, const float* mult, int width, float eps,
-                                float* y, int64_t ldy) {
+// kAdd: first x += scale[r, g] * add[r, :] (scale null: x += add), written back, each value by the thread
+// that then reads it (hc_inject / the residual add fused into the next norm).
+template <bool kAdd>
+__global__ void rms_norm_kernel(float* x, int64_t ldx, const float* add_scale, const float* add,
+                                const float* mult, int width, float eps, float* y, int64_t ldy) {
   __shared__ double part[kNormThreads / kWarp];
   __shared__ float inv_shared;
   const int r = blockIdx.x, g = blockIdx.y, lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
-  const float* xr = x + r * ldx + int64_t{g} * width;
+  float* xr = x + r * ldx + int64_t{g} * width;
+  if constexpr (kAdd) {
+    const float* ar = add + int64_t{r} * width;
+    if (add_scale != nullptr) {
+      const float a = add_scale[int64_t{r} * gridDim.y + g];
+      for (int i = threadIdx.x; i < width; i += kNormThreads) xr[i] = __fadd_rn(xr[i], __fmul_rn(a, ar[i]));
+    } else {
+      for (int i = threadIdx.x; i < width; i += kNormThreads) xr[i] = __fadd_rn(xr[i], ar[i]);
+    }
+  }
   double ss = 0;
   for (int i = threadIdx.x; i < width; i += kNormThreads) ss = __dadd_rn(ss, __dmul_rn(xr[i], xr[i]));
   ss = dev::warp_sum(ss);
@@ -46,11 +58,6 @@ __global__ void hc_expand_kernel(const float* e, int n_rows, int S, int D, float
   H[i] = e[r * D + d];
 }
 
-__global__ void silu_scaled_kernel(float* v, int64_t n, float inv_s) {
-  const int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
-  if (i < n) v[i] = dev::silu(__fmul_rn(v[i], inv_s));
-}
-
 __global__ void hc_combine_kernel(const float* mix, const float* normed, int n_rows, int S, int D, float* x) {
   const int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
   if (i >= int64_t{n_rows} * D) return;
@@ -61,26 +68,19 @@ __global__ void hc_combine_kernel(const float* mix, const float* normed, int n_r
   x[i] = __fmul_rn(s, __fdiv_rn(1.0f, static_cast<float>(S)));
 }
 
-__global__ void hc_iota_kernel(float* iota, int64_t n, float inv_s) {
+__global__ void hc_activations_kernel(float* low, int64_t n_low, float* iota, int64_t n_iota, float inv_s) {
   const int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
-  if (i < n) iota[i] = __fmul_rn(2.0f, dev::sigmoid(__fmul_rn(iota[i], inv_s)));
+  if (i < n_low)
+    low[i] = dev::silu(__fmul_rn(low[i], inv_s));
+  else if (i - n_low < n_iota)
+    iota[i - n_low] = __fmul_rn(2.0f, dev::sigmoid(__fmul_rn(iota[i - n_low], inv_s)));
 }
 
-__global__ void hc_inject_kernel(const float* iota, const float* y, int n_rows, int S, int D, float* H) {
+__global__ void silu_mul_halves_kernel(const float* gu, int n_rows, int I, float* h) {
   const int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
-  if (i >= int64_t{n_rows} * S * D) return;
-  const int64_t d = i % D, rk = i / D, r = rk / S;
-  H[i] = __fadd_rn(H[i], __fmul_rn(iota[rk], y[r * D + d]));
-}
-
-__global__ void add_rows_kernel(float* h, const float* y, int64_t n) {
-  const int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
-  if (i < n) h[i] = __fadd_rn(h[i], y[i]);
-}
-
-__global__ void silu_mul_kernel(float* g, const float* u, int64_t n) {
-  const int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
-  if (i < n) g[i] = __fmul_rn(dev::silu(g[i]), u[i]);
+  if (i >= int64_t{n_rows} * I) return;
+  const int64_t r = i / I, c = i % I;
+  h[i] = __fmul_rn(dev::silu(gu[r * 2 * I + c]), gu[r * 2 * I + I + c]);
 }
 
 __global__ void moe_pairs_kernel(const int32_t* ids, int n, int K, ExpertRow* up, ExpertRow* down) {
@@ -90,13 +90,18 @@ __global__ void moe_pairs_kernel(const int32_t* ids, int n, int K, ExpertRow* up
   down[i] = ExpertRow{ids[i], i};
 }
 
-__global__ void moe_combine_kernel(const float* weights, const float* slots, int n_rows, int K, int D,
-                                   const float* shared, const float* shared_gate, float* out) {
+__global__ void moe_combine_kernel(const float* weights, const float* slots, const int32_t* slot_of,
+                                   int n_rows, int K, int D, const float* shared, const float* shared_gate,
+                                   float* out) {
   const int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
   if (i >= int64_t{n_rows} * D) return;
   const int64_t r = i / D, d = i % D;
   float s = 0.0f;
-  for (int k = 0; k < K; ++k) s = __fadd_rn(s, __fmul_rn(weights[r * K + k], slots[(r * K + k) * D + d]));
+  for (int k = 0; k < K; ++k) {
+    const int64_t p = slot_of != nullptr ? slot_of[r * K + k] : r * K + k;
+    const float v = p < 0 ? __int_as_float(0x7FC00000) : slots[p * D + d];
+    s = __fadd_rn(s, __fmul_rn(weights[r * K + k], v));
+  }
   if (shared != nullptr) s = __fadd_rn(s, __fmul_rn(dev::sigmoid(shared_gate[r]), shared[i]));
   out[i] = s;
 }
@@ -192,19 +197,24 @@ constexpr int kThreads = 256;
 void rms_norm_rows(const float* x, int64_t ldx, const float* mult, int groups, int width, float eps, float* y,
                    int64_t ldy, int n_rows, cudaStream_t stream) {
   if (n_rows <= 0) return;
-  rms_norm_kernel<<<dim3(n_rows, groups), kNormThreads, 0, stream>>>(x, ldx, mult, width, eps, y, ldy);
+  rms_norm_kernel<false><<<dim3(n_rows, groups), kNormThreads, 0, stream>>>(
+      const_cast<float*>(x), ldx, nullptr, nullptr, mult, width, eps, y, ldy);
   check_launch("rms_norm_rows");
+}
+
+void add_rms_norm_rows(float* x, int64_t ldx, const float* add_scale, const float* add, const float* mult,
+                       int groups, int width, float eps, float* y, int64_t ldy, int n_rows,
+                       cudaStream_t stream) {
+  if (n_rows <= 0) return;
+  rms_norm_kernel<true>
+      <<<dim3(n_rows, groups), kNormThreads, 0, stream>>>(x, ldx, add_scale, add, mult, width, eps, y, ldy);
+  check_launch("add_rms_norm_rows");
 }
 
 void hc_expand(const float* e, int n_rows, int S, int D, float* H, cudaStream_t stream) {
   const int64_t n = int64_t{n_rows} * S * D;
   hc_expand_kernel<<<blocks_for(n, kThreads), kThreads, 0, stream>>>(e, n_rows, S, D, H);
   check_launch("hc_expand");
-}
-
-void silu_scaled(float* v, int64_t n, float inv_s, cudaStream_t stream) {
-  silu_scaled_kernel<<<blocks_for(n, kThreads), kThreads, 0, stream>>>(v, n, inv_s);
-  check_launch("silu_scaled");
 }
 
 void hc_combine(const float* mix, const float* normed, int n_rows, int S, int D, float* x,
@@ -214,25 +224,19 @@ void hc_combine(const float* mix, const float* normed, int n_rows, int S, int D,
   check_launch("hc_combine");
 }
 
-void hc_iota(float* iota, int64_t n, float inv_s, cudaStream_t stream) {
-  hc_iota_kernel<<<blocks_for(n, kThreads), kThreads, 0, stream>>>(iota, n, inv_s);
-  check_launch("hc_iota");
+void hc_activations(float* low, int64_t n_low, float* iota, int64_t n_iota, float inv_s,
+                    cudaStream_t stream) {
+  if (iota == nullptr) n_iota = 0;
+  hc_activations_kernel<<<blocks_for(n_low + n_iota, kThreads), kThreads, 0, stream>>>(low, n_low, iota,
+                                                                                       n_iota, inv_s);
+  check_launch("hc_activations");
 }
 
-void hc_inject(const float* iota, const float* y, int n_rows, int S, int D, float* H, cudaStream_t stream) {
-  hc_inject_kernel<<<blocks_for(int64_t{n_rows} * S * D, kThreads), kThreads, 0, stream>>>(iota, y, n_rows, S,
-                                                                                           D, H);
-  check_launch("hc_inject");
-}
-
-void add_rows(float* h, const float* y, int64_t n, cudaStream_t stream) {
-  add_rows_kernel<<<blocks_for(n, kThreads), kThreads, 0, stream>>>(h, y, n);
-  check_launch("add_rows");
-}
-
-void silu_mul(float* g, const float* u, int64_t n, cudaStream_t stream) {
-  silu_mul_kernel<<<blocks_for(n, kThreads), kThreads, 0, stream>>>(g, u, n);
-  check_launch("silu_mul");
+void silu_mul_halves(const float* gu, int n_rows, int I, float* h, cudaStream_t stream) {
+  if (n_rows <= 0) return;
+  silu_mul_halves_kernel<<<blocks_for(int64_t{n_rows} * I, kThreads), kThreads, 0, stream>>>(gu, n_rows, I,
+                                                                                             h);
+  check_launch("silu_mul_halves");
 }
 
 void moe_pairs(const int32_t* ids, int n_rows, int K, ExpertRow* up_pairs, ExpertRow* down_pairs,
@@ -242,10 +246,10 @@ void moe_pairs(const int32_t* ids, int n_rows, int K, ExpertRow* up_pairs, Exper
   check_launch("moe_pairs");
 }
 
-void moe_combine(const float* weights, const float* slots, int n_rows, int K, int D, const float* shared,
-                 const float* shared_gate, float* out, cudaStream_t stream) {
+void moe_combine(const float* weights, const float* slots, const int32_t* slot_of, int n_rows, int K, int D,
+                 const float* shared, const float* shared_gate, float* out, cudaStream_t stream) {
   moe_combine_kernel<<<blocks_for(int64_t{n_rows} * D, kThreads), kThreads, 0, stream>>>(
-      weights, slots, n_rows, K, D, shared, shared_gate, out);
+      weights, slots, slot_of, n_rows, K, D, shared, shared_gate, out);
   check_launch("moe_combine");
 }
 

@@ -15,30 +15,33 @@ namespace ds::cuda {
 void rms_norm_rows(const float* x, int64_t ldx, const float* mult, int groups, int width, float eps, float* y,
                    int64_t ldy, int n_rows, cudaStream_t stream);
 
+// x[r, g, :] += add_scale[r, g] * add[r, :] (add_scale null: += add[r, :]; add rows `width` floats), then
+// rms_norm_rows of the sums, in one launch: hc_inject (or the residual add) and the norm that reads it next.
+// The sums' bits equal the separate add's.
+void add_rms_norm_rows(float* x, int64_t ldx, const float* add_scale, const float* add, const float* mult,
+                       int groups, int width, float eps, float* y, int64_t ldy, int n_rows,
+                       cudaStream_t stream);
+
 // H[r, s, :] = e[r, :] for s < S.
 void hc_expand(const float* e, int n_rows, int S, int D, float* H, cudaStream_t stream);
-// v = silu(v * inv_s), elementwise.
-void silu_scaled(float* v, int64_t n, float inv_s, cudaStream_t stream);
 // x[r, d] = (sum_k sigmoid(mix[r, k, d]) * normed[r, k, d]) * inv_s, k in order.
 void hc_combine(const float* mix, const float* normed, int n_rows, int S, int D, float* x,
                 cudaStream_t stream);
-// iota = 2 * sigmoid(iota * inv_s), elementwise.
-void hc_iota(float* iota, int64_t n, float inv_s, cudaStream_t stream);
-// H[r, k, d] += iota[r, k] * y[r, d].
-void hc_inject(const float* iota, const float* y, int n_rows, int S, int D, float* H, cudaStream_t stream);
-// h += y, elementwise.
-void add_rows(float* h, const float* y, int64_t n, cudaStream_t stream);
-// g = silu(g) * u, elementwise.
-void silu_mul(float* g, const float* u, int64_t n, cudaStream_t stream);
+// low = silu(low * inv_s) [n_low] and iota = 2 * sigmoid(iota * inv_s) [n_iota] in one launch (iota may be
+// null).
+void hc_activations(float* low, int64_t n_low, float* iota, int64_t n_iota, float inv_s, cudaStream_t stream);
+// h[r, i] = silu(gu[r, i]) * gu[r, I + i] for i < I: the halves of a joined gate|up product [n_rows, 2I].
+void silu_mul_halves(const float* gu, int n_rows, int I, float* h, cudaStream_t stream);
 
 // From the routed ids [n_rows, K]: up_pairs[i] = (ids[i], i / K) (expert on the token's row), down_pairs[i] =
 // (ids[i], i) (expert on the slot's hidden row).
 void moe_pairs(const int32_t* ids, int n_rows, int K, ExpertRow* up_pairs, ExpertRow* down_pairs,
                cudaStream_t stream);
-// out[r, d] = sum_i weights[r, i] * slots[r*K + i, d] (+ sigmoid(shared_gate[r]) * shared[r, d]), in rank
-// order. shared and shared_gate may be null.
-void moe_combine(const float* weights, const float* slots, int n_rows, int K, int D, const float* shared,
-                 const float* shared_gate, float* out, cudaStream_t stream);
+// out[r, d] = sum_i weights[r, i] * slots[p(r, i), d] (+ sigmoid(shared_gate[r]) * shared[r, d]), in rank
+// order; p(r, i) = slot_of[r*K + i] (moe_expert_windows' order; -1 gives NaN), or r*K + i when slot_of is
+// null. shared and shared_gate may be null.
+void moe_combine(const float* weights, const float* slots, const int32_t* slot_of, int n_rows, int K, int D,
+                 const float* shared, const float* shared_gate, float* out, cudaStream_t stream);
 
 // dst[j, :] = src[rows[j], :] for j < n (rows in device memory), width floats a row.
 void copy_rows(const float* src, int64_t ld_src, const int32_t* rows, int n, int width, float* dst,
