@@ -4,18 +4,17 @@
 
 #include "backend/cuda/attention_decode.h"
 #include "backend/cuda/cuda_error.h"
+#include "backend/cuda/device_math.cuh"
 
 namespace ds::cuda {
 
 namespace {
 
-constexpr int kWarp = 32;
 constexpr int kAttendWarps = 4;
 
-__device__ __forceinline__ float warp_sum(float v) {
-  for (int m = 16; m >= 1; m >>= 1) v = __fadd_rn(v, __shfl_xor_sync(0xffffffffu, v, m));
-  return v;
-}
+using dev::kWarp;
+using dev::warp_max;
+using dev::warp_sum;
 
 __device__ __forceinline__ bool window_ok(const AttentionWindow& w, int n_rows) {
   return w.count > 0 && w.row0 >= 0 && w.pos0 >= 0 && w.row0 + w.count <= n_rows &&
@@ -79,11 +78,6 @@ __host__ __device__ __forceinline__ int64_t chunk_keys(int64_t n_keys) {
   int64_t c = kMinChunkKeys;
   while ((n_keys + c - 1) / c > kMaxChunks) c *= 2;
   return c;
-}
-
-__device__ __forceinline__ float warp_max(float v) {
-  for (int m = 16; m >= 1; m >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, m));
-  return v;
 }
 
 // Partial result of (row, head, chunk) c: m (max score), l (sum of exp(score - m)), acc[hd] (sum of

@@ -4,31 +4,18 @@
 
 #include "backend/cuda/cuda_error.h"
 #include "backend/cuda/deltanet_decode.h"
+#include "backend/cuda/device_math.cuh"
 
 namespace ds::cuda {
 
 namespace {
 
-constexpr int kWarp = 32;
 constexpr int kKeyRows = 128;  // dk: 4 warps x 32 key rows per block in the recurrence
 constexpr int kRowsPerWarp = kKeyRows / 4;
 constexpr int kColumnsPerBlock = 32;  // one value column per lane
 
-__device__ __forceinline__ float sigmoidf_exact(float x) {
-  return __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-x)));
-}
-__device__ __forceinline__ float siluf_exact(float x) {
-  return __fdiv_rn(x, __fadd_rn(1.0f, expf(-x)));
-}
-__device__ __forceinline__ float softplusf_exact(float x) {
-  return x > 20.0f ? x : log1pf(expf(x));
-}
-
-// Sum over the 32 lanes in a fixed xor butterfly; every lane ends with the same bits (a + b == b + a).
-__device__ __forceinline__ float warp_sum(float v) {
-  for (int m = 16; m >= 1; m >>= 1) v = __fadd_rn(v, __shfl_xor_sync(0xffffffffu, v, m));
-  return v;
-}
+using dev::kWarp;
+using dev::warp_sum;
 
 __device__ __forceinline__ bool window_ok(const DeltaNetWindow& win, int n_rows) {
   return win.count > 0 && win.row0 >= 0 && win.row0 + win.count <= n_rows;
@@ -53,7 +40,7 @@ __global__ void conv_silu_kernel(DeltaNetWindow* windows, float* mixed, const fl
     float s = 0.0f;
 #pragma unroll
     for (int k = 0; k < K; ++k) s = __fmaf_rn(tap[k], hist[k], s);
-    *cell = siluf_exact(s);
+    *cell = dev::silu(s);
 #pragma unroll
     for (int k = 0; k < K - 1; ++k) hist[k] = hist[k + 1];
   }
@@ -79,9 +66,9 @@ __global__ void qk_norm_gates_kernel(DeltaNetShape s, float* mixed, const float*
     }
   }
   for (int h = threadIdx.x; h < s.nv; h += blockDim.x) {
-    gates[row * 2 * s.nv + h] = sigmoidf_exact(b[row * s.nv + h]);
+    gates[row * 2 * s.nv + h] = dev::sigmoid(b[row * s.nv + h]);
     const float decay_rate =
-        __fmul_rn(-expf(a_log[h]), softplusf_exact(__fadd_rn(a[row * s.nv + h], dt_bias[h])));
+        __fmul_rn(-expf(a_log[h]), dev::softplus(__fadd_rn(a[row * s.nv + h], dt_bias[h])));
     gates[row * 2 * s.nv + s.nv + h] = decay_rate;
   }
 }
@@ -149,7 +136,7 @@ __global__ void gated_norm_kernel(DeltaNetShape s, float* core, const float* z, 
     const float inv =
         __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(ss, static_cast<float>(s.dv)), s.rms_eps)));
     for (int i = lane; i < s.dv; i += kWarp) {
-      const float gate = s.gate_sigmoid ? sigmoidf_exact(zz[i]) : siluf_exact(zz[i]);
+      const float gate = s.gate_sigmoid ? dev::sigmoid(zz[i]) : dev::silu(zz[i]);
       o[i] = __fmul_rn(__fmul_rn(__fmul_rn(o[i], inv), norm[i]), gate);
     }
   }
