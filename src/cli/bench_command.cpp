@@ -167,8 +167,11 @@ void print_table(const json& r) {
   std::printf("threads: %d; load average before %s, after %s\n", r["threads"].get<int>(),
               r["load_average_before"].get<std::string>().c_str(),
               r["load_average_after"].get<std::string>().c_str());
-  std::printf("DRAM read bandwidth: %.2f GB/s (%d MiB buffer, best of 5 passes)\n",
-              r["bandwidth_gbs"].get<double>(), r["bandwidth_buffer_mib"].get<int>());
+  std::printf(
+      "DRAM read bandwidth: %.2f GB/s (%d MiB buffer, best of 5 passes; probes before/after decoding %.2f / "
+      "%.2f, the faster is the bound)\n",
+      r["bandwidth_gbs"].get<double>(), r["bandwidth_buffer_mib"].get<int>(),
+      r["bandwidth_probes_gbs"][0].get<double>(), r["bandwidth_probes_gbs"][1].get<double>());
   std::printf("\n%-14s %10s %12s %12s\n", "prompt tokens", "median s", "tok/s", "best tok/s");
   for (const auto& p : r["prompt"])
     std::printf("%-14d %10.3f %12.1f %12.1f\n", p["tokens"].get<int>(), p["median_s"].get<double>(),
@@ -222,6 +225,18 @@ void run_bench(const BenchOptions& o) {
   for (int len : o.prompt_lengths) r["prompt"].push_back(bench_prompt(*m, o, len));
   r["decode"] = json::array();
   for (int s : o.streams) r["decode"].push_back(bench_decode(*m, o, s, traffic, bw));
+  // The probe swings with the host's other tenants: probe again after decoding and judge every round against
+  // the faster of the two (the stricter bound).
+  std::fprintf(stderr, "measuring DRAM read bandwidth again\n");
+  const double bw_after = measure_read_bandwidth_gbs(static_cast<uint64_t>(o.bandwidth_mib) << 20, 5);
+  r["bandwidth_probes_gbs"] = {bw, bw_after};
+  if (bw_after > bw) {
+    r["bandwidth_gbs"] = bw_after;
+    for (json& d : r["decode"]) {
+      d["bound_tokens_per_s"] = d["bound_tokens_per_s"].get<double>() * bw_after / bw;
+      d["fraction_of_bound"] = d["fraction_of_bound"].get<double>() * bw / bw_after;
+    }
+  }
   if (o.draft_tokens > 0 && !o.no_drafts) r["drafts"] = bench_drafts(*m, o.draft_tokens, o.seed);
   r["load_average_after"] = load_average();
   if (o.json) {

@@ -2,6 +2,7 @@
 // runs end to end on a tiny config and prints parseable JSON.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstdio>
@@ -91,6 +92,10 @@ TEST(BenchCommand, TinyConfigPrintsJson) {
   ASSERT_EQ(pclose(pipe.release()), 0) << out;
   const nlohmann::json r = nlohmann::json::parse(out);
   EXPECT_GT(r["bandwidth_gbs"].get<double>(), 0);
+  // The bound is the faster of the probes before and after decoding.
+  ASSERT_EQ(r["bandwidth_probes_gbs"].size(), 2u);
+  EXPECT_EQ(r["bandwidth_gbs"].get<double>(),
+            std::max(r["bandwidth_probes_gbs"][0].get<double>(), r["bandwidth_probes_gbs"][1].get<double>()));
   ASSERT_EQ(r["prompt"].size(), 2u);
   EXPECT_EQ(r["prompt"][1]["tokens"], 16);
   ASSERT_EQ(r["decode"].size(), 2u);
