@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "core/error.h"
 #include "model/decode_traffic.h"
@@ -104,6 +105,29 @@ TEST(BenchCommand, TinyConfigPrintsJson) {
   EXPECT_GT(r["decode"][1]["bytes_per_round"].get<uint64_t>(),
             r["decode"][0]["bytes_per_round"].get<uint64_t>());
   EXPECT_GT(r["decode"][0]["fraction_of_bound"].get<double>(), 0);
+}
+
+// Stdout+stderr and exit status of `deltaserve bench ARGS`.
+std::pair<std::string, int> run_bench(const std::string& args) {
+  const std::string cmd = std::string(DELTASERVE_BINARY) + " bench " + args + " 2>&1";
+  std::unique_ptr<FILE, int (*)(FILE*)> pipe(popen(cmd.c_str(), "r"), pclose);
+  std::string out;
+  std::array<char, 4096> buf{};
+  while (size_t n = fread(buf.data(), 1, buf.size(), pipe.get())) out.append(buf.data(), n);
+  return {out, pclose(pipe.release())};
+}
+
+// --backend: an unknown one is named; cuda in a CPU-only build says how to get it (and loads nothing).
+TEST(BenchCommand, BackendChoicesAreNamed) {
+  const std::string config = (test::fixture("qwen4exp_base") / "config.json").string();
+  auto [unknown, rc1] = run_bench("--backend tpu --load-format dummy --config " + config);
+  EXPECT_NE(rc1, 0);
+  EXPECT_NE(unknown.find("--backend 'tpu' is not one of cpu, cuda"), std::string::npos) << unknown;
+#if !defined(DELTASERVE_HAS_CUDA)
+  auto [cuda, rc2] = run_bench("--backend cuda --load-format dummy --config " + config);
+  EXPECT_NE(rc2, 0);
+  EXPECT_NE(cuda.find("-DDELTASERVE_CUDA=ON"), std::string::npos) << cuda;
+#endif
 }
 
 }  // namespace
