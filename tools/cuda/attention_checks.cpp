@@ -16,20 +16,6 @@ namespace ds::cuda::wxcheck {
 
 namespace {
 
-template <class T>
-DeviceBuffer upload(const std::vector<T>& v) {
-  DeviceBuffer b(std::max<size_t>(v.size(), 1) * sizeof(T));
-  if (!v.empty()) b.upload(v.data(), v.size() * sizeof(T));
-  return b;
-}
-
-template <class T>
-std::vector<T> download(const DeviceBuffer& b, size_t n) {
-  std::vector<T> h(n);
-  if (n > 0) b.download(h.data(), n * sizeof(T));
-  return h;
-}
-
 struct DeviceAttnWeights {
   DeviceBuffer q_norm, k_norm, inv_freq;
   explicit DeviceAttnWeights(const AttentionCase& c)

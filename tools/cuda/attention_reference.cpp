@@ -4,16 +4,11 @@
 #include <algorithm>
 #include <cmath>
 
+#include "host_reference.h"
+
 namespace ds::cuda::wxcheck {
 
 namespace {
-
-std::vector<float> normal(int64_t n, float sd, std::mt19937_64& rng) {
-  std::normal_distribution<float> d(0.0f, sd);
-  std::vector<float> v(n);
-  for (auto& x : v) x = d(rng);
-  return v;
-}
 
 // RMSNorm with weight, then rotate-half on the first rd values at `pos`, in double (angle in f32).
 void norm_rope(const float* x, const float* w, const std::vector<float>& inv_freq, const AttentionShape& s,
@@ -47,15 +42,15 @@ AttentionCase random_attention_case(const AttentionShape& s, const std::vector<i
                                     const std::vector<int>& prefixes, std::mt19937_64& rng) {
   AttentionCase c;
   c.shape = s;
-  c.q_norm = normal(s.hd, 0.1f, rng);
-  c.k_norm = normal(s.hd, 0.1f, rng);
+  c.q_norm = random_normal(s.hd, 0.1f, rng);
+  c.k_norm = random_normal(s.hd, 0.1f, rng);
   for (auto& x : c.q_norm) x += 1.0f;
   for (auto& x : c.k_norm) x += 1.0f;
   c.inv_freq = rope_inv_freq(s.rotary_dim, 1e7);
   for (int n : counts) c.n_rows += n;
-  c.qg = normal(c.n_rows * s.q_width(), 1.0f, rng);
-  c.k = normal(c.n_rows * s.kv_width(), 1.0f, rng);
-  c.v = normal(c.n_rows * s.kv_width(), 1.0f, rng);
+  c.qg = random_normal(c.n_rows * s.q_width(), 1.0f, rng);
+  c.k = random_normal(c.n_rows * s.kv_width(), 1.0f, rng);
+  c.v = random_normal(c.n_rows * s.kv_width(), 1.0f, rng);
   int row = c.n_rows;
   for (size_t i = 0; i < counts.size(); ++i) {
     HostAttentionWindow w;
@@ -64,8 +59,8 @@ AttentionCase random_attention_case(const AttentionShape& s, const std::vector<i
     w.count = counts[i];
     w.pos0 = prefixes[i];
     // Cached keys look like normalised ones (rms ~ 1); values as rows.
-    w.keys = normal(int64_t{w.pos0} * s.kv_width(), 1.0f, rng);
-    w.values = normal(int64_t{w.pos0} * s.kv_width(), 1.0f, rng);
+    w.keys = random_normal(int64_t{w.pos0} * s.kv_width(), 1.0f, rng);
+    w.values = random_normal(int64_t{w.pos0} * s.kv_width(), 1.0f, rng);
     c.windows.push_back(std::move(w));
   }
   return c;

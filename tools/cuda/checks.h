@@ -1,9 +1,28 @@
 #pragma once
 // Correctness checks and timings of the CUDA weight products (run by cuda_wx_check's main).
+#include <algorithm>
 #include <string>
 #include <vector>
 
+#include "backend/cuda/device_buffer.h"
+
 namespace ds::cuda::wxcheck {
+
+// A device copy of v (at least one element's room, so an empty vector still gets a valid pointer), and the
+// first n elements of a device buffer back on the host.
+template <class T>
+DeviceBuffer upload(const std::vector<T>& v) {
+  DeviceBuffer b(std::max<size_t>(v.size(), 1) * sizeof(T));
+  if (!v.empty()) b.upload(v.data(), v.size() * sizeof(T));
+  return b;
+}
+
+template <class T>
+std::vector<T> download(const DeviceBuffer& b, size_t n) {
+  std::vector<T> h(n);
+  if (n > 0) b.download(h.data(), n * sizeof(T));
+  return h;
+}
 
 // Counts and a short log of what failed; every check adds to it.
 struct Tally {

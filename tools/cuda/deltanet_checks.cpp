@@ -15,20 +15,6 @@ namespace ds::cuda::wxcheck {
 
 namespace {
 
-template <class T>
-DeviceBuffer upload(const std::vector<T>& v) {
-  DeviceBuffer b(std::max<size_t>(v.size(), 1) * sizeof(T));
-  if (!v.empty()) b.upload(v.data(), v.size() * sizeof(T));
-  return b;
-}
-
-template <class T>
-std::vector<T> download(const DeviceBuffer& b, size_t n) {
-  std::vector<T> h(n);
-  b.download(h.data(), n * sizeof(T));
-  return h;
-}
-
 struct DeviceWeights {
   DeviceBuffer taps, a_log, dt_bias, norm;
   explicit DeviceWeights(const DeltaNetCase& c)

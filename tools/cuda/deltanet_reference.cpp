@@ -4,16 +4,11 @@
 #include <algorithm>
 #include <cmath>
 
+#include "host_reference.h"
+
 namespace ds::cuda::wxcheck {
 
 namespace {
-
-std::vector<float> normal(int64_t n, float sd, std::mt19937_64& rng) {
-  std::normal_distribution<float> d(0.0f, sd);
-  std::vector<float> v(n);
-  for (auto& x : v) x = d(rng);
-  return v;
-}
 
 std::vector<float> uniform(int64_t n, float lo, float hi, std::mt19937_64& rng) {
   std::uniform_real_distribution<float> d(lo, hi);
@@ -39,24 +34,24 @@ DeltaNetCase random_deltanet_case(const DeltaNetShape& s, const std::vector<int>
   DeltaNetCase c;
   c.shape = s;
   const int64_t cd = s.conv_dim(), vd = s.value_dim(), K = s.conv_kernel;
-  c.taps = normal(cd * K, 0.5f, rng);
+  c.taps = random_normal(cd * K, 0.5f, rng);
   c.a_log = uniform(s.nv, -3.0f, 0.0f, rng);
   c.dt_bias = uniform(s.nv, -1.0f, 1.0f, rng);
-  c.norm = normal(s.dv, 0.1f, rng);
+  c.norm = random_normal(s.dv, 0.1f, rng);
   for (auto& x : c.norm) x += 1.0f;
   for (int n : counts) c.n_rows += n;
-  c.mixed = normal(c.n_rows * cd, 1.0f, rng);
-  c.z = normal(c.n_rows * vd, 1.0f, rng);
-  c.b = normal(c.n_rows * int64_t{s.nv}, 1.0f, rng);
-  c.a = normal(c.n_rows * int64_t{s.nv}, 1.0f, rng);
+  c.mixed = random_normal(c.n_rows * cd, 1.0f, rng);
+  c.z = random_normal(c.n_rows * vd, 1.0f, rng);
+  c.b = random_normal(c.n_rows * int64_t{s.nv}, 1.0f, rng);
+  c.a = random_normal(c.n_rows * int64_t{s.nv}, 1.0f, rng);
   int row = c.n_rows;
   for (int n : counts) {
     HostWindow w;
     row -= n;
     w.row0 = row;
     w.count = n;
-    w.conv_state = normal((K - 1) * cd, 1.0f, rng);
-    w.state = normal(int64_t{s.nv} * s.dk * s.dv, 0.3f, rng);
+    w.conv_state = random_normal((K - 1) * cd, 1.0f, rng);
+    w.state = random_normal(int64_t{s.nv} * s.dk * s.dv, 0.3f, rng);
     c.windows.push_back(std::move(w));
   }
   return c;

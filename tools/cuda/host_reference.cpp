@@ -1,6 +1,7 @@
 // Float64 reference for the CUDA weight products (see host_reference.h).
 #include "host_reference.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -49,10 +50,17 @@ HostAffine random_affine(int64_t rows, int64_t cols, int bits, int group, std::m
   return a;
 }
 
+std::vector<float> random_normal(int64_t n, float sd, std::mt19937_64& rng) {
+  std::normal_distribution<float> d(0.0f, sd);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(rng);
+  return v;
+}
+
 std::vector<uint16_t> random_bf16(int64_t n, float scale, std::mt19937_64& rng) {
-  std::normal_distribution<float> d(0.0f, scale);
+  const std::vector<float> f = random_normal(n, scale, rng);  // the same draws, rounded to bf16
   std::vector<uint16_t> v(n);
-  for (auto& x : v) x = float_to_bf16(d(rng));
+  std::transform(f.begin(), f.end(), v.begin(), float_to_bf16);
   return v;
 }
 

@@ -25,6 +25,8 @@ struct HostAffine {
 // of zero-centred weights makes them, so values cancel as they do in real checkpoints.
 HostAffine random_affine(int64_t rows, int64_t cols, int bits, int group, std::mt19937_64& rng);
 std::vector<uint16_t> random_bf16(int64_t n, float scale, std::mt19937_64& rng);
+// n floats from N(0, sd^2).
+std::vector<float> random_normal(int64_t n, float sd, std::mt19937_64& rng);
 
 // Weight value accessor for the reference: w(o, i) as double.
 struct RefWeight {

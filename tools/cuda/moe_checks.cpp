@@ -19,20 +19,6 @@
 namespace ds::cuda::wxcheck {
 namespace {
 
-template <class T>
-DeviceBuffer upload(const std::vector<T>& v) {
-  DeviceBuffer b(std::max<size_t>(v.size(), 1) * sizeof(T));
-  if (!v.empty()) b.upload(v.data(), v.size() * sizeof(T));
-  return b;
-}
-
-template <class T>
-std::vector<T> download(const DeviceBuffer& b, size_t n) {
-  std::vector<T> h(n);
-  if (n > 0) b.download(h.data(), n * sizeof(T));
-  return h;
-}
-
 // Top-k distinct experts per row, drawn from the first `hot` experts so that experts serve several rows.
 std::vector<int32_t> random_topk(int n_rows, int k, int hot, std::mt19937_64& rng) {
   std::vector<int32_t> ids;
