@@ -195,12 +195,9 @@ void affine_outputs(const MatrixWeight& w, const MatmulRows& in, float* y, int64
   const float* xr[kMaxRowBlock];
   const int64_t row_bytes = w.row_bytes(), scale_bytes = ngroups * dtype_size(w.scale_dtype);
   const int64_t ahead = prefetch_rows_ahead(row_bytes);
-  // The codes' stream: the rows, or the tiled copy read as rows (tiles in row order, rows padded to tiles).
-  const void* stream = kTiled ? w.tiled : w.data;
-  const int64_t stream_rows = kTiled ? (w.rows + kRowTile - 1) / kRowTile * kRowTile : w.rows;
-  // The first steps' rows too: their misses then overlap instead of stalling one after another.
-  if (!kTiled)
-    prefetch_rows(stream, row_bytes, o0, std::min(ahead, o1 - o0), stream_rows);  // tiles: in the loop
+  // The first steps' rows too: their misses then overlap instead of stalling one after another. (Tiled codes
+  // are one stream, prefetched inside the tile loop; scales and biases stay row-major.)
+  if constexpr (!kTiled) prefetch_rows(w.data, row_bytes, o0, std::min(ahead, o1 - o0), w.rows);
   prefetch_rows(w.scales, scale_bytes, o0, std::min(ahead, o1 - o0), w.rows);
   prefetch_rows(w.biases, scale_bytes, o0, std::min(ahead, o1 - o0), w.rows);
   for (int64_t r0 = 0; r0 < in.n; r0 += block) {
@@ -209,7 +206,7 @@ void affine_outputs(const MatrixWeight& w, const MatmulRows& in, float* y, int64
     const int step = rows > 4 ? kStep : affine_tile_outputs(rows) * (kStep / affine_tile_outputs(rows));
     for (int64_t o = o0; o < o1; o += step) {
       const int no = static_cast<int>(std::min<int64_t>(step, o1 - o));
-      if (!kTiled) prefetch_rows(stream, row_bytes, o + ahead, no, stream_rows);
+      if constexpr (!kTiled) prefetch_rows(w.data, row_bytes, o + ahead, no, w.rows);
       prefetch_rows(w.scales, scale_bytes, o + ahead, no, w.rows);
       prefetch_rows(w.biases, scale_bytes, o + ahead, no, w.rows);
       load_scales(w, o, no, in.ldxs, s, b);

@@ -91,14 +91,10 @@ void dense_outputs(const MatrixWeight& w, const MatmulRows& in, float* y, int64_
   float* acc = scratch(t_acc, block * kStep * kLanes);
   const float* xr[kMaxRowBlock];
   const int64_t row_bytes = w.row_bytes(), ahead = prefetch_rows_ahead(row_bytes);
-  // What the prefetches walk: the rows, or the tiled copy as rows of whole chunks (tiles in row order).
-  const void* stream = kTiled ? w.tiled : w.data;
   const int64_t unit = kTiled ? tile_unit_bytes(w) : 0, tb = kTiled ? tile_bytes(w) : 0;
-  const int64_t stream_row = kTiled ? nchunks * unit : row_bytes;
-  const int64_t stream_rows = kTiled ? (w.rows + kRowTile - 1) / kRowTile * kRowTile : w.rows;
-  // The first steps' rows too: their misses then overlap instead of stalling one after another. (Tiles
-  // prefetch inside the loop.)
-  if (!kTiled) prefetch_rows(stream, stream_row, o0, std::min(ahead, o1 - o0), stream_rows);
+  // Row-major: the first steps' rows too, so their misses overlap instead of stalling one after another.
+  // (A tiled copy is one stream, prefetched inside the tile loop.)
+  if constexpr (!kTiled) prefetch_rows(w.data, row_bytes, o0, std::min(ahead, o1 - o0), w.rows);
   for (int64_t r0 = 0; r0 < in.n; r0 += block) {
     const int rows = static_cast<int>(std::min(block, in.n - r0));
     for (int r = 0; r < rows; ++r) xr[r] = in.x + (r0 + r) * in.ldx;
@@ -109,7 +105,7 @@ void dense_outputs(const MatrixWeight& w, const MatmulRows& in, float* y, int64_
       for (int k = 0; k < no; ++k)
         wrow[k] = kTiled ? tiled_unit(w, o + k, 0, unit, tb)
                          : static_cast<const uint8_t*>(w.data) + (o + k) * row_bytes;
-      if (!kTiled) prefetch_rows(stream, stream_row, o + ahead, no, stream_rows);
+      if constexpr (!kTiled) prefetch_rows(w.data, row_bytes, o + ahead, no, w.rows);
       std::fill(acc, acc + rows * kStep * kLanes, 0.0f);
       for (int q0 = 0; q0 < rows; q0 += 4)
         dense_block<Src, Stride>(std::min(4, rows - q0), no, wrow, xr + q0, nchunks,
