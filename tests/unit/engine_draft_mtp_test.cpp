@@ -12,24 +12,9 @@ namespace ds {
 namespace {
 
 using test::Collector;
+using test::expect_same;
 using test::Reply;
-
-// The plain reference: one slot, no cache, no drafts.
-Reply run_plain(const Model& model, const GenerationRequest& r) {
-  EngineOptions o;
-  o.parallel = 1;
-  o.prompt_cache_gib = 0;
-  o.drafts = false;
-  Engine engine(model, o);
-  return test::run_on(engine, r);
-}
-
-void expect_same(const Reply& got, const Reply& want, const std::string& what) {
-  EXPECT_EQ(got.tokens, want.tokens) << what;
-  EXPECT_EQ(got.final.reason, want.final.reason) << what;
-  EXPECT_EQ(got.final.completion_tokens, want.final.completion_tokens) << what;
-  EXPECT_LE(got.final.accepted_tokens, got.final.drafted_tokens) << what;
-}
+using test::run_plain;
 
 // The head alone (n-gram copies never match), recording every proposal so tests can see what it drafted.
 class HeadOnly final : public DraftSource {

@@ -2,7 +2,6 @@
 // tokens, finish reasons and counts plain decoding gives, greedy and sampled, alone and beside others.
 #include <gtest/gtest.h>
 
-
 #include "engine_test_support.h"
 #include "runtime/draft_policy.h"
 #include "runtime/ngram_drafter.h"
@@ -11,33 +10,15 @@ namespace ds {
 namespace {
 
 using test::Collector;
+using test::expect_same;
 using test::Reply;
-
-// The plain reference: one slot, no cache, no drafts.
-Reply run_plain(const Model& model, const GenerationRequest& r) {
-  EngineOptions o;
-  o.parallel = 1;
-  o.prompt_cache_gib = 0;
-  o.drafts = false;
-  Engine engine(model, o);
-  Reply reply = test::run_on(engine, r);
-  EXPECT_EQ(reply.final.drafted_tokens, 0);
-  return reply;
-}
+using test::run_plain;
 
 // A phrase repeated: n-gram copies land while the reply follows it, and miss when it departs.
 std::vector<int32_t> repetitive_prompt(size_t phrase, size_t times, int64_t vocab, uint32_t seed) {
   std::vector<int32_t> p = test::random_prompt(phrase, vocab, seed), out;
   for (size_t i = 0; i < times; ++i) out.insert(out.end(), p.begin(), p.end());
   return out;
-}
-
-void expect_same(const Reply& got, const Reply& want, const std::string& what) {
-  EXPECT_EQ(got.tokens, want.tokens) << what;
-  EXPECT_EQ(got.final.reason, want.final.reason) << what;
-  EXPECT_EQ(got.final.completion_tokens, want.final.completion_tokens) << what;
-  EXPECT_EQ(got.final.completion_tokens, static_cast<int64_t>(got.tokens.size())) << what;
-  EXPECT_LE(got.final.accepted_tokens, got.final.drafted_tokens) << what;
 }
 
 // Proposes the plain reply's next tokens with every fourth one wrong: windows land for a while and then miss

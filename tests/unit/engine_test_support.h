@@ -8,6 +8,7 @@
 #include <memory>
 #include <mutex>
 #include <random>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -102,6 +103,27 @@ inline Reply run_alone(const Model& model, const GenerationRequest& r) {
   o.prompt_cache_gib = 0;
   Engine engine(model, o);
   return run_on(engine, r);
+}
+
+// The drafting tests' reference: one slot, no cache, no drafts (and it must not have drafted).
+inline Reply run_plain(const Model& model, const GenerationRequest& r) {
+  EngineOptions o;
+  o.parallel = 1;
+  o.prompt_cache_gib = 0;
+  o.drafts = false;
+  Engine engine(model, o);
+  Reply reply = run_on(engine, r);
+  EXPECT_EQ(reply.final.drafted_tokens, 0);
+  return reply;
+}
+
+// A drafted reply equals the plain one: tokens, finish reason and counts.
+inline void expect_same(const Reply& got, const Reply& want, const std::string& what) {
+  EXPECT_EQ(got.tokens, want.tokens) << what;
+  EXPECT_EQ(got.final.reason, want.final.reason) << what;
+  EXPECT_EQ(got.final.completion_tokens, want.final.completion_tokens) << what;
+  EXPECT_EQ(got.final.completion_tokens, static_cast<int64_t>(got.tokens.size())) << what;
+  EXPECT_LE(got.final.accepted_tokens, got.final.drafted_tokens) << what;
 }
 
 // Polls until the engine has no warm pass left (they run in later rounds).
