@@ -28,7 +28,7 @@ size_t StreamState::bytes() const {
   for (const auto& a : attention)
     n += (a.keys.size() + a.values.size() + a.index_keys.size() + a.index_blocks.size()) * sizeof(float);
   for (const auto& p : ple) n += p.conv.size() * sizeof(float);
-  return n + mtp_pending.size() * sizeof(float);
+  return n + mtp_pending.size() * sizeof(float) + backend.bytes();
 }
 
 void StreamState::truncate_mtp(int64_t positions) {

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "model/backend_state.h"
 #include "model/model_config.h"
 
 namespace ds {
@@ -34,6 +35,7 @@ struct StreamState {
   // known): kept with the state so a snapshot at the end of the known tokens resumes with the head in step.
   std::vector<float> mtp_pending;
   int64_t mtp_index_ratio = 0;  // the head's indexer block size, 0 without indexer
+  BackendStateSlot backend;     // the device state of a non-CPU backend (empty on the CPU)
 
   static StreamState fresh(const ModelConfig& cfg);
   size_t bytes() const;  // memory held, for accounting
