@@ -49,7 +49,7 @@ void add_layer(LayerWeights& lw, std::vector<MatrixWeight*>& out) {
 
 // Every matrix a weight product reads (unbound ones included: tiling skips them). Not the embedding or the
 // PLE table, which are gathered row by row from the checkpoint layout.
-std::vector<MatrixWeight*> product_matrices(ModelWeights& w, MtpWeights& mtp) {
+[[maybe_unused]] std::vector<MatrixWeight*> product_matrices(ModelWeights& w, MtpWeights& mtp) {
   std::vector<MatrixWeight*> out = {&w.lm_head};
   for (LayerWeights& lw : w.layers) add_layer(lw, out);
   add_hc(w.final_mixer, out);
