@@ -2,9 +2,9 @@
 #include "runtime/engine.h"
 
 #include <algorithm>
-#include <filesystem>
 
 #include "core/error.h"
+#include "runtime/cpu_backend.h"
 #include "runtime/engine_impl.h"
 #include "runtime/ngram_drafter.h"
 
@@ -13,32 +13,19 @@ namespace {
 
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
-// Weights are mmapped: their resident size is at most the checkpoint's files, plus the CPU's tiled copies
-// (counted in full: the mapped pages they were copied from stay resident until the kernel reclaims them).
-int64_t checkpoint_bytes(const Model& model) {
-  const auto& store = model.checkpoint().store();
-  int64_t n = static_cast<int64_t>(model.cpu_tile_bytes());
-  std::error_code ec;
-  if (!std::filesystem::is_directory(store.dir(), ec)) {
-    // In-memory (dummy) weights have no files: count the tensors themselves.
-    for (const auto& name : store.names()) n += static_cast<int64_t>(store.get(name).nbytes);
-    return n;
-  }
-  for (const auto& entry : std::filesystem::directory_iterator(store.dir()))
-    if (entry.is_regular_file() && entry.path().extension() == ".safetensors")
-      n += static_cast<int64_t>(entry.file_size());
-  return n;
-}
-
 double gib(int64_t bytes) {
   return static_cast<double>(bytes) / kGiB;
 }
 
 }  // namespace
 
-Engine::Impl::Impl(const Model& m, const EngineOptions& o)
-    : model(m), options(o), cache(static_cast<int64_t>(o.prompt_cache_gib * kGiB)) {
-  const int64_t max_pos = m.config().max_positions;
+Engine::Impl::Impl(std::shared_ptr<const ModelBackend> b, const EngineOptions& o)
+    : backend(std::move(b)),
+      model(*backend),
+      options(o),
+      cache(static_cast<int64_t>(o.prompt_cache_gib * kGiB)) {
+  const ModelBackend& m = model;
+  const int64_t max_pos = m.max_context();
   if (o.parallel < 1) fail("engine: parallel must be at least 1, got {}", o.parallel);
   if (o.max_queue < 0) fail("engine: max_queue must be >= 0, got {}", o.max_queue);
   if (!(o.prompt_cache_gib >= 0)) fail("engine: prompt_cache_gib must be >= 0, got {}", o.prompt_cache_gib);
@@ -48,10 +35,14 @@ Engine::Impl::Impl(const Model& m, const EngineOptions& o)
     fail("engine: max_drafts must be in 0..64, got {}", o.max_drafts);
   if (o.draft_depth < 0) fail("engine: draft_depth must be >= 0, got {}", o.draft_depth);
   context = o.context > 0 ? o.context : max_pos;
-  if (max_pos > 0 && context > max_pos)
-    fail("engine: context {} exceeds the model's max_position_embeddings {}", context, max_pos);
+  if (max_pos > 0 && context > max_pos) {
+    if (max_pos == m.config().max_positions)
+      fail("engine: context {} exceeds the model's max_position_embeddings {}", context, max_pos);
+    fail("engine: context {} exceeds the {} positions the {} backend's caches hold", context, max_pos,
+         m.name());
+  }
   if (context <= 0) fail("engine: the model gives no max_position_embeddings; set the context");
-  weights_bytes = checkpoint_bytes(m);
+  weights_bytes = m.weights_bytes();
   limit_bytes = static_cast<int64_t>(o.memory_limit_gib * kGiB);
   if (limit_bytes > 0 && weights_bytes + static_cast<int64_t>(m.new_state().bytes()) > limit_bytes)
     fail("engine: memory_limit_gib {} is below the weights ({:.3f} GiB)", o.memory_limit_gib,
@@ -267,7 +258,11 @@ void Engine::Impl::loop() {
 }
 
 Engine::Engine(const Model& model, const EngineOptions& options)
-    : impl_(std::make_unique<Impl>(model, options)) {
+    : Engine(std::make_shared<CpuBackend>(model), options) {}
+
+Engine::Engine(std::shared_ptr<const ModelBackend> backend, const EngineOptions& options) {
+  if (!backend) fail("engine: no backend");
+  impl_ = std::make_unique<Impl>(std::move(backend), options);
   impl_->thread = std::thread([this] { impl_->loop(); });
 }
 

@@ -16,18 +16,19 @@
 namespace ds {
 
 class Model;
+class ModelBackend;
 class DraftSource;
 
 enum class FinishReason { None, Stop, Length, Cancelled, Error };
 
 struct GenerationRequest {
-  std::vector<int32_t> prompt;             // token ids (the server tokenizes and applies templates)
-  SamplingParams sampling;                 // seed already chosen (SamplingParams::seed)
-  int32_t max_tokens = 256;                // generated tokens at most
+  std::vector<int32_t> prompt;  // token ids (the server tokenizes and applies templates)
+  SamplingParams sampling;      // seed already chosen (SamplingParams::seed)
+  int32_t max_tokens = 256;     // generated tokens at most
   bool ignore_eos = false;
-  std::vector<int32_t> stop_token_ids;     // besides the model's EOS ids
-  int32_t top_logprobs = -1;               // -1: no logprobs; 0..20: chosen token's logprob plus this many alternatives
-  bool use_drafts = true;                  // "draft": false runs the plain decode path (same tokens)
+  std::vector<int32_t> stop_token_ids;  // besides the model's EOS ids
+  int32_t top_logprobs = -1;  // -1: no logprobs; 0..20: chosen token's logprob plus this many alternatives
+  bool use_drafts = true;     // "draft": false runs the plain decode path (same tokens)
   bool use_prompt_cache = true;
 };
 
@@ -37,24 +38,25 @@ struct TokenEvent {
   std::optional<LogprobReport> logprobs;
   bool finished = false;
   FinishReason reason = FinishReason::None;
-  std::string error;                        // set when reason == Error
+  std::string error;  // set when reason == Error
   // Filled on the final event:
   int64_t prompt_tokens = 0, completion_tokens = 0, cached_tokens = 0;
   int64_t drafted_tokens = 0, accepted_tokens = 0;
   double prefill_seconds = 0, decode_seconds = 0;
 };
 
-using TokenCallback = std::function<void(const TokenEvent&)>;  // called from the engine thread; must not block
+using TokenCallback =
+    std::function<void(const TokenEvent&)>;  // called from the engine thread; must not block
 
 struct EngineOptions {
-  int parallel = 4;                  // streams decoded together
-  int64_t context = 0;               // max tokens per stream (prompt + reply); 0 = model's max positions
-  double prompt_cache_gib = 1.0;     // 0 disables the prompt cache
-  double memory_limit_gib = 0;       // 0 = no limit beyond the machine's
-  int64_t max_queue = 256;           // queued requests beyond this are refused (server answers 429)
-  bool drafts = true;                // --no-drafts turns them off for every request
-  int max_drafts = 8;                // drafts per verify window at most
-  int draft_depth = 0;               // 0: each round's depth by measured cost; N: always N at most (tests)
+  int parallel = 4;               // streams decoded together
+  int64_t context = 0;            // max tokens per stream (prompt + reply); 0 = model's max positions
+  double prompt_cache_gib = 1.0;  // 0 disables the prompt cache
+  double memory_limit_gib = 0;    // 0 = no limit beyond the machine's
+  int64_t max_queue = 256;        // queued requests beyond this are refused (server answers 429)
+  bool drafts = true;             // --no-drafts turns them off for every request
+  int max_drafts = 8;             // drafts per verify window at most
+  int draft_depth = 0;            // 0: each round's depth by measured cost; N: always N at most (tests)
   std::shared_ptr<DraftSource> draft_source;  // null: n-gram copies (runtime/ngram_drafter.h)
 };
 
@@ -63,20 +65,23 @@ struct EngineStats {
   int64_t requests_total = 0, prompt_tokens_total = 0, completion_tokens_total = 0;
   int64_t cache_hits = 0, cached_tokens_total = 0, drafted_total = 0, accepted_total = 0;
   int64_t prompt_cache_bytes = 0, state_bytes = 0;
-  int64_t weights_bytes = 0;  // checkpoint files (mmapped) + the CPU's tiled copies
+  int64_t weights_bytes = 0;  // the backend's weights: checkpoint files (mmapped) + the CPU's tiled copies
   int64_t warm_pending = 0;   // warm passes not yet run to their last mark
 };
 
 class Engine {
  public:
+  // The CPU backend over `model` (which must outlive the engine).
   Engine(const Model& model, const EngineOptions& options);
+  // Any backend (runtime/model_backend.h): the CPU's, or the GPU's (src/backend/cuda/engine/).
+  Engine(std::shared_ptr<const ModelBackend> backend, const EngineOptions& options);
   ~Engine();  // cancels everything and joins the engine thread
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
 
-  // Thread-safe. Validates (prompt length vs context, token ids, params) and throws ds::Error naming the problem
-  // before anything is queued; returns the request id. Refuses with ds::Error starting "queue full" when the
-  // queue is at max_queue (the server maps that to 429 + Retry-After).
+  // Thread-safe. Validates (prompt length vs context, token ids, params) and throws ds::Error naming the
+  // problem before anything is queued; returns the request id. Refuses with ds::Error starting "queue full"
+  // when the queue is at max_queue (the server maps that to 429 + Retry-After).
   uint64_t submit(GenerationRequest request, TokenCallback on_event);
   // Thread-safe; the request ends at the next round with FinishReason::Cancelled and frees its slot.
   void cancel(uint64_t id);

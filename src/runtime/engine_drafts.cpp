@@ -183,7 +183,7 @@ void Engine::Impl::verify(Stream& s, const float* logits, int64_t rows) {
     if (s.done || !lands) break;
   }
   if (offered > 0) s.landing.record(offered, landed);
-  if (!s.done && kept < rows) rewind_window(model.config(), s.record, kept, s.state);
+  if (!s.done && kept < rows) model.rewind(s.record, kept, s.state);
 }
 
 }  // namespace ds

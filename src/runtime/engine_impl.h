@@ -18,6 +18,7 @@
 #include "runtime/draft_source.h"
 #include "runtime/engine.h"
 #include "runtime/keyed_sampler.h"
+#include "runtime/model_backend.h"
 #include "runtime/mtp_drafter.h"
 #include "runtime/prompt_cache.h"
 #include "runtime/stream_memory.h"
@@ -70,7 +71,7 @@ struct WarmJob {
 std::mutex& forward_mutex();
 
 struct Engine::Impl {
-  Impl(const Model& model, const EngineOptions& options);
+  Impl(std::shared_ptr<const ModelBackend> backend, const EngineOptions& options);
 
   // engine.cpp
   void loop();
@@ -100,7 +101,8 @@ struct Engine::Impl {
   bool captures_hidden(const StreamState& state) const;
   void follow_prompt_rows(std::span<HeadRows> items);
 
-  const Model& model;
+  std::shared_ptr<const ModelBackend> backend;
+  const ModelBackend& model;
   EngineOptions options;
   int64_t context = 0;
   int64_t weights_bytes = 0, limit_bytes = 0;  // limit 0 = none

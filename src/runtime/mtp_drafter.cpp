@@ -20,7 +20,7 @@ double ms_since(Clock::time_point start) {
 
 }  // namespace
 
-bool head_in_sync(const Model& model, const StreamState& state) {
+bool head_in_sync(const ModelBackend& model, const StreamState& state) {
   if (!model.has_mtp()) return false;
   const auto W = static_cast<size_t>(model.mtp_hidden_width());
   const std::vector<float>& pending = state.mtp_pending;
@@ -28,12 +28,12 @@ bool head_in_sync(const Model& model, const StreamState& state) {
          state.mtp_position + static_cast<int64_t>(pending.size() / W) == state.position;
 }
 
-int64_t head_rows_pending(const Model& model, const StreamState& state) {
+int64_t head_rows_pending(const ModelBackend& model, const StreamState& state) {
   if (!head_in_sync(model, state)) return 0;
   return static_cast<int64_t>(state.mtp_pending.size()) / model.mtp_hidden_width();
 }
 
-void run_head_rows(const Model& model, std::span<HeadRows> items, MtpLogits logits_wanted) {
+void run_head_rows(const ModelBackend& model, std::span<HeadRows> items, MtpLogits logits_wanted) {
   const int64_t W = model.mtp_hidden_width(), V = model.config().vocab_size;
   std::vector<MtpSegment> segs;
   std::vector<std::vector<int32_t>> next(items.size());
@@ -78,8 +78,13 @@ void run_head_rows(const Model& model, std::span<HeadRows> items, MtpLogits logi
   }
 }
 
-MtpDrafter::MtpDrafter(const Model& model, NgramOptions ngram, HeadCosts* observed)
+MtpDrafter::MtpDrafter(const ModelBackend& model, NgramOptions ngram, HeadCosts* observed)
     : model_(model), ngram_(ngram), observed_(observed) {
+  if (!model.has_mtp()) fail("MtpDrafter: the model has no MTP head");
+}
+
+MtpDrafter::MtpDrafter(const Model& model, NgramOptions ngram, HeadCosts* observed)
+    : owned_(std::make_unique<CpuBackend>(model)), model_(*owned_), ngram_(ngram), observed_(observed) {
   if (!model.has_mtp()) fail("MtpDrafter: the model has no MTP head");
 }
 

@@ -27,7 +27,8 @@ int64_t window_record_floats(const ModelConfig& c, int64_t rows) {
   return floats + rows + c.ngram_size;
 }
 
-StreamMemory stream_memory(const Model& model, int max_drafts, bool head_follows, int64_t idle_head_rows) {
+StreamMemory stream_memory(const ModelBackend& model, int max_drafts, bool head_follows,
+                           int64_t idle_head_rows) {
   const ModelConfig& c = model.config();
   StreamMemory m;
   m.fresh = static_cast<int64_t>(model.new_state().bytes());

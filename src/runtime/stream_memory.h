@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "model/model.h"
+#include "runtime/cpu_backend.h"
 
 namespace ds {
 
@@ -26,7 +27,12 @@ struct StreamMemory {
 // `max_drafts`: the verify window's rows are max_drafts + 1; `head_follows`: the engine runs the model's MTP
 // head (0 bytes for head terms otherwise); `idle_head_rows`: pending H rows a stream may hold while the
 // policy keeps the head idle (they are cleared past that).
-StreamMemory stream_memory(const Model& model, int max_drafts, bool head_follows, int64_t idle_head_rows);
+StreamMemory stream_memory(const ModelBackend& model, int max_drafts, bool head_follows,
+                           int64_t idle_head_rows);
+inline StreamMemory stream_memory(const Model& model, int max_drafts, bool head_follows,
+                                  int64_t idle_head_rows) {
+  return stream_memory(CpuBackend(model), max_drafts, head_follows, idle_head_rows);
+}
 
 // Floats of a WindowRecord over `rows` rows (the per-row DeltaNet states and conv windows, PLE conv windows).
 int64_t window_record_floats(const ModelConfig& cfg, int64_t rows);

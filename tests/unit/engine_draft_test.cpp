@@ -11,6 +11,7 @@ namespace {
 
 using test::Collector;
 using test::expect_same;
+using test::OracleDrafter;
 using test::Reply;
 using test::run_plain;
 
@@ -20,28 +21,6 @@ std::vector<int32_t> repetitive_prompt(size_t phrase, size_t times, int64_t voca
   for (size_t i = 0; i < times; ++i) out.insert(out.end(), p.begin(), p.end());
   return out;
 }
-
-// Proposes the plain reply's next tokens with every fourth one wrong: windows land for a while and then miss
-// at a known rhythm, so acceptance, partial windows and rollback certainly happen (n-gram copies on a tiny
-// random model land rarely).
-class OracleDrafter final : public DraftSource {
- public:
-  void learn(const GenerationRequest& r, const Reply& plain) { known_.push_back({r.prompt, plain.tokens}); }
-  void propose(std::span<DraftAsk> asks) override {
-    for (DraftAsk& a : asks) {
-      a.drafts.clear();
-      for (const auto& [prompt, reply] : known_) {
-        if (!std::equal(prompt.begin(), prompt.end(), a.prompt.begin(), a.prompt.end())) continue;
-        for (size_t i = a.reply.size(); i < reply.size() && static_cast<int>(a.drafts.size()) < a.max; ++i)
-          a.drafts.push_back(i % 4 == 3 ? (reply[i] + 1) % 320 : reply[i]);
-        break;
-      }
-    }
-  }
-
- private:
-  std::vector<std::pair<std::vector<int32_t>, std::vector<int32_t>>> known_;
-};
 
 class EngineDrafts : public ::testing::TestWithParam<bool> {  // param: sampled (else greedy)
  protected:

@@ -2,6 +2,7 @@
 // Shared helpers for engine tests: collect a request's events, run a request alone, random prompts.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include "model_test_support.h"
+#include "runtime/draft_source.h"
 #include "runtime/engine.h"
 
 namespace ds::test {
@@ -125,6 +127,28 @@ inline void expect_same(const Reply& got, const Reply& want, const std::string& 
   EXPECT_EQ(got.final.completion_tokens, static_cast<int64_t>(got.tokens.size())) << what;
   EXPECT_LE(got.final.accepted_tokens, got.final.drafted_tokens) << what;
 }
+
+// Proposes the plain reply's next tokens with every fourth one wrong: windows land for a while and then miss
+// at a known rhythm, so acceptance, partial windows and rollback certainly happen (n-gram copies on a tiny
+// random model land rarely).
+class OracleDrafter final : public DraftSource {
+ public:
+  void learn(const GenerationRequest& r, const Reply& plain) { known_.push_back({r.prompt, plain.tokens}); }
+  void propose(std::span<DraftAsk> asks) override {
+    for (DraftAsk& a : asks) {
+      a.drafts.clear();
+      for (const auto& [prompt, reply] : known_) {
+        if (!std::equal(prompt.begin(), prompt.end(), a.prompt.begin(), a.prompt.end())) continue;
+        for (size_t i = a.reply.size(); i < reply.size() && static_cast<int>(a.drafts.size()) < a.max; ++i)
+          a.drafts.push_back(i % 4 == 3 ? (reply[i] + 1) % 320 : reply[i]);
+        break;
+      }
+    }
+  }
+
+ private:
+  std::vector<std::pair<std::vector<int32_t>, std::vector<int32_t>>> known_;
+};
 
 // Polls until the engine has no warm pass left (they run in later rounds).
 inline void wait_warm(const Engine& engine) {

@@ -1,0 +1,38 @@
+#pragma once
+// What the engine runs a model on (docs/runtime.md, "Backends"): the forward pass over stream segments, the
+// MTP head, fresh states and draft rollback. A state's snapshot is a StreamState copy (a backend's device
+// part travels in StreamState::backend). CpuBackend (cpu_backend.h) wraps Model; CudaBackend
+// (src/backend/cuda/engine/) runs CudaModel. The engine calls these under forward_mutex(), one at a time.
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "model/model.h"
+
+namespace ds {
+
+class ModelBackend {
+ public:
+  virtual ~ModelBackend() = default;
+  virtual const char* name() const = 0;  // "cpu", "cuda": for messages
+  virtual const ModelConfig& config() const = 0;
+  // Positions a stream may reach: the config's max_positions, or fewer where the backend's caches hold fewer.
+  virtual int64_t max_context() const = 0;
+  // Bytes the weights take where the backend keeps them (admission against memory_limit_gib, stats).
+  virtual int64_t weights_bytes() const = 0;
+  virtual StreamState new_state() const = 0;
+
+  // Model::forward's contract: logits [rows, vocab] in segment order (all rows with all_logits, else the
+  // last), each state advanced; a segment with a record can be rewound by rewind() after.
+  virtual std::vector<float> forward(std::span<const ForwardSegment> segments) const = 0;
+  // Rewinds `state`, advanced over a window that ran with `record`, to just after the window's first `keep`
+  // rows: the bits `keep` one-row steps would have left (1 <= keep <= the window's rows).
+  virtual void rewind(const WindowRecord& record, int64_t keep, StreamState& state) const = 0;
+
+  // The MTP head (Model::mtp_forward's contract); has_mtp() false: the engine drafts by n-gram copies.
+  virtual bool has_mtp() const = 0;
+  virtual int64_t mtp_hidden_width() const = 0;
+  virtual std::vector<float> mtp_forward(std::span<const MtpSegment> segments) const = 0;
+};
+
+}  // namespace ds
