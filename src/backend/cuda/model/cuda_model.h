@@ -70,6 +70,17 @@ class CudaModel {
   // The same pass, returning the greedy (argmax) token of each logits row; the logits stay on the device.
   std::vector<int32_t> forward_greedy(std::span<const CudaSegment> segments);
 
+  // State copies for the engine (cuda_model_state.cpp), enqueued on the model's stream. `to` holds a state
+  // of this model (new_state(), or a buffer of state_bytes()).
+  size_t state_bytes() const { return static_cast<size_t>(state_floats_) * sizeof(float); }
+  void copy_state(const CudaStreamState& from, CudaStreamState& to) const;
+  // The recurrent parts alone (DeltaNet conv and recurrent states, PLE conv histories) in a compact buffer:
+  // with the host position and PLE context, all a rollback restores, since K/V and indexer caches are only
+  // written at positions past it (a re-run overwrites them with the same bits).
+  size_t recurrent_bytes() const;
+  void save_recurrent(const CudaStreamState& from, DeviceBuffer& to) const;  // `to` resized if needed
+  void restore_recurrent(const DeviceBuffer& from, CudaStreamState& to) const;
+
   size_t device_weight_bytes() const { return weight_bytes_; }
   // Bytes of weights one token reads at batch 1 (every non-expert matrix, top-k + shared experts, lm_head).
   size_t bytes_per_token() const;
@@ -98,6 +109,7 @@ class CudaModel {
   // pending: the previous block's output, injected into H (with the previous iota) by the mix's norm.
   void hc_mix(const struct DeviceHc& hc, int n, float* H, const float* pending, float* x, float* iota);
   void op(const char* name);  // starts timing `name` (ends the previous op)
+  std::vector<std::pair<int64_t, int64_t>> recurrent_ranges() const;  // (first float, floats), merged
 
   ModelConfig cfg_;
   CudaModelOptions opt_;

@@ -1,0 +1,45 @@
+#pragma once
+// The engine's CUDA backend (docs/backend-cuda.md, "Engine"): runtime/model_backend.h over CudaModel. States
+// live on the device (StreamState::backend holds a CudaStreamState; a StreamState copy is a device-to-device
+// copy, which is what the prompt cache stores). Draft rollback restores the recurrent parts saved before the
+// window and re-runs the kept rows at the next forward, batched (windows == one-token steps bit for bit on
+// CUDA, ../shared/design/exactness.md allows it). Logits come to the host for the KeyedSampler.
+// For now: prompts run as decode windows (same bits as steps), no MTP head (the engine drafts n-gram copies).
+#include <memory>
+
+#include "backend/cuda/model/cuda_model.h"
+#include "runtime/model_backend.h"
+
+namespace ds::cuda {
+
+class CudaBackend final : public ModelBackend {
+ public:
+  // `model`'s host tables (a checkpoint's bound weights) must outlive the backend.
+  explicit CudaBackend(std::unique_ptr<CudaModel> model);
+  ~CudaBackend() override;
+
+  const char* name() const override { return "cuda"; }
+  const ModelConfig& config() const override { return model_->config(); }
+  int64_t max_context() const override;  // the device caches' positions (CudaModelOptions::max_context)
+  int64_t weights_bytes() const override { return static_cast<int64_t>(model_->device_weight_bytes()); }
+  StreamState new_state() const override;
+  std::vector<float> forward(std::span<const ForwardSegment> segments) const override;
+  void rewind(const WindowRecord& record, int64_t keep, StreamState& state) const override;
+  bool has_mtp() const override { return false; }  // cudamtp adds CudaModel::mtp_forward
+  int64_t mtp_hidden_width() const override { return 0; }
+  std::vector<float> mtp_forward(std::span<const MtpSegment> segments) const override;
+
+  CudaModel& model() const { return *model_; }
+  // Re-runs (rollbacks) done so far and their rows, for receipts.
+  int64_t replays() const { return replays_; }
+  int64_t replay_rows() const { return replay_rows_; }
+
+ private:
+  void flush_replays(std::span<const ForwardSegment> segments) const;
+
+  std::unique_ptr<CudaModel> model_;
+  bool graphs_;  // the model's option: decode rounds replay CUDA graphs; other calls launch directly
+  mutable int64_t replays_ = 0, replay_rows_ = 0;
+};
+
+}  // namespace ds::cuda

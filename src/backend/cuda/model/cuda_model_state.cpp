@@ -1,0 +1,81 @@
+// CudaModel's state copies (prompt-cache snapshots, draft rollback): device-to-device copies on the model's
+// stream, so they stay ordered with the forward passes around them.
+#include <algorithm>
+
+#include "backend/cuda/model/cuda_model.h"
+#include "core/error.h"
+
+namespace ds::cuda {
+
+namespace {
+
+void copy_async(void* to, const void* from, size_t bytes, cudaStream_t st, const char* op) {
+  if (bytes > 0) check(cudaMemcpyAsync(to, from, bytes, cudaMemcpyDeviceToDevice, st), op);
+}
+
+}  // namespace
+
+// Each recurrent region runs from its offset to the next region's (the state layout packs regions in order,
+// each padded), so the ranges follow the layout whatever sizes it gives them.
+std::vector<std::pair<int64_t, int64_t>> CudaModel::recurrent_ranges() const {
+  std::vector<int64_t> starts;
+  for (const auto* offs :
+       {&conv_off_, &rec_off_, &keys_off_, &values_off_, &ikeys_off_, &iblocks_off_, &ple_off_})
+    for (int64_t o : *offs)
+      if (o >= 0) starts.push_back(o);
+  std::sort(starts.begin(), starts.end());
+  starts.push_back(state_floats_);
+  std::vector<std::pair<int64_t, int64_t>> ranges;
+  for (const auto* offs : {&conv_off_, &rec_off_, &ple_off_})
+    for (int64_t o : *offs)
+      if (o >= 0) ranges.push_back({o, *std::upper_bound(starts.begin(), starts.end(), o) - o});
+  std::sort(ranges.begin(), ranges.end());
+  std::vector<std::pair<int64_t, int64_t>> merged;
+  for (const auto& r : ranges)
+    if (!merged.empty() && merged.back().first + merged.back().second == r.first)
+      merged.back().second += r.second;
+    else
+      merged.push_back(r);
+  return merged;
+}
+
+size_t CudaModel::recurrent_bytes() const {
+  int64_t n = 0;
+  for (const auto& r : recurrent_ranges()) n += r.second;
+  return static_cast<size_t>(n) * sizeof(float);
+}
+
+void CudaModel::copy_state(const CudaStreamState& from, CudaStreamState& to) const {
+  if (from.device.bytes() != state_bytes() || to.device.bytes() != state_bytes())
+    fail("CudaModel::copy_state: a state was not made by this model (bytes {} and {}, expected {})",
+         from.device.bytes(), to.device.bytes(), state_bytes());
+  copy_async(to.device.data(), from.device.data(), state_bytes(), stream_.get(), "CudaModel::copy_state");
+  to.position = from.position;
+  to.ple_context = from.ple_context;
+}
+
+void CudaModel::save_recurrent(const CudaStreamState& from, DeviceBuffer& to) const {
+  if (from.device.bytes() != state_bytes())
+    fail("CudaModel::save_recurrent: the state was not made by this model");
+  const size_t need = recurrent_bytes();
+  if (to.bytes() != need) to = DeviceBuffer(need);
+  size_t at = 0;
+  for (const auto& [first, floats] : recurrent_ranges()) {
+    copy_async(to.as<char>() + at, from.device.as<float>() + first, floats * sizeof(float), stream_.get(),
+               "CudaModel::save_recurrent");
+    at += floats * sizeof(float);
+  }
+}
+
+void CudaModel::restore_recurrent(const DeviceBuffer& from, CudaStreamState& to) const {
+  if (to.device.bytes() != state_bytes() || from.bytes() != recurrent_bytes())
+    fail("CudaModel::restore_recurrent: the state or the saved parts were not made by this model");
+  size_t at = 0;
+  for (const auto& [first, floats] : recurrent_ranges()) {
+    copy_async(to.device.as<float>() + first, from.as<char>() + at, floats * sizeof(float), stream_.get(),
+               "CudaModel::restore_recurrent");
+    at += floats * sizeof(float);
+  }
+}
+
+}  // namespace ds::cuda
