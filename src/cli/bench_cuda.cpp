@@ -5,12 +5,17 @@
 #ifdef DELTASERVE_HAS_CUDA
 #include <fmt/format.h>
 
+#include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <fstream>
+#include <mutex>
 #include <nlohmann/json.hpp>
 
+#include "backend/cuda/engine/cuda_backend.h"
 #include "backend/cuda/model/cuda_bench.h"
 #include "model/model.h"
+#include "runtime/engine.h"
 #endif
 
 namespace ds::cli {
@@ -26,6 +31,48 @@ void run_cuda_bench(const CudaBenchOptions&) {
 #else
 
 namespace {
+
+// The same decode through the engine (CudaBackend): every stream a 16-token prompt of its own, then a greedy
+// reply of `tokens` (EOS ignored, no drafts, no prompt cache); logits come to the host for the KeyedSampler.
+// Aggregate decode tokens/s: the tokens after each stream's first over the longest decode time.
+nlohmann::json engine_rate(const std::shared_ptr<const cuda::CudaBackend>& backend, int streams, int tokens) {
+  EngineOptions eo;
+  eo.parallel = streams;
+  eo.prompt_cache_gib = 0;
+  eo.drafts = false;
+  eo.context = backend->max_context();
+  Engine engine(backend, eo);
+  std::mutex mutex;
+  std::condition_variable cv;
+  std::vector<TokenEvent> finals;
+  const int64_t V = backend->config().vocab_size;
+  for (int i = 0; i < streams; ++i) {
+    GenerationRequest r;
+    for (int t = 0; t < 16; ++t) r.prompt.push_back(static_cast<int32_t>((7919 * i + 31 * t + 5) % V));
+    r.max_tokens = tokens + 1;
+    r.ignore_eos = true;
+    r.sampling.temperature = 0;
+    r.use_prompt_cache = false;
+    engine.submit(std::move(r), [&](const TokenEvent& ev) {
+      if (!ev.finished) return;
+      std::lock_guard lock(mutex);
+      finals.push_back(ev);
+      cv.notify_all();
+    });
+  }
+  std::unique_lock lock(mutex);
+  cv.wait(lock, [&] { return static_cast<int>(finals.size()) == streams; });
+  double decode_s = 0;
+  int64_t decoded = 0;
+  for (const TokenEvent& ev : finals) {
+    if (ev.reason == FinishReason::Error) fail("bench through the engine: {}", ev.error);
+    decode_s = std::max(decode_s, ev.decode_seconds);
+    decoded += ev.completion_tokens - 1;
+  }
+  return {{"streams", streams},
+          {"ms_per_round", decode_s > 0 ? 1e3 * decode_s / tokens : 0},
+          {"tokens_per_s", decode_s > 0 ? decoded / decode_s : 0}};
+}
 
 void bench(const CudaBenchOptions& o) {
   using nlohmann::json;
@@ -51,24 +98,35 @@ void bench(const CudaBenchOptions& o) {
     host = std::make_unique<Model>(o.model);
     m = std::make_unique<cuda::CudaModel>(host->config(), host->weights(), opt);
   }
+  auto backend = std::make_shared<cuda::CudaBackend>(std::move(m));
+  cuda::CudaModel& model = backend->model();
   json r;
   r["backend"] = "cuda";
-  r["model"] = m->describe();
-  r["bytes_per_token"] = m->bytes_per_token();
+  r["model"] = model.describe();
+  r["bytes_per_token"] = model.bytes_per_token();
   r["decode"] = json::array();
+  r["engine"] = json::array();
   for (int s : o.streams) {
-    const cuda::DecodeRate d = cuda::bench_decode_rounds(*m, s, o.decode_tokens, o.warmup_rounds);
+    const cuda::DecodeRate d = cuda::bench_decode_rounds(model, s, o.decode_tokens, o.warmup_rounds);
     r["decode"].push_back(
         {{"streams", s}, {"ms_per_round", d.ms_per_round}, {"tokens_per_s", d.tokens_per_s}});
+    if (o.engine) r["engine"].push_back(engine_rate(backend, s, o.decode_tokens));
   }
   if (o.json) {
     std::printf("%s\n", r.dump(2).c_str());
     return;
   }
-  std::printf("%s%8s %12s %12s\n", m->describe().c_str(), "streams", "ms/round", "tok/s");
-  for (const auto& d : r["decode"])
-    std::printf("%8d %12.3f %12.1f\n", d["streams"].get<int>(), d["ms_per_round"].get<double>(),
+  std::printf("%s%8s %12s %12s %18s %14s\n", model.describe().c_str(), "streams", "ms/round", "tok/s",
+              "engine ms/round", "engine tok/s");
+  for (size_t i = 0; i < r["decode"].size(); ++i) {
+    const auto& d = r["decode"][i];
+    std::printf("%8d %12.3f %12.1f", d["streams"].get<int>(), d["ms_per_round"].get<double>(),
                 d["tokens_per_s"].get<double>());
+    if (i < r["engine"].size())
+      std::printf(" %18.3f %14.1f", r["engine"][i]["ms_per_round"].get<double>(),
+                  r["engine"][i]["tokens_per_s"].get<double>());
+    std::printf("\n");
+  }
 }
 
 }  // namespace

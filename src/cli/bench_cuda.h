@@ -13,6 +13,7 @@ struct CudaBenchOptions {
   std::vector<int> streams;
   int decode_tokens = 32, warmup_rounds = 2;
   bool json = false;
+  bool engine = true;  // also the same decode through the engine (CudaBackend + KeyedSampler)
 };
 
 void run_cuda_bench(const CudaBenchOptions& o);

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "cli/backend_choice.h"
 #include "cli/commands.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
@@ -26,7 +27,8 @@ namespace ds::cli {
 namespace {
 
 struct RunOptions {
-  std::string model, prompt, system;
+  std::string model, prompt, system, backend = "cpu";
+  int64_t context = 0;
   bool chat = false, no_think = false, ignore_eos = false, no_drafts = false;
   int max_tokens = 256, threads = 0;
   SamplingParams sampling;
@@ -52,10 +54,12 @@ void run(const RunOptions& o) {
   const bool tty = isatty(STDERR_FILENO);
   auto t_load = Clock::now();
   if (tty) std::fprintf(stderr, "loading %s ...", o.model.c_str());
-  Model model(o.model);
+  const LoadedBackend loaded = load_backend(o.backend, o.model, o.context);
   Tokenizer tok = Tokenizer::load(o.model);
-  if (tty) std::fprintf(stderr, "\rloaded %s in %.2f s\n", o.model.c_str(), seconds_since(t_load));
-  const ModelConfig& cfg = model.config();
+  if (tty)
+    std::fprintf(stderr, "\rloaded %s in %.2f s (%s)\n", o.model.c_str(), seconds_since(t_load),
+                 loaded.backend->name());
+  const ModelConfig& cfg = loaded.backend->config();
 
   std::string text = o.prompt;
   if (o.chat) {
@@ -67,9 +71,9 @@ void run(const RunOptions& o) {
   }
   std::vector<int32_t> prompt = tok.encode(text);
   if (prompt.empty()) fail("the prompt encodes to no tokens");
-  if (static_cast<int64_t>(prompt.size()) + o.max_tokens > cfg.max_positions)
-    fail("prompt of {} tokens + --max-tokens {} exceeds the model's {} positions", prompt.size(),
-         o.max_tokens, cfg.max_positions);
+  if (static_cast<int64_t>(prompt.size()) + o.max_tokens > loaded.context)
+    fail("prompt of {} tokens + --max-tokens {} exceeds the context of {} positions", prompt.size(),
+         o.max_tokens, loaded.context);
 
   SamplingParams params = o.sampling;
   params.seed = o.seed >= 0 ? static_cast<uint64_t>(o.seed) : random_seed();
@@ -87,7 +91,8 @@ void run(const RunOptions& o) {
   options.parallel = 1;
   options.prompt_cache_gib = 0;
   options.drafts = !o.no_drafts;
-  Engine engine(model, options);
+  options.context = loaded.context;
+  Engine engine(loaded.backend, options);
   IncrementalDecoder decoder(tok, true);
   std::promise<TokenEvent> final_event;
   engine.submit(std::move(request), [&](const TokenEvent& ev) {
@@ -132,6 +137,9 @@ void register_run_command(CLI::App& app) {
   cmd->add_option("--threads", o->threads, "CPU threads (default: all cores)");
   cmd->add_flag("--ignore-eos", o->ignore_eos, "do not stop at end-of-sequence tokens");
   cmd->add_flag("--no-drafts", o->no_drafts, "never draft (the plain decode path; the same reply)");
+  cmd->add_option("--backend", o->backend, "cpu, or cuda (the GPU; a -DDELTASERVE_CUDA=ON build)");
+  cmd->add_option("--context", o->context,
+                  "positions per stream, prompt + reply (default: the model's maximum; cuda: at most 8192)");
   cmd->callback([o] { run(*o); });
 }
 

@@ -9,6 +9,7 @@
 #include <optional>
 #include <thread>
 
+#include "cli/backend_choice.h"
 #include "cli/commands.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
@@ -24,7 +25,7 @@ namespace ds::cli {
 namespace {
 
 struct ServeOptions {
-  std::string model, host = "127.0.0.1", api_key;
+  std::string model, host = "127.0.0.1", api_key, backend = "cpu";
   int port = 8080, parallel = 4, threads = 0;
   int64_t context = 0, max_queue = 256;
   double prompt_cache_gib = 1.0, memory_limit_gib = 0;
@@ -54,11 +55,14 @@ void serve(const ServeOptions& o) {
   if (o.threads > 0) ThreadPool::set_global_threads(o.threads);  // after the mask: threads inherit it
 
   std::filesystem::path dir(o.model);
-  Model model(dir);
+  if (o.reference && o.backend != "cpu")
+    fail("--reference is the CPU's serial decode; drop --backend {}", o.backend);
+  const LoadedBackend loaded = load_backend(o.backend, o.model, o.context);
+  const Model& model = *loaded.host;
   Tokenizer tokenizer = Tokenizer::load(dir);
   server::PromptBuilder prompts(tokenizer, load_template(dir));
   const ModelConfig& cfg = model.config();
-  int64_t context = o.context > 0 ? o.context : cfg.max_positions;
+  const int64_t context = loaded.context;
   if (context <= 1) fail("--context: the model names no max_position_embeddings; give --context");
   // --reference: the serial plain decode, the baseline the batched engine's replies must equal.
   std::unique_ptr<Engine> engine;
@@ -74,7 +78,7 @@ void serve(const ServeOptions& o) {
     options.drafts = !o.no_drafts;
     options.draft_depth = o.draft_depth;
     options.memory_limit_gib = o.memory_limit_gib;
-    engine = std::make_unique<Engine>(model, options);
+    engine = std::make_unique<Engine>(loaded.backend, options);
     backend_ptr = std::make_unique<server::EngineBackend<Engine>>(*engine);
   }
   server::GenerationBackend& backend = *backend_ptr;
@@ -93,8 +97,8 @@ void serve(const ServeOptions& o) {
     std::fprintf(stderr, "signal %d: finishing requests in flight, then exiting\n", sig);
     http.stop();
   });
-  std::fprintf(stderr, "deltaserve: serving %s on http://%s:%d (context %lld)\n", name.c_str(),
-               o.host.c_str(), port, static_cast<long long>(context));
+  std::fprintf(stderr, "deltaserve: serving %s on http://%s:%d (context %lld, backend %s)\n", name.c_str(),
+               o.host.c_str(), port, static_cast<long long>(context), loaded.backend->name());
   std::fflush(stderr);
   http.serve();
   // serve() also returns when stop() came from elsewhere; wake the waiter so it can be joined.
@@ -125,6 +129,7 @@ void register_serve_command(CLI::App& app) {
   cmd->add_option("--memory-limit-gib", o->memory_limit_gib,
                   "weights + stream states + drafting + prompt cache stay under this; 0: no limit")
       ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--backend", o->backend, "cpu, or cuda (the GPU; a -DDELTASERVE_CUDA=ON build)");
   cmd->add_flag("--reference", o->reference,
                 "serve with the serial reference decode instead of the batched engine");
   cmd->callback([o] { serve(*o); });

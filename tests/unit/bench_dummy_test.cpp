@@ -108,13 +108,17 @@ TEST(BenchCommand, TinyConfigPrintsJson) {
 }
 
 // Stdout+stderr and exit status of `deltaserve bench ARGS`.
-std::pair<std::string, int> run_bench(const std::string& args) {
-  const std::string cmd = std::string(DELTASERVE_BINARY) + " bench " + args + " 2>&1";
+std::pair<std::string, int> run_cli(const std::string& args) {
+  const std::string cmd = std::string(DELTASERVE_BINARY) + " " + args + " 2>&1";
   std::unique_ptr<FILE, int (*)(FILE*)> pipe(popen(cmd.c_str(), "r"), pclose);
   std::string out;
   std::array<char, 4096> buf{};
   while (size_t n = fread(buf.data(), 1, buf.size(), pipe.get())) out.append(buf.data(), n);
   return {out, pclose(pipe.release())};
+}
+
+std::pair<std::string, int> run_bench(const std::string& args) {
+  return run_cli("bench " + args);
 }
 
 // --backend: an unknown one is named; cuda in a CPU-only build says how to get it (and loads nothing).
@@ -128,6 +132,21 @@ TEST(BenchCommand, BackendChoicesAreNamed) {
   EXPECT_NE(rc2, 0);
   EXPECT_NE(cuda.find("-DDELTASERVE_CUDA=ON"), std::string::npos) << cuda;
 #endif
+}
+
+// run and serve take the same --backend choices, checked before anything is loaded.
+TEST(BackendOption, RunAndServeNameTheChoices) {
+  const std::string dir = test::fixture("qwen4exp_base").string();
+  for (const std::string& cmd : {"run " + dir + " -p hi", "serve " + dir + " --port 0"}) {
+    auto [unknown, rc1] = run_cli(cmd + " --backend tpu");
+    EXPECT_NE(rc1, 0) << cmd;
+    EXPECT_NE(unknown.find("--backend 'tpu' is not one of cpu, cuda"), std::string::npos) << unknown;
+#if !defined(DELTASERVE_HAS_CUDA)
+    auto [cuda, rc2] = run_cli(cmd + " --backend cuda");
+    EXPECT_NE(rc2, 0) << cmd;
+    EXPECT_NE(cuda.find("-DDELTASERVE_CUDA=ON"), std::string::npos) << cuda;
+#endif
+  }
 }
 
 }  // namespace

@@ -1,0 +1,59 @@
+#include "cli/backend_choice.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+#include "runtime/cpu_backend.h"
+
+#ifdef DELTASERVE_HAS_CUDA
+#include "backend/cuda/engine/cuda_backend.h"
+#endif
+
+namespace ds::cli {
+
+namespace {
+
+LoadedBackend load_cpu(const std::string& dir, int64_t context) {
+  LoadedBackend b;
+  b.host = std::make_unique<Model>(dir);
+  b.backend = std::make_shared<CpuBackend>(*b.host);
+  b.context = context > 0 ? context : b.host->config().max_positions;
+  return b;
+}
+
+#ifdef DELTASERVE_HAS_CUDA
+LoadedBackend load_cuda(const std::string& dir, int64_t context) {
+  LoadedBackend b;
+  b.host = std::make_unique<Model>(dir, /*cpu_weight_tiles=*/false);  // the GPU reads its tables from it
+  const int64_t max_pos = b.host->config().max_positions;
+  b.context =
+      context > 0 ? context : (max_pos > 0 ? std::min(max_pos, kCudaDefaultContext) : kCudaDefaultContext);
+  cuda::CudaModelOptions opt;
+  opt.max_context = b.context;
+  try {
+    b.backend = std::make_shared<cuda::CudaBackend>(
+        std::make_unique<cuda::CudaModel>(b.host->config(), b.host->weights(), opt));
+  } catch (const cuda::CudaError& e) {
+    fail("--backend cuda: {}", e.what());
+  } catch (const cuda::ArgumentError& e) {
+    fail("--backend cuda: {}", e.what());
+  }
+  return b;
+}
+#endif
+
+}  // namespace
+
+LoadedBackend load_backend(const std::string& name, const std::string& model_dir, int64_t context) {
+  if (name == "cpu") return load_cpu(model_dir, context);
+  if (name != "cuda") fail("--backend '{}' is not one of cpu, cuda", name);
+#ifdef DELTASERVE_HAS_CUDA
+  return load_cuda(model_dir, context);
+#else
+  fail(
+      "--backend cuda: this deltaserve was built without the CUDA backend (configure with "
+      "-DDELTASERVE_CUDA=ON)");
+#endif
+}
+
+}  // namespace ds::cli

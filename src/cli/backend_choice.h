@@ -1,0 +1,26 @@
+#pragma once
+// `--backend cpu|cuda` for run and serve: the engine's backend over a checkpoint. cuda exists only in a
+// -DDELTASERVE_CUDA=ON build; otherwise it is refused naming that option (as `bench --backend cuda` is).
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "model/model.h"
+#include "runtime/model_backend.h"
+
+namespace ds::cli {
+
+struct LoadedBackend {
+  std::unique_ptr<Model> host;                  // the checkpoint: the CPU's model, or the GPU's host tables
+  std::shared_ptr<const ModelBackend> backend;  // what the engine runs
+  int64_t context = 0;                          // positions per stream the backend holds
+};
+
+// Device caches hold this many positions per stream when --context is not given (the model's maximum would
+// reserve that much device memory for every stream).
+constexpr int64_t kCudaDefaultContext = 8192;
+
+// `context` 0: the backend's default (the model's max positions on the CPU, kCudaDefaultContext on CUDA).
+LoadedBackend load_backend(const std::string& name, const std::string& model_dir, int64_t context);
+
+}  // namespace ds::cli
