@@ -2,6 +2,7 @@
 // policy's HeadCosts measure (src/runtime/draft_policy.h: a catch-up call by head rows, a chained call by
 // streams) and a whole draft of depth 1-4 on one stream, by the wall clock as the engine sees them (host
 // work, uploads, the greedy tokens' download), plus the bytes one head row reads.
+#include <algorithm>
 #include <chrono>
 
 #include "backend/cuda/model/cuda_model.h"
@@ -124,6 +125,33 @@ void run_mtp_bench(const std::string& config_path, int bits, int group, int reps
     }
   }
   m.set_graphs(true);
+
+  // Where a 1-row head call's GPU time goes (CUDA events as nodes of the replayed graph), against its wall
+  // time.
+  {
+    CudaStreamState& st = states[0];
+    auto call = [&] {
+      const CudaMtpSegment seg{&st, H.as<float>(), std::span<const int32_t>(prompt.data(), 1),
+                               0,   out_row(0),    MtpLogits::Last};
+      m.mtp_forward_greedy(std::span<const CudaMtpSegment>(&seg, 1));
+      st.truncate_mtp(0);
+    };
+    m.set_time_ops(true);
+    call();
+    m.reset_op_times();
+    const int timed = 8;
+    for (int i = 0; i < timed; ++i) call();
+    m.set_time_ops(false);
+    std::vector<std::pair<std::string, double>> ops;
+    double total = 0;
+    for (const auto& [k, v] : m.op_times()) ops.push_back({k, 1e3 * v / timed}), total += 1e3 * v / timed;
+    std::sort(ops.begin(), ops.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
+    std::printf("  per-op GPU time of a 1-row head call (graph replay, mean of %d):\n", timed);
+    for (const auto& [k, us] : ops)
+      std::printf("    %-24s %9.1f us %5.1f%%\n", k.c_str(), us, 100 * us / total);
+    std::printf("    %-24s %9.1f us (the rest of the wall time: host staging, launch, sync, download)\n",
+                "total", total);
+  }
 }
 
 }  // namespace ds::cuda::modelcheck

@@ -1,6 +1,7 @@
 #pragma once
 // The device weights of one layer and the host tables of a CudaModel (shared by its two source files).
 #include <memory>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -50,7 +51,9 @@ struct CudaModel::Mtp {
   size_t pinned_bytes = 0;
   cudaGraphExec_t graph = nullptr;
   std::vector<int64_t> graph_key;
+  std::vector<std::pair<std::string, cudaEvent_t>> events;  // time_ops: the graph's timing events
   ~Mtp() {
+    for (auto& e : events) cudaEventDestroy(e.second);
     if (graph) cudaGraphExecDestroy(graph);
     if (pinned) cudaFreeHost(pinned);
   }

@@ -157,9 +157,11 @@ int64_t CudaModel::mtp_run(std::span<const CudaMtpSegment> segments) {
 
   // Depends only on the call's shape and on buffers that stay put (as run()'s rounds), so it is replayed.
   auto enqueue = [&] {
+    op("head upload");
     check(cudaMemcpyAsync(dev, h.pinned, stage.bytes.size(), cudaMemcpyHostToDevice, st),
           "mtp_forward: upload");
     // X_s = fc_embedding(norm(e)) + fc_hidden(n_s), n = the joint norm of H over all S*D values.
+    op("head input");
     rms_norm_rows(reinterpret_cast<const float*>(dev + off_e), D, h.norm_embedding.as<float>(), 1,
                   static_cast<int>(D), c.rms_eps, s.x, D, n, st);
     wx(h.fc_embedding, s.x, D, n, s.y, D, st);
@@ -175,6 +177,7 @@ int64_t CudaModel::mtp_run(std::span<const CudaMtpSegment> segments) {
     moe(L, n, s.x, s.y);
     // The MLP block's output injected into H (the head mixer's norm computes it; its normed rows go unused):
     // every row's X, fed back by chained drafts.
+    op("head inject, out rows");
     add_rms_norm_rows(s.H, SD, s.iota, s.y, h.mixer.norm.as<float>(), static_cast<int>(S),
                       static_cast<int>(D), c.rms_eps, s.normed, SD, n, st);
     if (any_out) scatter_rows(s.H, n, SD, reinterpret_cast<float* const*>(dev + off_out), st);
@@ -182,15 +185,23 @@ int64_t CudaModel::mtp_run(std::span<const CudaMtpSegment> segments) {
       copy_rows(s.H, SD, reinterpret_cast<const int32_t*>(dev + off_want), n_out, static_cast<int>(SD), s.gn,
                 st);
       hc_mix(h.mixer, n_out, s.gn, nullptr, s.x, nullptr);
+      op("lm_head");
       wx(lm_head_, s.x, D, n_out, s.logits, V, st);
     }
   };
-  // The head's ops are not timed (op_times is the main rounds'); its launches would interleave their events.
-  const bool timing = opt_.time_ops;
-  opt_.time_ops = false;
+  // With time_ops the head's ops are timed into op_times like a round's (reset them between the two to read
+  // either alone). Its events are its own (op_events_ holds the main graph's between rounds): swapped in for
+  // the call, and kept with the head's graph, whose nodes they are.
+  auto drop_events = [&] {
+    for (auto& e : op_events_) cudaEventDestroy(e.second);
+    op_events_.clear();
+  };
+  std::swap(op_events_, h.events);
   try {
     if (!opt_.graphs) {
+      drop_events();
       enqueue();
+      op("end");
     } else {
       const std::vector<int64_t> key{n,
                                      static_cast<int64_t>(segments.size()),
@@ -201,14 +212,20 @@ int64_t CudaModel::mtp_run(std::span<const CudaMtpSegment> segments) {
                                      reinterpret_cast<int64_t>(h.pinned),
                                      reinterpret_cast<int64_t>(s.arena.data()),
                                      opt_.expert_windows ? 1 : 0,
-                                     any_out ? 1 : 0};
+                                     any_out ? 1 : 0,
+                                     opt_.time_ops ? 1 : 0};
       if (h.graph == nullptr || key != h.graph_key) {
         if (h.graph != nullptr) cudaGraphExecDestroy(h.graph);
         h.graph = nullptr;
+        drop_events();
         check(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
+        capturing_ = true;
         try {
           enqueue();
+          op("end");
+          capturing_ = false;
         } catch (...) {
+          capturing_ = false;
           cudaGraph_t broken = nullptr;
           cudaStreamEndCapture(st, &broken);
           if (broken) cudaGraphDestroy(broken);
@@ -223,11 +240,21 @@ int64_t CudaModel::mtp_run(std::span<const CudaMtpSegment> segments) {
       }
       check(cudaGraphLaunch(h.graph, st), "cudaGraphLaunch");
     }
+    if (opt_.time_ops) {
+      stream_.synchronize();
+      for (size_t i = 0; i + 1 < op_events_.size(); ++i) {
+        float ms = 0;
+        check(cudaEventElapsedTime(&ms, op_events_[i].second, op_events_[i + 1].second),
+              "cudaEventElapsedTime");
+        op_ms_[op_events_[i].first] += ms;
+      }
+      if (!opt_.graphs) drop_events();
+    }
   } catch (...) {
-    opt_.time_ops = timing;
+    std::swap(op_events_, h.events);
     throw;
   }
-  opt_.time_ops = timing;
+  std::swap(op_events_, h.events);
   for (const CudaMtpSegment& sg : segments)
     sg.state->mtp_position += static_cast<int64_t>(sg.next_tokens.size());
   return n_out;
