@@ -52,6 +52,7 @@ void CudaModel::copy_state(const CudaStreamState& from, CudaStreamState& to) con
   copy_async(to.device.data(), from.device.data(), state_bytes(), stream_.get(), "CudaModel::copy_state");
   to.position = from.position;
   to.ple_context = from.ple_context;
+  to.mtp_position = from.mtp_position;
 }
 
 void CudaModel::save_recurrent(const CudaStreamState& from, DeviceBuffer& to) const {
