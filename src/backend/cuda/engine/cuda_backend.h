@@ -25,7 +25,7 @@ class CudaBackend final : public ModelBackend {
   StreamState new_state() const override;
   std::vector<float> forward(std::span<const ForwardSegment> segments) const override;
   void rewind(const WindowRecord& record, int64_t keep, StreamState& state) const override;
-  bool has_mtp() const override { return false; }  // cudamtp adds CudaModel::mtp_forward
+  bool has_mtp() const override { return false; }  // CudaModel::mtp_forward is not wired in yet
   int64_t mtp_hidden_width() const override { return 0; }
   std::vector<float> mtp_forward(std::span<const MtpSegment> segments) const override;
 
