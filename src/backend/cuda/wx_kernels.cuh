@@ -9,6 +9,8 @@
 #include <cstdint>
 #include <utility>
 
+#include "backend/cuda/grid_dependency.cuh"
+
 namespace ds::cuda::detail {
 
 constexpr int kWarpsPerBlock = 4;
@@ -368,6 +370,9 @@ __device__ __forceinline__ void persistent_row_product(const typename Unit::Matr
   int64_t task = blockIdx.x, o0 = first_output(task);
   Unit cur[NO];
   if (o0 < n_out && u_first < units) load_all(cur, o0, u_first);
+  // Weights never change during a round: their first loads go out before waiting for the previous kernel
+  // (programmatic launch, grid_dependency.cuh); x is read only after it.
+  dev::grid_dependency_wait();
   while (o0 < n_out) {  // uniform over the warp, and over the block when it shares outputs
     const int64_t next_o0 = first_output(task + gridDim.x);
     float acc[1][NO];

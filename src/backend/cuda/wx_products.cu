@@ -4,6 +4,7 @@
 #include <string>
 
 #include "backend/cuda/cuda_error.h"
+#include "backend/cuda/grid_dependency.cuh"
 #include "backend/cuda/wx_kernels.cuh"
 #include "backend/cuda/wx_products.h"
 
@@ -16,6 +17,7 @@ using detail::kWarpsPerBlock;
 template <class Unit, class Rows, int R>
 __global__ void __launch_bounds__(kWarpsPerBlock * 32)
     window_kernel(typename Unit::Matrix m, int64_t n_out, Rows rows, int n_rows, float* y, int64_t ldy) {
+  dev::grid_dependency_wait();
   detail::block_product<Unit, Rows, R>(m, n_out, rows, 0, n_rows, y, ldy);
 }
 
@@ -46,6 +48,7 @@ template <int Bits, class Rows>
 __global__ void __launch_bounds__(kWarpsPerBlock * 32)
     grouped_kernel(typename detail::AffineUnit<Bits>::Matrix m, int64_t n_out, int64_t n_experts,
                    int64_t n_x_rows, const ExpertRow* pairs, Rows rows, float* y, int64_t ldy) {
+  dev::grid_dependency_wait();
   const ExpertRow pr = pairs[blockIdx.y];
   float* y_row = y + int64_t(blockIdx.y) * ldy;
   if (pr.expert < 0 || pr.expert >= n_experts || pr.row < 0 || pr.row >= n_x_rows) {
@@ -117,6 +120,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32, 3)
     expert_windows_kernel(typename detail::AffineUnit<Bits>::Matrix m, int64_t n_out, int64_t n_experts,
                           int64_t n_x_rows, const ExpertWindow* windows, int n_windows,
                           const int32_t* row_ids, Rows rows, float* y, int64_t ldy) {
+  dev::grid_dependency_wait();
   for (int i = blockIdx.y; i < n_windows; i += gridDim.y) {
     const ExpertWindow win = windows[i];
     if (win.count == 0) continue;  // an unused slot
@@ -130,6 +134,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32, 3)
 // run.
 __global__ void expert_windows_build_kernel(const int32_t* topk, int n_pairs, int k, int n_experts,
                                             ExpertWindow* windows, int32_t* row_ids, int32_t* slot_of) {
+  dev::grid_dependency_wait();
   __shared__ int32_t count[1024], slot0[1024], win0[1024];
   for (int e = threadIdx.x; e < n_experts; e += blockDim.x) count[e] = 0;
   for (int p = threadIdx.x; p < n_pairs; p += blockDim.x) {

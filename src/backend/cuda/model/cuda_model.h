@@ -28,6 +28,12 @@ struct CudaModelOptions {
   // Routed experts as expert windows (each expert read once a step; bit-identical to the per-pair products):
   // off by default, as the per-pair products measured faster at 1-64 streams (docs/receipts/cuda-decode.md).
   bool expert_windows = false;
+  // In a graph, each kernel launches while the one before it runs (programmatic dependent launch, Hopper);
+  // changes no bits (docs/backend-cuda.md "Programmatic launch").
+  bool programmatic_launch = true;
+  // Matrices over the same activations uploaded as one matrix where they share an encoding, one product
+  // (hc down|inject, router|shared gate|up|shared gate); off: one product each, same layout, same bits.
+  bool joint_products = true;
 };
 
 // Encodings for random weights: MLX affine bits/group for the experts and for every other matrix (bits 0:
@@ -80,9 +86,12 @@ class CudaModel {
   void set_time_ops(bool on) { opt_.time_ops = on; }
   void set_graphs(bool on) { opt_.graphs = on; }
   void set_expert_windows(bool on) { opt_.expert_windows = on; }
+  void set_programmatic_launch(bool on) { opt_.programmatic_launch = on; }
   const CudaModelOptions& options() const { return opt_; }
   // Nodes (launches, copies, timing events) of the last captured round's graph.
   size_t graph_nodes() const { return graph_nodes_; }
+  // Kernel-to-kernel edges of that graph made programmatic (0 without programmatic_launch).
+  size_t graph_programmatic_edges() const { return graph_programmatic_edges_; }
   cudaStream_t stream() const { return stream_.get(); }
 
  private:
@@ -121,6 +130,7 @@ class CudaModel {
       false;  // every layer's experts are MLX affine: the expert-window kernels take them
   std::vector<int64_t> graph_key_;
   size_t graph_nodes_ = 0;
+  size_t graph_programmatic_edges_ = 0;
 };
 
 }  // namespace ds::cuda

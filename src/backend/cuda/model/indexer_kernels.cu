@@ -1,4 +1,5 @@
 #include "backend/cuda/cuda_error.h"
+#include "backend/cuda/grid_dependency.cuh"
 #include "backend/cuda/model/device_math.cuh"
 #include "backend/cuda/model/indexer_kernels.h"
 
@@ -29,13 +30,14 @@ __device__ void norm_rope(const IndexerShape& s, const float* src, const float* 
 // Per (window, token): warp h < heads normalises and rotates q head h; warp `heads` caches the raw key.
 __global__ void prepare_kernel(IndexerShape s, const IndexerWindow* wins, float* idx, int n_rows,
                                const float* q_norm, const float* inv_freq) {
+  dev::grid_dependency_wait();
   extern __shared__ float scratch[];
   const IndexerWindow win = wins[blockIdx.y];
   const int t = blockIdx.x;
   if (!window_ok(win, n_rows) || t >= win.count) return;
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
-  const int64_t row = win.row0 + t, pos = win.pos0 + t, width = int64_t{s.heads + 1} * s.head_dim;
-  float* r = idx + row * width;
+  const int64_t row = win.row0 + t, pos = win.pos0 + t;
+  float* r = idx + row * s.ld_idx();
   if (warp < s.heads) {
     float* q = r + int64_t{warp} * s.head_dim;
     norm_rope(s, q, q_norm, inv_freq, pos, scratch + warp * s.head_dim, q, lane);
@@ -48,6 +50,7 @@ __global__ void prepare_kernel(IndexerShape s, const IndexerWindow* wins, float*
 // One warp per window: the blocks whose last token the window cached, pooled in token order.
 __global__ void blocks_kernel(IndexerShape s, const IndexerWindow* wins, int n_rows, const float* k_norm,
                               const float* inv_freq) {
+  dev::grid_dependency_wait();
   extern __shared__ float scratch[];
   const IndexerWindow win = wins[blockIdx.x];
   if (!window_ok(win, n_rows)) return;
@@ -70,6 +73,7 @@ __global__ void blocks_kernel(IndexerShape s, const IndexerWindow* wins, int n_r
 // block"; the top budget/ratio are chosen.
 __global__ void select_kernel(IndexerShape s, const IndexerWindow* wins, const float* idx, int n_rows,
                               int max_blocks, int32_t* select_mode, float* scores, uint8_t* chosen) {
+  dev::grid_dependency_wait();
   const IndexerWindow win = wins[blockIdx.y];
   const int t = blockIdx.x;
   if (!window_ok(win, n_rows) || t >= win.count) return;
@@ -79,7 +83,7 @@ __global__ void select_kernel(IndexerShape s, const IndexerWindow* wins, const f
     if (threadIdx.x == 0) select_mode[row] = complete <= top ? -1 : -2;  // -2: past the scratch (refused)
     return;
   }
-  const float* q = idx + row * int64_t{s.heads + 1} * s.head_dim;
+  const float* q = idx + row * s.ld_idx();
   float* sc = scores + row * max_blocks;
   const double root = sqrt(static_cast<double>(s.head_dim));
   for (int64_t b = threadIdx.x; b < complete; b += blockDim.x) {
