@@ -3,6 +3,7 @@
 // for bit.
 #include <climits>
 #include <string>
+#include <type_traits>
 
 #include "backend/cuda/cuda_error.h"
 #include "backend/cuda/grid_dependency.cuh"
@@ -13,7 +14,6 @@ namespace ds::cuda {
 namespace {
 
 constexpr int kWarp = 32;
-constexpr int kSlots = kMaxRoutingExperts / kWarp;
 constexpr int kRowsPerBlock = 4;
 
 // (value, id) with the higher value first and, on equal values, the lower id: a total order on distinct ids.
@@ -21,6 +21,9 @@ __device__ __forceinline__ bool better(float v, int id, float best, int best_id)
   return best_id < 0 || v > best || (v == best && id < best_id);
 }
 
+// kSlots: experts per lane, 32 * kSlots >= E (16 for 512 experts: the slots past E would only be skipped, so
+// the bits do not depend on it).
+template <int kSlots>
 __global__ void __launch_bounds__(kRowsPerBlock* kWarp)
     route_kernel(const float* logits, int64_t ld, int n_rows, int E, int k, bool renormalise, int32_t* ids,
                  float* weights, ExpertRow* up_pairs, ExpertRow* down_pairs, int shared_expert) {
@@ -105,8 +108,16 @@ void moe_route(const float* logits, int n_rows, int E, int k, bool renormalise, 
   if (ld_logits == 0) ld_logits = E;
   if (ld_logits < E) throw ArgumentError("moe_route: ld_logits must be at least E");
   const int blocks = (n_rows + kRowsPerBlock - 1) / kRowsPerBlock;
-  route_kernel<<<blocks, kRowsPerBlock * kWarp, 0, stream>>>(
-      logits, ld_logits, n_rows, E, k, renormalise, ids, weights, up_pairs, down_pairs, shared_expert);
+  const auto launch = [&](auto slots) {
+    route_kernel<decltype(slots)::value><<<blocks, kRowsPerBlock * kWarp, 0, stream>>>(
+        logits, ld_logits, n_rows, E, k, renormalise, ids, weights, up_pairs, down_pairs, shared_expert);
+  };
+  if (E <= 8 * kWarp)
+    launch(std::integral_constant<int, 8>{});
+  else if (E <= 16 * kWarp)
+    launch(std::integral_constant<int, 16>{});
+  else
+    launch(std::integral_constant<int, kMaxRoutingExperts / kWarp>{});
   check_launch("moe_route");
 }
 
