@@ -179,6 +179,7 @@ void run_fixture_checks(Tally& tally, const std::string& root, const std::vector
                   pairs_same ? "bit-identical" : "DIFFERENT");
       tally.expect(pairs_same, name + ": expert windows == per-pair expert products");
       check_alone_vs_together(tally, m, prompt, 4, name);
+      check_prompt_fixture(tally, m, prompt, want, margins, name);
 
       // Negative control: the final norm 1% off must exceed the bound.
       ModelWeights off = w;

@@ -20,6 +20,10 @@
 
 namespace ds::cuda {
 
+struct AttentionShape;
+struct AttentionRows;
+struct AttentionSelection;
+
 struct CudaModelOptions {
   int64_t max_context = 4096;   // positions a stream's device caches hold
   bool generic_mixers = false;  // use the any-shape DeltaNet/attention kernels even where the fast ones fit
@@ -28,6 +32,7 @@ struct CudaModelOptions {
   // Routed experts as expert windows (each expert read once a step; bit-identical to the per-pair products):
   // off by default, as the per-pair products measured faster at 1-64 streams (docs/receipts/cuda-decode.md).
   bool expert_windows = false;
+  int prompt_pass_rows = 2048;  // a prompt call runs in passes of at most this many rows (a multiple of 64)
 };
 
 // Encodings for random weights: MLX affine bits/group for the experts and for every other matrix (bits 0:
@@ -52,6 +57,9 @@ struct CudaSegment {
   CudaStreamState* state = nullptr;
   std::span<const int32_t> tokens;
   bool all_logits = false;
+  // A prompt pass (as ForwardSegment::prompt on the CPU): tensor-core products, experts grouped into tiles
+  // (docs/backend-cuda.md, "Prompt path"). A call's segments are all prompt or all decode.
+  bool prompt = false;
 };
 
 class CudaModel {
@@ -98,6 +106,18 @@ class CudaModel {
   // pending: the previous block's output, injected into H (with the previous iota) by the mix's norm.
   void hc_mix(const struct DeviceHc& hc, int n, float* H, const float* pending, float* x, float* iota);
   void op(const char* name);  // starts timing `name` (ends the previous op)
+  // Prompt path (cuda_model_prompt.cpp). Inside the forward's members an unqualified wx(...) names this
+  // member: the decode products, or in a prompt pass the tiled tensor-core ones.
+  struct PromptScratch;
+  void wx(const DeviceMatrix& m, const float* x, int64_t ldx, int n, float* y, int64_t ldy, cudaStream_t st);
+  bool prompt_experts_tiled(const Layer& L) const;
+  const int32_t* prompt_experts(const Layer& L, int n, const float* x);  // returns slot_of
+  void prompt_attention(const Layer& L, const AttentionShape& shape, const void* wins,
+                        const AttentionRows& rows, int n, const AttentionSelection& sel);
+  bool prompt_needs_passes(std::span<const CudaSegment> segments) const;
+  // Runs a long prompt call in passes of at most prompt_pass_rows rows; logits, or the greedy tokens into
+  // *greedy.
+  std::vector<float> forward_passes(std::span<const CudaSegment> segments, std::vector<int32_t>* greedy);
 
   ModelConfig cfg_;
   CudaModelOptions opt_;
@@ -108,6 +128,8 @@ class CudaModel {
   DeviceMatrix lm_head_;
   std::unique_ptr<HostTables> host_;
   std::unique_ptr<Scratch> scratch_;
+  std::unique_ptr<PromptScratch> prompt_scratch_;
+  bool prompt_pass_ = false;  // this call's segments are prompt passes
   size_t weight_bytes_ = 0;
   std::string encoding_;
   // state layout (floats) per layer

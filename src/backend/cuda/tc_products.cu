@@ -1,0 +1,481 @@
+// Tensor-core products for prompt passes (tc_products.h). One block of 4 warps per (row tile, output tile);
+// warp w computes rows 32*(w/2).. and outputs 32*(w%2).. as 2 x 4 m16n8 fragments. Per k tile of 32 columns:
+// the block stores x (as three exact bf16 terms), the weights (codes as exact bf16 integers, or the bf16
+// values) and the tile's scales, biases and row sums in shared memory, then each warp runs its MMAs in a
+// fixed order; the next tile's global loads are in flight meanwhile (held in registers).
+#include <cuda_bf16.h>
+
+#include <algorithm>
+
+#include "backend/cuda/cuda_error.h"
+#include "backend/cuda/tc_products.h"
+
+namespace ds::cuda {
+
+namespace {
+
+constexpr int kThreads = 128;
+constexpr int kPad = 40;  // bf16 per shared row (32 + 8): the fragment loads of a warp hit 32 distinct banks
+constexpr int kTerms = 3;
+
+struct TileSmem {
+  uint16_t x[kTerms][kTileRows][kPad];
+  uint16_t w[kTileOutputs][kPad];
+  float scale[kTileOutputs], bias[kTileOutputs], sumx[kTileRows];
+};
+
+__device__ __forceinline__ uint16_t to_bf16(float v) {
+  return __bfloat16_as_ushort(__float2bfloat16_rn(v));
+}
+__device__ __forceinline__ float from_bf16(uint16_t v) {
+  return __uint_as_float(uint32_t{v} << 16);
+}
+
+// v = t0 + t1 + t2 exactly (each residual is exact in fp32; three 8-bit terms cover the 24-bit significand).
+__device__ __forceinline__ void split3(float v, uint16_t (&t)[kTerms]) {
+  t[0] = to_bf16(v);
+  const float r1 = __fsub_rn(v, from_bf16(t[0]));
+  t[1] = to_bf16(r1);
+  t[2] = to_bf16(__fsub_rn(r1, from_bf16(t[1])));
+}
+
+__device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ uint32_t ld32(const uint16_t* p) {
+  return *reinterpret_cast<const uint32_t*>(p);
+}
+
+// Which rows a tile covers: y rows first .. first+count-1, x rows through row_ids (or first + j), expert.
+struct TileRows {
+  int64_t first;
+  int count;
+  int64_t expert;
+};
+
+// The weight of one expert as the kernel reads it. Bits 0: dense bf16.
+template <int Bits>
+struct TileWeight {
+  const uint32_t* codes;
+  const uint16_t* scales;
+  const uint16_t* biases;
+  const uint16_t* dense;
+  int64_t rows, cols, words_per_row, groups_per_row;
+  int group;
+};
+
+// Global data of one k tile held in registers while the previous tile computes.
+template <int Bits>
+struct TileLoad {
+  static constexpr int kWords = Bits == 0 ? 8 : Bits;
+  float4 x[4];
+  uint32_t w[kWords];
+  float sb;
+};
+
+template <int Bits>
+__device__ __forceinline__ void load_tile(TileLoad<Bits>& L, const TileWeight<Bits>& W, int64_t n0,
+                                          const float* const (&xrow)[4], int64_t k0) {
+  const int t = threadIdx.x, c4 = t % 8;
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+    L.x[i] = xrow[i] != nullptr ? *reinterpret_cast<const float4*>(xrow[i] + k0 + 4 * c4)
+                                : make_float4(0.f, 0.f, 0.f, 0.f);
+  const int64_t o = n0 + t % kTileOutputs;
+  const int half = t / kTileOutputs;
+  if (o >= W.rows) {
+#pragma unroll
+    for (int j = 0; j < TileLoad<Bits>::kWords; ++j) L.w[j] = 0;
+    L.sb = 0.0f;
+    return;
+  }
+  if constexpr (Bits == 0) {
+    const uint4* p = reinterpret_cast<const uint4*>(W.dense + o * W.cols + k0 + 16 * half);
+    const uint4 a = __ldcs(p), b = __ldcs(p + 1);
+    L.w[0] = a.x, L.w[1] = a.y, L.w[2] = a.z, L.w[3] = a.w, L.w[4] = b.x, L.w[5] = b.y, L.w[6] = b.z,
+    L.w[7] = b.w;
+  } else {
+    const uint32_t* p = W.codes + o * W.words_per_row + (k0 / 32) * Bits;
+#pragma unroll
+    for (int j = 0; j < Bits; ++j) L.w[j] = __ldcs(p + j);
+    const int64_t g = o * W.groups_per_row + k0 / W.group;
+    L.sb = from_bf16(half == 0 ? W.scales[g] : W.biases[g]);
+  }
+}
+
+// Code j of the unit's bit stream (j is a constant after unrolling, so the indexing stays in registers).
+template <int Bits>
+__device__ __forceinline__ uint32_t code_at(const uint32_t (&w)[Bits], int j) {
+  const int bit = j * Bits, wi = bit / 32, sh = bit % 32;
+  uint32_t v = w[wi] >> sh;
+  if (sh + Bits > 32) v |= w[wi + 1] << (32 - sh);
+  return v & ((1u << Bits) - 1u);
+}
+
+template <int Bits, int J0>
+__device__ __forceinline__ void store_codes(uint16_t* dst, const uint32_t (&w)[Bits]) {
+  uint32_t packed[8];
+#pragma unroll
+  for (int p = 0; p < 8; ++p) {
+    const uint32_t lo = to_bf16(static_cast<float>(code_at<Bits>(w, J0 + 2 * p)));  // q < 256: exact
+    const uint32_t hi = to_bf16(static_cast<float>(code_at<Bits>(w, J0 + 2 * p + 1)));
+    packed[p] = lo | (hi << 16);
+  }
+  reinterpret_cast<uint4*>(dst)[0] = make_uint4(packed[0], packed[1], packed[2], packed[3]);
+  reinterpret_cast<uint4*>(dst)[1] = make_uint4(packed[4], packed[5], packed[6], packed[7]);
+}
+
+template <int Bits>
+__device__ __forceinline__ void store_tile(TileSmem& sm, const TileLoad<Bits>& L) {
+  const int t = threadIdx.x, c4 = t % 8;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const int rr = i * 16 + t / 8;
+    const float v[4] = {L.x[i].x, L.x[i].y, L.x[i].z, L.x[i].w};
+    uint16_t parts[4][kTerms];
+#pragma unroll
+    for (int e = 0; e < 4; ++e) split3(v[e], parts[e]);
+#pragma unroll
+    for (int j = 0; j < kTerms; ++j)
+      *reinterpret_cast<uint2*>(&sm.x[j][rr][4 * c4]) = make_uint2(
+          parts[0][j] | (uint32_t{parts[1][j]} << 16), parts[2][j] | (uint32_t{parts[3][j]} << 16));
+    if constexpr (Bits != 0) {
+      // The row's sum over the tile: each lane's 4 values in order, then a fixed butterfly over its 8 lanes.
+      float s = __fadd_rn(__fadd_rn(v[0], v[1]), __fadd_rn(v[2], v[3]));
+#pragma unroll
+      for (int m = 1; m < 8; m <<= 1) s = __fadd_rn(s, __shfl_xor_sync(0xFFFFFFFFu, s, m));
+      if (c4 == 0) sm.sumx[rr] = s;
+    }
+  }
+  const int row = t % kTileOutputs, half = t / kTileOutputs;
+  if constexpr (Bits == 0) {
+    uint4* dst = reinterpret_cast<uint4*>(&sm.w[row][16 * half]);
+    dst[0] = make_uint4(L.w[0], L.w[1], L.w[2], L.w[3]);
+    dst[1] = make_uint4(L.w[4], L.w[5], L.w[6], L.w[7]);
+  } else {
+    if (half == 0)  // uniform per warp: warps 0-1 decode codes 0-15, warps 2-3 codes 16-31
+      store_codes<Bits, 0>(&sm.w[row][0], L.w);
+    else
+      store_codes<Bits, 16>(&sm.w[row][16], L.w);
+    (half == 0 ? sm.scale : sm.bias)[row] = L.sb;
+  }
+}
+
+template <int Bits>
+__global__ void __launch_bounds__(kThreads)
+    tiled_kernel(TileWeight<Bits> W0, const ExpertWindow* tiles, int n_rows, const int32_t* row_ids,
+                 const float* x, int64_t ldx, float* y, int64_t ldy, int n_experts, int64_t split_stride) {
+  __shared__ __align__(16) TileSmem sm;
+  TileRows tr;
+  if (tiles != nullptr) {
+    const ExpertWindow tw = tiles[blockIdx.x];
+    if (tw.count <= 0 || tw.count > kTileRows || tw.expert < 0 || tw.expert >= n_experts) return;
+    tr = {tw.first, tw.count, tw.expert};
+  } else {
+    tr = {int64_t{blockIdx.x} * kTileRows, min(kTileRows, n_rows - static_cast<int>(blockIdx.x) * kTileRows),
+          0};
+  }
+  TileWeight<Bits> W = W0;
+  if constexpr (Bits == 0) {
+    W.dense += tr.expert * W.rows * W.cols;
+  } else {
+    W.codes += tr.expert * W.rows * W.words_per_row;
+    W.scales += tr.expert * W.rows * W.groups_per_row;
+    W.biases += tr.expert * W.rows * W.groups_per_row;
+  }
+  const int64_t n0 = int64_t{blockIdx.y} * kTileOutputs;
+  const int t = threadIdx.x, warp = t / 32, lane = t % 32, g = lane / 4, tq = lane % 4;
+  const int wm = warp / 2, wn = warp % 2;
+  const float* xrow[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const int rr = i * 16 + t / 8;
+    if (rr < tr.count) {
+      const int64_t r = row_ids != nullptr ? row_ids[tr.first + rr] : tr.first + rr;
+      xrow[i] = x + r * ldx;
+    } else {
+      xrow[i] = nullptr;
+    }
+  }
+
+  float acc[2][4][4], part[2][4][4];
+#pragma unroll
+  for (int mi = 0; mi < 2; ++mi)
+#pragma unroll
+    for (int ni = 0; ni < 4; ++ni)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[mi][ni][e] = 0.0f;
+
+  TileLoad<Bits> L;
+  // gridDim.z > 1 only in the split-K variant (tiled_wx_split_k): split z takes its share of the k tiles and
+  // writes its partial sums to y + z * split_stride.
+  const int64_t all_k = W.cols / kTileCols;
+  const int64_t k_begin = all_k * blockIdx.z / gridDim.z, n_k = all_k * (blockIdx.z + 1) / gridDim.z;
+  y += blockIdx.z * split_stride;
+  load_tile<Bits>(L, W, n0, xrow, k_begin * kTileCols);
+  for (int64_t kt = k_begin; kt < n_k; ++kt) {
+    __syncthreads();  // the previous tile's fragments have been read
+    store_tile<Bits>(sm, L);
+    __syncthreads();
+    if (kt + 1 < n_k) load_tile<Bits>(L, W, n0, xrow, (kt + 1) * kTileCols);
+    float(&target)[2][4][4] = Bits == 0 ? acc : part;
+    if constexpr (Bits != 0) {
+#pragma unroll
+      for (int mi = 0; mi < 2; ++mi)
+#pragma unroll
+        for (int ni = 0; ni < 4; ++ni)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) part[mi][ni][e] = 0.0f;
+    }
+#pragma unroll
+    for (int ks = 0; ks < 2; ++ks) {
+      const int kc = ks * 16 + 2 * tq;
+      uint32_t b[4][2];
+#pragma unroll
+      for (int ni = 0; ni < 4; ++ni) {
+        const uint16_t* wr = sm.w[wn * 32 + ni * 8 + g];
+        b[ni][0] = ld32(wr + kc);
+        b[ni][1] = ld32(wr + kc + 8);
+      }
+      // The smallest term first; the order (term, m fragment, n fragment) is fixed.
+#pragma unroll
+      for (int j = kTerms - 1; j >= 0; --j)
+#pragma unroll
+        for (int mi = 0; mi < 2; ++mi) {
+          const int r0 = wm * 32 + mi * 16 + g;
+          const uint32_t a[4] = {ld32(&sm.x[j][r0][kc]), ld32(&sm.x[j][r0 + 8][kc]),
+                                 ld32(&sm.x[j][r0][kc + 8]), ld32(&sm.x[j][r0 + 8][kc + 8])};
+#pragma unroll
+          for (int ni = 0; ni < 4; ++ni) mma_bf16(target[mi][ni], a, b[ni][0], b[ni][1]);
+        }
+    }
+    if constexpr (Bits != 0) {
+      // y += scale * (x . q) + bias * sum(x), per tile in k order.
+#pragma unroll
+      for (int mi = 0; mi < 2; ++mi)
+#pragma unroll
+        for (int ni = 0; ni < 4; ++ni)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int row = wm * 32 + mi * 16 + g + (e >= 2 ? 8 : 0);
+            const int col = wn * 32 + ni * 8 + 2 * tq + (e & 1);
+            acc[mi][ni][e] = __fmaf_rn(sm.scale[col], part[mi][ni][e], acc[mi][ni][e]);
+            acc[mi][ni][e] = __fmaf_rn(sm.bias[col], sm.sumx[row], acc[mi][ni][e]);
+          }
+    }
+  }
+#pragma unroll
+  for (int mi = 0; mi < 2; ++mi)
+#pragma unroll
+    for (int ni = 0; ni < 4; ++ni)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int row = wm * 32 + mi * 16 + g + (e >= 2 ? 8 : 0);
+        const int64_t o = n0 + wn * 32 + ni * 8 + 2 * tq + (e & 1);
+        if (row < tr.count && o < W.rows) y[(tr.first + row) * ldy + o] = acc[mi][ni][e];
+      }
+}
+
+template <int Bits>
+TileWeight<Bits> tile_weight(const TiledWeight& w) {
+  TileWeight<Bits> t{};
+  t.rows = w.rows;
+  t.cols = w.cols;
+  if constexpr (Bits == 0) {
+    t.dense = w.dense;
+  } else {
+    t.codes = w.affine.codes;
+    t.scales = w.affine.scales;
+    t.biases = w.affine.biases;
+    t.group = w.affine.group;
+    t.words_per_row = w.cols / 32 * Bits;
+    t.groups_per_row = w.cols / w.affine.group;
+  }
+  return t;
+}
+
+template <int Bits>
+void launch(const TiledWeight& w, const ExpertWindow* tiles, unsigned row_tiles, int n_rows,
+            const int32_t* row_ids, const float* x, int64_t ldx, float* y, int64_t ldy, int splits,
+            int64_t split_stride, cudaStream_t stream) {
+  const dim3 grid(row_tiles, static_cast<unsigned>((w.rows + kTileOutputs - 1) / kTileOutputs), splits);
+  tiled_kernel<Bits><<<grid, kThreads, 0, stream>>>(tile_weight<Bits>(w), tiles, n_rows, row_ids, x, ldx, y,
+                                                    ldy, static_cast<int>(w.n_experts), split_stride);
+  check_launch("tiled_wx");
+}
+
+void dispatch(const TiledWeight& w, const ExpertWindow* tiles, unsigned row_tiles, int n_rows,
+              const int32_t* row_ids, const float* x, int64_t ldx, float* y, int64_t ldy, cudaStream_t stream,
+              int splits = 1, int64_t split_stride = 0) {
+  if (!tiled_supported(w))
+    throw ArgumentError(
+        "tiled_wx: the weight must be dense bf16 or MLX affine bits 2-6/8, group 32/64/128, "
+        "with cols a multiple of 32");
+  if ((w.rows + kTileOutputs - 1) / kTileOutputs > 65535)
+    throw ArgumentError("tiled_wx: at most 65535 * 64 output rows");
+  if (ldx % 4 != 0 || reinterpret_cast<uintptr_t>(x) % 16 != 0)
+    throw ArgumentError("tiled_wx: x must be 16-byte aligned with ldx a multiple of 4");
+  if (row_tiles == 0) return;
+  if (w.dense != nullptr)
+    return launch<0>(w, tiles, row_tiles, n_rows, row_ids, x, ldx, y, ldy, splits, split_stride, stream);
+  switch (w.affine.bits) {
+    case 2:
+      return launch<2>(w, tiles, row_tiles, n_rows, row_ids, x, ldx, y, ldy, splits, split_stride, stream);
+    case 3:
+      return launch<3>(w, tiles, row_tiles, n_rows, row_ids, x, ldx, y, ldy, splits, split_stride, stream);
+    case 4:
+      return launch<4>(w, tiles, row_tiles, n_rows, row_ids, x, ldx, y, ldy, splits, split_stride, stream);
+    case 5:
+      return launch<5>(w, tiles, row_tiles, n_rows, row_ids, x, ldx, y, ldy, splits, split_stride, stream);
+    case 6:
+      return launch<6>(w, tiles, row_tiles, n_rows, row_ids, x, ldx, y, ldy, splits, split_stride, stream);
+    default:
+      return launch<8>(w, tiles, row_tiles, n_rows, row_ids, x, ldx, y, ldy, splits, split_stride, stream);
+  }
+}
+
+// The split-K variant's reduction: y = sum of the splits' partials in split order.
+__global__ void reduce_splits_kernel(const float* part, int splits, int64_t n_rows, int64_t n_out, float* y,
+                                     int64_t ldy) {
+  const int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
+  if (i >= n_rows * n_out) return;
+  const int64_t r = i / n_out, o = i % n_out;
+  float acc = part[i];
+  for (int z = 1; z < splits; ++z) acc = __fadd_rn(acc, part[z * n_rows * n_out + i]);
+  y[r * ldy + o] = acc;
+}
+
+// Expert grouping: one block per expert counts its (row, rank) pairs; one thread turns the counts into slot
+// and tile offsets; one block per expert writes its slots (in pair order, by a block-wide prefix) and tiles.
+constexpr int kGroupThreads = 256;
+
+__global__ void count_pairs_kernel(const int32_t* topk, int total, int32_t* counts) {
+  const int e = blockIdx.x;
+  int c = 0;
+  for (int i0 = 0; i0 < total; i0 += kGroupThreads) {
+    const int i = i0 + threadIdx.x;
+    c += __syncthreads_count(i < total && topk[i] == e);
+  }
+  if (threadIdx.x == 0) counts[e] = c;
+}
+
+__global__ void offsets_kernel(const int32_t* counts, int n_experts, int32_t* slot_start, int32_t* tile_start,
+                               ExpertWindow* tiles, int max_tiles) {
+  __shared__ int n_tiles;
+  if (threadIdx.x == 0) {
+    int slots = 0, ts = 0;
+    for (int e = 0; e < n_experts; ++e) {
+      slot_start[e] = slots;
+      tile_start[e] = ts;
+      slots += counts[e];
+      ts += (counts[e] + kTileRows - 1) / kTileRows;
+    }
+    n_tiles = ts;
+  }
+  __syncthreads();
+  for (int i = n_tiles + threadIdx.x; i < max_tiles; i += blockDim.x) tiles[i] = ExpertWindow{0, 0, 0};
+}
+
+__global__ void fill_slots_kernel(const int32_t* topk, int total, int k, int n_experts, const int32_t* counts,
+                                  const int32_t* slot_start, const int32_t* tile_start, ExpertWindow* tiles,
+                                  int max_tiles, int32_t* row_ids, int32_t* slot_of) {
+  __shared__ int warp_total[kGroupThreads / 32];
+  const int e = blockIdx.x, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int base = slot_start[e];
+  int running = 0;
+  for (int i0 = 0; i0 < total; i0 += kGroupThreads) {
+    const int i = i0 + threadIdx.x;
+    const int id = i < total ? topk[i] : -1;
+    const bool mine = id == e;
+    if (e == 0 && i < total && (id < 0 || id >= n_experts)) slot_of[i] = -1;
+    const unsigned ballot = __ballot_sync(0xFFFFFFFFu, mine);
+    if (lane == 0) warp_total[warp] = __popc(ballot);
+    __syncthreads();
+    int before = running;
+    for (int w = 0; w < warp; ++w) before += warp_total[w];
+    if (mine) {
+      const int slot = base + before + __popc(ballot & ((1u << lane) - 1u));
+      row_ids[slot] = i / k;
+      slot_of[i] = slot;
+    }
+    for (int w = 0; w < kGroupThreads / 32; ++w) running += warp_total[w];
+    __syncthreads();
+  }
+  const int c = counts[e];
+  for (int j = threadIdx.x; j * kTileRows < c; j += blockDim.x)
+    if (tile_start[e] + j < max_tiles)
+      tiles[tile_start[e] + j] = ExpertWindow{e, base + j * kTileRows, min(kTileRows, c - j * kTileRows)};
+}
+
+}  // namespace
+
+bool tiled_supported(const TiledWeight& w) {
+  if (w.rows <= 0 || w.cols <= 0 || w.cols % kTileCols != 0 || w.n_experts < 1) return false;
+  if (w.dense != nullptr) return true;
+  const int b = w.affine.bits, g = w.affine.group;
+  return w.affine.codes != nullptr && (b == 2 || b == 3 || b == 4 || b == 5 || b == 6 || b == 8) &&
+         (g == 32 || g == 64 || g == 128) && w.cols % g == 0;
+}
+
+void tiled_wx(const TiledWeight& w, const float* x, int64_t ldx, int n_rows, float* y, int64_t ldy,
+              cudaStream_t stream) {
+  if (n_rows < 0) throw ArgumentError("tiled_wx: n_rows must be >= 0");
+  const unsigned row_tiles = static_cast<unsigned>((n_rows + kTileRows - 1) / kTileRows);
+  dispatch(w, nullptr, row_tiles, n_rows, nullptr, x, ldx, y, ldy, stream);
+}
+
+void tiled_wx_experts(const TiledWeight& w, const ExpertWindow* tiles, int max_tiles, const int32_t* row_ids,
+                      const float* x, int64_t ldx, float* y, int64_t ldy, cudaStream_t stream) {
+  if (max_tiles < 0) throw ArgumentError("tiled_wx_experts: max_tiles must be >= 0");
+  dispatch(w, tiles, static_cast<unsigned>(max_tiles), 0, row_ids, x, ldx, y, ldy, stream);
+}
+
+void tiled_wx_split_k(const TiledWeight& w, const float* x, int64_t ldx, int n_rows, float* y, int64_t ldy,
+                      int splits, float* workspace, cudaStream_t stream) {
+  if (splits < 1 || splits > w.cols / kTileCols)
+    throw ArgumentError("tiled_wx_split_k: splits must be 1 .. cols / 32");
+  if (splits == 1) return tiled_wx(w, x, ldx, n_rows, y, ldy, stream);
+  const unsigned row_tiles = static_cast<unsigned>((n_rows + kTileRows - 1) / kTileRows);
+  const int64_t stride = int64_t{n_rows} * w.rows;
+  dispatch(w, nullptr, row_tiles, n_rows, nullptr, x, ldx, workspace, w.rows, stream, splits, stride);
+  if (row_tiles == 0) return;
+  reduce_splits_kernel<<<static_cast<unsigned>((stride + 255) / 256), 256, 0, stream>>>(
+      workspace, splits, n_rows, w.rows, y, ldy);
+  check_launch("tiled_wx_split_k: reduce");
+}
+
+int max_expert_tiles(int n_rows, int k, int n_experts) {
+  const int total = n_rows * k;
+  return (total + kTileRows - 1) / kTileRows + std::min(n_experts, total);
+}
+
+size_t expert_tiles_scratch_bytes(int n_experts) {
+  return sizeof(int32_t) * 3 * static_cast<size_t>(n_experts);
+}
+
+void moe_expert_tiles(const int32_t* topk, int n_rows, int k, int n_experts, ExpertWindow* tiles,
+                      int max_tiles, int32_t* row_ids, int32_t* slot_of, void* scratch, cudaStream_t stream) {
+  if (n_experts < 1 || n_experts > 65536 || k < 1 || n_rows < 0)
+    throw ArgumentError("moe_expert_tiles: n_experts must be 1..65536, k >= 1");
+  if (max_tiles < max_expert_tiles(n_rows, k, n_experts))
+    throw ArgumentError("moe_expert_tiles: max_tiles is below max_expert_tiles(n_rows, k, n_experts)");
+  const int total = n_rows * k;
+  if (total == 0) return;
+  auto* counts = static_cast<int32_t*>(scratch);
+  int32_t* slot_start = counts + n_experts;
+  int32_t* tile_start = slot_start + n_experts;
+  count_pairs_kernel<<<n_experts, kGroupThreads, 0, stream>>>(topk, total, counts);
+  check_launch("moe_expert_tiles: count");
+  offsets_kernel<<<1, kGroupThreads, 0, stream>>>(counts, n_experts, slot_start, tile_start, tiles,
+                                                  max_tiles);
+  check_launch("moe_expert_tiles: offsets");
+  fill_slots_kernel<<<n_experts, kGroupThreads, 0, stream>>>(topk, total, k, n_experts, counts, slot_start,
+                                                             tile_start, tiles, max_tiles, row_ids, slot_of);
+  check_launch("moe_expert_tiles: slots");
+}
+
+}  // namespace ds::cuda
