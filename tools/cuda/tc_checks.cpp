@@ -190,7 +190,7 @@ void check_experts(Tally& tally, int bits, int n_rows, int k, int n_experts, std
   for (int pass = 0; pass < 2; ++pass) {  // 0: x rows through row_ids; 1: x rows in slot order
     y.fill_bytes(0xFF);
     tiled_wx_experts(t.w, tiles.as<ExpertWindow>(), max_tiles, pass == 0 ? row_ids.as<int32_t>() : nullptr,
-                     x.as<float>(), cols, y.as<float>(), rows, s.get());
+                     x.as<float>(), cols, pass == 0 ? n_rows : total, y.as<float>(), rows, s.get());
     s.synchronize();
     const auto hy = download<float>(y, total * rows);
     for (int slot = 0; slot < total && same; slot += 3) {
@@ -396,12 +396,12 @@ void run_tc_bench(int reps) {
                        row_ids.as<int32_t>(), slot_of.as<int32_t>(), scratch.data(), s.get());
     });
     const double u_ms = time_ms(reps, s, [&] {
-      tiled_wx_experts(gu, tiles.as<ExpertWindow>(), max_tiles, row_ids.as<int32_t>(), x.as<float>(), 2560,
+      tiled_wx_experts(gu, tiles.as<ExpertWindow>(), max_tiles, row_ids.as<int32_t>(), x.as<float>(), 2560, n,
                        y1.as<float>(), 1280, s.get());
     });
     const double d_ms = time_ms(reps, s, [&] {
-      tiled_wx_experts(dn, tiles.as<ExpertWindow>(), max_tiles, nullptr, x.as<float>(), 640, y2.as<float>(),
-                       2560, s.get());
+      tiled_wx_experts(dn, tiles.as<ExpertWindow>(), max_tiles, nullptr, x.as<float>(), 640, total,
+                       y2.as<float>(), 2560, s.get());
     });
     const double flop = 2.0 * total * (1280.0 * 2560 + 2560.0 * 640);
     std::printf("%6d %10.3f %10.3f %10.3f %10.1f\n", n, g_ms, u_ms, d_ms, flop / (g_ms + u_ms + d_ms) * 1e-9);

@@ -18,10 +18,12 @@ constexpr int kThreads = 128;
 constexpr int kPad = 40;  // bf16 per shared row (32 + 8): the fragment loads of a warp hit 32 distinct banks
 constexpr int kTerms = 3;
 
+constexpr int kStages = 2;
+
 struct TileSmem {
-  uint16_t x[kTerms][kTileRows][kPad];
+  uint16_t x[kStages][kTerms][kTileRows][kPad];
   uint16_t w[kTileOutputs][kPad];
-  float scale[kTileOutputs], bias[kTileOutputs], sumx[kTileRows];
+  float scale[kTileOutputs], bias[kTileOutputs], sumx[kStages][kTileRows];
 };
 
 __device__ __forceinline__ uint16_t to_bf16(float v) {
@@ -68,23 +70,18 @@ struct TileWeight {
   int group;
 };
 
-// Global data of one k tile held in registers while the previous tile computes.
+// Weight data of one k tile held in registers while the previous tile computes.
 template <int Bits>
 struct TileLoad {
   static constexpr int kWords = Bits == 0 ? 8 : Bits;
-  float4 x[4];
   uint32_t w[kWords];
   float sb;
 };
 
 template <int Bits>
 __device__ __forceinline__ void load_tile(TileLoad<Bits>& L, const TileWeight<Bits>& W, int64_t n0,
-                                          const float* const (&xrow)[4], int64_t k0) {
-  const int t = threadIdx.x, c4 = t % 8;
-#pragma unroll
-  for (int i = 0; i < 4; ++i)
-    L.x[i] = xrow[i] != nullptr ? *reinterpret_cast<const float4*>(xrow[i] + k0 + 4 * c4)
-                                : make_float4(0.f, 0.f, 0.f, 0.f);
+                                          int64_t k0) {
+  const int t = threadIdx.x;
   const int64_t o = n0 + t % kTileOutputs;
   const int half = t / kTileOutputs;
   if (o >= W.rows) {
@@ -131,26 +128,7 @@ __device__ __forceinline__ void store_codes(uint16_t* dst, const uint32_t (&w)[B
 
 template <int Bits>
 __device__ __forceinline__ void store_tile(TileSmem& sm, const TileLoad<Bits>& L) {
-  const int t = threadIdx.x, c4 = t % 8;
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const int rr = i * 16 + t / 8;
-    const float v[4] = {L.x[i].x, L.x[i].y, L.x[i].z, L.x[i].w};
-    uint16_t parts[4][kTerms];
-#pragma unroll
-    for (int e = 0; e < 4; ++e) split3(v[e], parts[e]);
-#pragma unroll
-    for (int j = 0; j < kTerms; ++j)
-      *reinterpret_cast<uint2*>(&sm.x[j][rr][4 * c4]) = make_uint2(
-          parts[0][j] | (uint32_t{parts[1][j]} << 16), parts[2][j] | (uint32_t{parts[3][j]} << 16));
-    if constexpr (Bits != 0) {
-      // The row's sum over the tile: each lane's 4 values in order, then a fixed butterfly over its 8 lanes.
-      float s = __fadd_rn(__fadd_rn(v[0], v[1]), __fadd_rn(v[2], v[3]));
-#pragma unroll
-      for (int m = 1; m < 8; m <<= 1) s = __fadd_rn(s, __shfl_xor_sync(0xFFFFFFFFu, s, m));
-      if (c4 == 0) sm.sumx[rr] = s;
-    }
-  }
+  const int t = threadIdx.x;
   const int row = t % kTileOutputs, half = t / kTileOutputs;
   if constexpr (Bits == 0) {
     uint4* dst = reinterpret_cast<uint4*>(&sm.w[row][16 * half]);
@@ -165,10 +143,80 @@ __device__ __forceinline__ void store_tile(TileSmem& sm, const TileLoad<Bits>& L
   }
 }
 
+// One thread per (row, 32-column tile): the row's three bf16 planes and the tile's sum, in the order
+// (a + b) + (c + d) per 4 columns, then a balanced tree over the 8 groups.
+__global__ void split_kernel(const float* x, int64_t ldx, int64_t n_x, int64_t cols, uint16_t* planes,
+                             float* sums) {
+  const int64_t tiles = cols / kTileCols, i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
+  if (i >= n_x * tiles) return;
+  const int64_t r = i / tiles, c0 = (i % tiles) * kTileCols;
+  const float4* src = reinterpret_cast<const float4*>(x + r * ldx + c0);
+  float q[8];
+#pragma unroll
+  for (int c = 0; c < 8; ++c) {
+    const float4 v = src[c];
+    const float vals[4] = {v.x, v.y, v.z, v.w};
+    uint16_t parts[4][kTerms];
+#pragma unroll
+    for (int e = 0; e < 4; ++e) split3(vals[e], parts[e]);
+#pragma unroll
+    for (int j = 0; j < kTerms; ++j)
+      *reinterpret_cast<uint2*>(planes + (j * n_x + r) * cols + c0 + 4 * c) = make_uint2(
+          parts[0][j] | (uint32_t{parts[1][j]} << 16), parts[2][j] | (uint32_t{parts[3][j]} << 16));
+    q[c] = __fadd_rn(__fadd_rn(vals[0], vals[1]), __fadd_rn(vals[2], vals[3]));
+  }
+  sums[i] = __fadd_rn(__fadd_rn(__fadd_rn(q[0], q[1]), __fadd_rn(q[2], q[3])),
+                      __fadd_rn(__fadd_rn(q[4], q[5]), __fadd_rn(q[6], q[7])));
+}
+
+// Asynchronous global -> shared copies; src_bytes 0 writes zeros (rows past the tile's count).
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, int src_bytes) {
+  const uint32_t d = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d), "l"(src), "r"(src_bytes) : "memory");
+}
+__device__ __forceinline__ void cp_async4(void* dst, const void* src, int src_bytes) {
+  const uint32_t d = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(d), "l"(src), "r"(src_bytes) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() {
+  asm volatile("cp.async.commit_group;" ::: "memory");
+}
+__device__ __forceinline__ void cp_async_wait_all_but_one() {
+  asm volatile("cp.async.wait_group 1;" ::: "memory");
+}
+
+// x as the tile kernel reads it (split_kernel's output).
+struct SplitX {
+  const uint16_t* planes;  // [kTerms, n_x, cols]
+  const float* sums;       // [n_x, cols / 32]
+  int64_t n_x, cols;
+};
+
+// Copies k tile kt of the tile's x rows into stage st: three planes of 64 rows x 32 columns (768 chunks of 16
+// bytes, 6 a thread: rows t/4 and 32 + t/4, chunk t%4) and the 64 rows' sums (threads 0-63). xr: x row of
+// tile rows t/4, 32 + t/4 and t (-1 where the tile has no such row).
+__device__ __forceinline__ void copy_x(TileSmem& sm, int st, const SplitX& X, const int64_t (&xr)[3],
+                                       int64_t kt) {
+  const int t = threadIdx.x, chunk = t % 4;
+#pragma unroll
+  for (int j = 0; j < 2 * kTerms; ++j) {
+    const int plane = j / 2, half = j % 2, rr = half * 32 + t / 4;
+    const int64_t r = xr[half];
+    const uint16_t* src =
+        X.planes + ((plane * X.n_x + (r < 0 ? 0 : r)) * X.cols + kt * kTileCols + chunk * 8);
+    cp_async16(&sm.x[st][plane][rr][chunk * 8], src, r < 0 ? 0 : 16);
+  }
+  if (t < kTileRows) {
+    const int64_t r = xr[2];
+    cp_async4(&sm.sumx[st][t], X.sums + (r < 0 ? 0 : r) * (X.cols / kTileCols) + kt, r < 0 ? 0 : 4);
+  }
+  cp_async_commit();
+}
+
 template <int Bits>
-__global__ void __launch_bounds__(kThreads)
-    tiled_kernel(TileWeight<Bits> W0, const ExpertWindow* tiles, int n_rows, const int32_t* row_ids,
-                 const float* x, int64_t ldx, float* y, int64_t ldy, int n_experts, int64_t split_stride) {
+__global__ void __launch_bounds__(kThreads, 4)
+    tiled_kernel(TileWeight<Bits> W0, const ExpertWindow* tiles, int n_rows, const int32_t* row_ids, SplitX X,
+                 float* y, int64_t ldy, int n_experts, int64_t split_stride) {
   __shared__ __align__(16) TileSmem sm;
   TileRows tr;
   if (tiles != nullptr) {
@@ -190,16 +238,12 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t n0 = int64_t{blockIdx.y} * kTileOutputs;
   const int t = threadIdx.x, warp = t / 32, lane = t % 32, g = lane / 4, tq = lane % 4;
   const int wm = warp / 2, wn = warp % 2;
-  const float* xrow[4];
+  int64_t xr[3];
+  const int my_rows[3] = {t / 4, 32 + t / 4, t < kTileRows ? t : kTileRows};
 #pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const int rr = i * 16 + t / 8;
-    if (rr < tr.count) {
-      const int64_t r = row_ids != nullptr ? row_ids[tr.first + rr] : tr.first + rr;
-      xrow[i] = x + r * ldx;
-    } else {
-      xrow[i] = nullptr;
-    }
+  for (int i = 0; i < 3; ++i) {
+    const int rr = my_rows[i];
+    xr[i] = rr < tr.count ? (row_ids != nullptr ? int64_t{row_ids[tr.first + rr]} : tr.first + rr) : -1;
   }
 
   float acc[2][4][4], part[2][4][4];
@@ -210,18 +254,25 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
       for (int e = 0; e < 4; ++e) acc[mi][ni][e] = 0.0f;
 
-  TileLoad<Bits> L;
   // gridDim.z > 1 only in the split-K variant (tiled_wx_split_k): split z takes its share of the k tiles and
   // writes its partial sums to y + z * split_stride.
   const int64_t all_k = W.cols / kTileCols;
   const int64_t k_begin = all_k * blockIdx.z / gridDim.z, n_k = all_k * (blockIdx.z + 1) / gridDim.z;
   y += blockIdx.z * split_stride;
-  load_tile<Bits>(L, W, n0, xrow, k_begin * kTileCols);
+  TileLoad<Bits> L;
+  copy_x(sm, 0, X, xr, k_begin);
+  load_tile<Bits>(L, W, n0, k_begin * kTileCols);
   for (int64_t kt = k_begin; kt < n_k; ++kt) {
-    __syncthreads();  // the previous tile's fragments have been read
+    const int st = static_cast<int>((kt - k_begin) & 1);
+    // The stage written here and sm.w were last read in the previous iteration, which ended with a barrier.
+    if (kt + 1 < n_k)
+      copy_x(sm, st ^ 1, X, xr, kt + 1);
+    else
+      cp_async_commit();  // an empty group keeps the wait below uniform
     store_tile<Bits>(sm, L);
+    if (kt + 1 < n_k) load_tile<Bits>(L, W, n0, (kt + 1) * kTileCols);
+    cp_async_wait_all_but_one();  // this tile's copy has landed (the next one may still be in flight)
     __syncthreads();
-    if (kt + 1 < n_k) load_tile<Bits>(L, W, n0, xrow, (kt + 1) * kTileCols);
     float(&target)[2][4][4] = Bits == 0 ? acc : part;
     if constexpr (Bits != 0) {
 #pragma unroll
@@ -247,8 +298,9 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
         for (int mi = 0; mi < 2; ++mi) {
           const int r0 = wm * 32 + mi * 16 + g;
-          const uint32_t a[4] = {ld32(&sm.x[j][r0][kc]), ld32(&sm.x[j][r0 + 8][kc]),
-                                 ld32(&sm.x[j][r0][kc + 8]), ld32(&sm.x[j][r0 + 8][kc + 8])};
+          const uint16_t(&xs)[kTileRows][kPad] = sm.x[st][j];
+          const uint32_t a[4] = {ld32(&xs[r0][kc]), ld32(&xs[r0 + 8][kc]), ld32(&xs[r0][kc + 8]),
+                                 ld32(&xs[r0 + 8][kc + 8])};
 #pragma unroll
           for (int ni = 0; ni < 4; ++ni) mma_bf16(target[mi][ni], a, b[ni][0], b[ni][1]);
         }
@@ -264,9 +316,10 @@ __global__ void __launch_bounds__(kThreads)
             const int row = wm * 32 + mi * 16 + g + (e >= 2 ? 8 : 0);
             const int col = wn * 32 + ni * 8 + 2 * tq + (e & 1);
             acc[mi][ni][e] = __fmaf_rn(sm.scale[col], part[mi][ni][e], acc[mi][ni][e]);
-            acc[mi][ni][e] = __fmaf_rn(sm.bias[col], sm.sumx[row], acc[mi][ni][e]);
+            acc[mi][ni][e] = __fmaf_rn(sm.bias[col], sm.sumx[st][row], acc[mi][ni][e]);
           }
     }
+    __syncthreads();  // every warp is done with this stage and sm.w
   }
 #pragma unroll
   for (int mi = 0; mi < 2; ++mi)
@@ -300,17 +353,18 @@ TileWeight<Bits> tile_weight(const TiledWeight& w) {
 
 template <int Bits>
 void launch(const TiledWeight& w, const ExpertWindow* tiles, unsigned row_tiles, int n_rows,
-            const int32_t* row_ids, const float* x, int64_t ldx, float* y, int64_t ldy, int splits,
-            int64_t split_stride, cudaStream_t stream) {
+            const int32_t* row_ids, const SplitX& X, float* y, int64_t ldy, int splits, int64_t split_stride,
+            cudaStream_t stream) {
   const dim3 grid(row_tiles, static_cast<unsigned>((w.rows + kTileOutputs - 1) / kTileOutputs), splits);
-  tiled_kernel<Bits><<<grid, kThreads, 0, stream>>>(tile_weight<Bits>(w), tiles, n_rows, row_ids, x, ldx, y,
-                                                    ldy, static_cast<int>(w.n_experts), split_stride);
+  tiled_kernel<Bits><<<grid, kThreads, 0, stream>>>(tile_weight<Bits>(w), tiles, n_rows, row_ids, X, y, ldy,
+                                                    static_cast<int>(w.n_experts), split_stride);
   check_launch("tiled_wx");
 }
 
+// Splits x (n_x rows) into scratch from the stream-ordered pool, then runs the tiles.
 void dispatch(const TiledWeight& w, const ExpertWindow* tiles, unsigned row_tiles, int n_rows,
-              const int32_t* row_ids, const float* x, int64_t ldx, float* y, int64_t ldy, cudaStream_t stream,
-              int splits = 1, int64_t split_stride = 0) {
+              const int32_t* row_ids, const float* x, int64_t ldx, int64_t n_x, float* y, int64_t ldy,
+              cudaStream_t stream, int splits = 1, int64_t split_stride = 0) {
   if (!tiled_supported(w))
     throw ArgumentError(
         "tiled_wx: the weight must be dense bf16 or MLX affine bits 2-6/8, group 32/64/128, "
@@ -319,23 +373,47 @@ void dispatch(const TiledWeight& w, const ExpertWindow* tiles, unsigned row_tile
     throw ArgumentError("tiled_wx: at most 65535 * 64 output rows");
   if (ldx % 4 != 0 || reinterpret_cast<uintptr_t>(x) % 16 != 0)
     throw ArgumentError("tiled_wx: x must be 16-byte aligned with ldx a multiple of 4");
-  if (row_tiles == 0) return;
-  if (w.dense != nullptr)
-    return launch<0>(w, tiles, row_tiles, n_rows, row_ids, x, ldx, y, ldy, splits, split_stride, stream);
-  switch (w.affine.bits) {
-    case 2:
-      return launch<2>(w, tiles, row_tiles, n_rows, row_ids, x, ldx, y, ldy, splits, split_stride, stream);
-    case 3:
-      return launch<3>(w, tiles, row_tiles, n_rows, row_ids, x, ldx, y, ldy, splits, split_stride, stream);
-    case 4:
-      return launch<4>(w, tiles, row_tiles, n_rows, row_ids, x, ldx, y, ldy, splits, split_stride, stream);
-    case 5:
-      return launch<5>(w, tiles, row_tiles, n_rows, row_ids, x, ldx, y, ldy, splits, split_stride, stream);
-    case 6:
-      return launch<6>(w, tiles, row_tiles, n_rows, row_ids, x, ldx, y, ldy, splits, split_stride, stream);
-    default:
-      return launch<8>(w, tiles, row_tiles, n_rows, row_ids, x, ldx, y, ldy, splits, split_stride, stream);
+  if (row_tiles == 0 || n_x <= 0) return;
+  const int64_t cols = w.cols, plane_bytes = kTerms * n_x * cols * 2, sum_count = n_x * (cols / kTileCols);
+  void* scratch = nullptr;
+  check(cudaMallocAsync(&scratch, static_cast<size_t>(plane_bytes + sum_count * 4), stream),
+        "tiled_wx: cudaMallocAsync (x planes)");
+  auto* planes = static_cast<uint16_t*>(scratch);
+  auto* sums = reinterpret_cast<float*>(static_cast<uint8_t*>(scratch) + plane_bytes);
+  split_kernel<<<static_cast<unsigned>((sum_count + 127) / 128), 128, 0, stream>>>(x, ldx, n_x, cols, planes,
+                                                                                   sums);
+  const cudaError_t split_err = cudaGetLastError();
+  const SplitX X{planes, sums, n_x, cols};
+  try {
+    if (split_err != cudaSuccess) check(split_err, "tiled_wx: split");
+    if (w.dense != nullptr) {
+      launch<0>(w, tiles, row_tiles, n_rows, row_ids, X, y, ldy, splits, split_stride, stream);
+    } else {
+      switch (w.affine.bits) {
+        case 2:
+          launch<2>(w, tiles, row_tiles, n_rows, row_ids, X, y, ldy, splits, split_stride, stream);
+          break;
+        case 3:
+          launch<3>(w, tiles, row_tiles, n_rows, row_ids, X, y, ldy, splits, split_stride, stream);
+          break;
+        case 4:
+          launch<4>(w, tiles, row_tiles, n_rows, row_ids, X, y, ldy, splits, split_stride, stream);
+          break;
+        case 5:
+          launch<5>(w, tiles, row_tiles, n_rows, row_ids, X, y, ldy, splits, split_stride, stream);
+          break;
+        case 6:
+          launch<6>(w, tiles, row_tiles, n_rows, row_ids, X, y, ldy, splits, split_stride, stream);
+          break;
+        default:
+          launch<8>(w, tiles, row_tiles, n_rows, row_ids, X, y, ldy, splits, split_stride, stream);
+      }
+    }
+  } catch (...) {
+    cudaFreeAsync(scratch, stream);
+    throw;
   }
+  check(cudaFreeAsync(scratch, stream), "tiled_wx: cudaFreeAsync (x planes)");
 }
 
 // The split-K variant's reduction: y = sum of the splits' partials in split order.
@@ -425,13 +503,13 @@ void tiled_wx(const TiledWeight& w, const float* x, int64_t ldx, int n_rows, flo
               cudaStream_t stream) {
   if (n_rows < 0) throw ArgumentError("tiled_wx: n_rows must be >= 0");
   const unsigned row_tiles = static_cast<unsigned>((n_rows + kTileRows - 1) / kTileRows);
-  dispatch(w, nullptr, row_tiles, n_rows, nullptr, x, ldx, y, ldy, stream);
+  dispatch(w, nullptr, row_tiles, n_rows, nullptr, x, ldx, n_rows, y, ldy, stream);
 }
 
 void tiled_wx_experts(const TiledWeight& w, const ExpertWindow* tiles, int max_tiles, const int32_t* row_ids,
-                      const float* x, int64_t ldx, float* y, int64_t ldy, cudaStream_t stream) {
+                      const float* x, int64_t ldx, int n_x_rows, float* y, int64_t ldy, cudaStream_t stream) {
   if (max_tiles < 0) throw ArgumentError("tiled_wx_experts: max_tiles must be >= 0");
-  dispatch(w, tiles, static_cast<unsigned>(max_tiles), 0, row_ids, x, ldx, y, ldy, stream);
+  dispatch(w, tiles, static_cast<unsigned>(max_tiles), 0, row_ids, x, ldx, n_x_rows, y, ldy, stream);
 }
 
 void tiled_wx_split_k(const TiledWeight& w, const float* x, int64_t ldx, int n_rows, float* y, int64_t ldy,
@@ -441,7 +519,7 @@ void tiled_wx_split_k(const TiledWeight& w, const float* x, int64_t ldx, int n_r
   if (splits == 1) return tiled_wx(w, x, ldx, n_rows, y, ldy, stream);
   const unsigned row_tiles = static_cast<unsigned>((n_rows + kTileRows - 1) / kTileRows);
   const int64_t stride = int64_t{n_rows} * w.rows;
-  dispatch(w, nullptr, row_tiles, n_rows, nullptr, x, ldx, workspace, w.rows, stream, splits, stride);
+  dispatch(w, nullptr, row_tiles, n_rows, nullptr, x, ldx, n_rows, workspace, w.rows, stream, splits, stride);
   if (row_tiles == 0) return;
   reduce_splits_kernel<<<static_cast<unsigned>((stride + 255) / 256), 256, 0, stream>>>(
       workspace, splits, n_rows, w.rows, y, ldy);

@@ -35,7 +35,8 @@ struct TiledWeight {
 bool tiled_supported(const TiledWeight& w);
 
 // y[r*ldy + o] = sum_i W[o,i] x[r*ldx + i] for r < n_rows (any count), one expert (n_experts == 1).
-// x 16-byte aligned, ldx a multiple of 4.
+// x 16-byte aligned, ldx a multiple of 4. x is first split into bf16 planes in scratch from the
+// stream-ordered pool (cudaMallocAsync: not inside a graph capture).
 void tiled_wx(const TiledWeight& w, const float* x, int64_t ldx, int n_rows, float* y, int64_t ldy,
               cudaStream_t stream);
 
@@ -46,11 +47,11 @@ void tiled_wx_split_k(const TiledWeight& w, const float* x, int64_t ldx, int n_r
                       int splits, float* workspace, cudaStream_t stream);
 
 // Expert tiles: tile i computes y rows first .. first+count-1 (count 0..64; 0: unused, skipped) with expert
-// `expert` on x rows row_ids[first + j] (or x row first + j when row_ids is null). The same ExpertWindow
-// struct as the decode expert windows, with up to kTileRows rows. Each row's bits equal tiled_wx of that
-// expert on that row alone.
+// `expert` on x rows row_ids[first + j] (or x row first + j when row_ids is null) of the n_x_rows rows of x.
+// The same ExpertWindow struct as the decode expert windows, with up to kTileRows rows. Each row's bits equal
+// tiled_wx of that expert on that row alone.
 void tiled_wx_experts(const TiledWeight& w, const ExpertWindow* tiles, int max_tiles, const int32_t* row_ids,
-                      const float* x, int64_t ldx, float* y, int64_t ldy, cudaStream_t stream);
+                      const float* x, int64_t ldx, int n_x_rows, float* y, int64_t ldy, cudaStream_t stream);
 
 // The most expert tiles a routing of n_rows x k can need with n_experts experts.
 int max_expert_tiles(int n_rows, int k, int n_experts);

@@ -201,7 +201,7 @@ void run_prompt_bench(const std::string& config_path, const std::vector<int>& le
     m.forward_greedy(std::span<const CudaSegment>(&seg, 1));
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - a).count();
   };
-  run(256);  // warm-up: scratch, tiles
+  run(2048);  // warm-up: scratch for a whole pass
   std::printf("%8s %10s %12s\n", "tokens", "seconds", "tokens/s");
   for (int n : lengths) {
     const double s = run(n);

@@ -72,15 +72,15 @@ const int32_t* CudaModel::prompt_experts(const Layer& L, int n, const float* x) 
   moe_expert_tiles(s.ids, n, K, E, tiles, max_tiles, s.row_ids, s.slot_of, ps.group.data(), st);
   TiledWeight t;
   tiled_view(L.gate_up, t);
-  tiled_wx_experts(t, tiles, max_tiles, s.row_ids, x, D, s.gu, 2 * I, st);
+  tiled_wx_experts(t, tiles, max_tiles, s.row_ids, x, D, n, s.gu, 2 * I, st);
   if (L.up_alone.valid()) {
     tiled_view(L.up_alone, t);
-    tiled_wx_experts(t, tiles, max_tiles, s.row_ids, x, D, s.gu + I, 2 * I, st);
+    tiled_wx_experts(t, tiles, max_tiles, s.row_ids, x, D, n, s.gu + I, 2 * I, st);
   }
   silu_mul_halves(s.gu, n * K, I, s.h, st);
   op("moe expert down");
   tiled_view(L.down, t);
-  tiled_wx_experts(t, tiles, max_tiles, nullptr, s.h, I, s.slots, D, st);
+  tiled_wx_experts(t, tiles, max_tiles, nullptr, s.h, I, n * K, s.slots, D, st);
   return s.slot_of;
 }
 
