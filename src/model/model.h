@@ -62,6 +62,7 @@ class Model {
   // qwen4_exp, D otherwise), and logits [rows, vocab] for the rows each segment's `logits` asks for, in
   // segment order, advancing each stream's head cache. Row-invariant like forward.
   bool has_mtp() const { return mtp_.present; }
+  const MtpWeights& mtp_weights() const { return mtp_; }  // for another backend's head (CudaModel)
   int64_t mtp_hidden_width() const;
   std::vector<float> mtp_forward(std::span<const MtpSegment> segments) const;
 

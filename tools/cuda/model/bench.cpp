@@ -13,13 +13,13 @@
 
 namespace ds::cuda::modelcheck {
 
-namespace {
-
 ModelConfig read_config(const std::string& path) {
   std::ifstream f(path);
   if (!f) fail("cannot open {}", path);
   return ModelConfig::from_json(nlohmann::json::parse(f));
 }
+
+namespace {
 
 constexpr double kRooflineBytesPerSecond = 4.3e12;
 

@@ -19,6 +19,8 @@ namespace {
 constexpr double kLogitBound = 1e-4;
 constexpr double kMarginFloor = 1e-3;
 
+}  // namespace
+
 std::vector<float> read_f32(const std::string& p) {
   std::ifstream f(p, std::ios::binary | std::ios::ate);
   if (!f) fail("cannot open {}", p);
@@ -41,8 +43,6 @@ bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
 int32_t argmax(const float* row, int64_t n) {
   return static_cast<int32_t>(std::max_element(row, row + n) - row);
 }
-
-}  // namespace
 
 // Runs `tokens` through one stream in windows of `window` tokens, every row's logits.
 std::vector<float> run_windows(CudaModel& m, CudaStreamState& st, const std::vector<int32_t>& tokens,

@@ -1,9 +1,10 @@
 // cuda_model_check: whole-model checks on the committed fixtures and the real-shape decode bench on the GPU
 // (docs/backend-cuda.md, docs/receipts/cuda-decode.md). Exit 1 when a check fails.
-// Usage: cuda_model_check ROOT [--no-checks] [--small-config JSON] [--bench CONFIG] [--encoding
+// Usage: cuda_model_check ROOT [--no-checks] [--mtp-only] [--small-config JSON] [--bench CONFIG] [--encoding
 // BITS:GROUP]...
-//        [--streams 1,8,32,64] [--rounds N] [--prompt 2048,8192,32768 (prompt bench; decode bench then only
-//        with --encoding)]
+//        [--streams 1,8,32,64] [--rounds N] [--mtp-reps N] [--prompt 2048,8192,32768]
+// --mtp-only: only the MTP head's checks and (with --bench) its real-shape cost.
+// --prompt: the prompt bench at these lengths (the decode bench then only with --encoding).
 #include <cstdlib>
 #include <exception>
 #include <sstream>
@@ -27,14 +28,16 @@ void section(ds::cuda::modelcheck::Tally& tally, const char* name, F&& f) {
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr,
-                 "usage: %s ROOT [--no-checks] [--bench CONFIG] [--bits B] [--group G] [--streams LIST] "
-                 "[--rounds N]\n",
-                 argv[0]);
+    std::fprintf(
+        stderr,
+        "usage: %s ROOT [--no-checks] [--mtp-only] [--bench CONFIG] [--bits B] [--group G] [--streams LIST] "
+        "[--rounds N]\n",
+        argv[0]);
     return 2;
   }
   const std::string root = argv[1];
-  bool checks = true;
+  bool checks = true, mtp_only = false;
+  int mtp_reps = 20;
   std::string bench_config, small_config = root + "/tests/cuda/flashnext-small-real-heads.json";
   std::vector<std::pair<int, int>> encodings;
   std::vector<int> streams{1, 8, 32, 64};
@@ -45,6 +48,10 @@ int main(int argc, char** argv) {
     auto next = [&] { return i + 1 < argc ? std::string(argv[++i]) : std::string(); };
     if (a == "--no-checks") {
       checks = false;
+    } else if (a == "--mtp-only") {
+      mtp_only = true;
+    } else if (a == "--mtp-reps") {
+      mtp_reps = std::atoi(next().c_str());
     } else if (a == "--small-config") {
       small_config = next();
     } else if (a == "--bench") {
@@ -69,22 +76,28 @@ int main(int argc, char** argv) {
   namespace mc = ds::cuda::modelcheck;
   mc::Tally tally;
   if (checks) {
-    section(tally, "fixtures", [&] {
-      mc::run_fixture_checks(
-          tally, root,
-          {"qwen4exp_base", "qwen4exp_hc2_sigmoid", "qwen4exp_multimodal", "qwen4exp_mlx_mixed",
-           "qwen4exp_mlx_8bit_g128", "qwen4exp_mlx_2bit_g32", "qwen35moe", "flashnext_tiny", "qwen3next"});
-    });
-    section(tally, "fast vs generic", [&] { mc::run_fast_vs_generic(tally, small_config); });
-    section(tally, "prompt real heads", [&] { mc::run_prompt_real_heads(tally, small_config); });
+    if (!mtp_only) {
+      section(tally, "fixtures", [&] {
+        mc::run_fixture_checks(
+            tally, root,
+            {"qwen4exp_base", "qwen4exp_hc2_sigmoid", "qwen4exp_multimodal", "qwen4exp_mlx_mixed",
+             "qwen4exp_mlx_8bit_g128", "qwen4exp_mlx_2bit_g32", "qwen35moe", "flashnext_tiny", "qwen3next"});
+      });
+      section(tally, "fast vs generic", [&] { mc::run_fast_vs_generic(tally, small_config); });
+      section(tally, "prompt real heads", [&] { mc::run_prompt_real_heads(tally, small_config); });
+    }
+    section(tally, "mtp head", [&] { mc::run_mtp_checks(tally, root, small_config); });
     std::printf("checks: %d passed, %d failed\n", tally.passed, tally.failed);
   }
-  if (!bench_config.empty() && !prompt_lengths.empty())
+  if (!bench_config.empty() && !prompt_lengths.empty() && !mtp_only)
     section(tally, "prompt bench", [&] { mc::run_prompt_bench(bench_config, prompt_lengths); });
   if (!bench_config.empty() && (prompt_lengths.empty() || !encodings.empty())) {
     if (encodings.empty()) encodings = {{4, 32}, {6, 64}};
-    for (auto [bits, group] : encodings)
-      section(tally, "bench", [&] { mc::run_bench(bench_config, bits, group, streams, rounds); });
+    for (auto [bits, group] : encodings) {
+      if (!mtp_only)
+        section(tally, "bench", [&] { mc::run_bench(bench_config, bits, group, streams, rounds); });
+      section(tally, "mtp bench", [&] { mc::run_mtp_bench(bench_config, bits, group, mtp_reps); });
+    }
   }
   if (tally.failed > 0) {
     std::printf("\nFAILED checks:\n");

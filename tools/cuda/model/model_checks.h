@@ -4,8 +4,11 @@
 // bench with random weights made on the GPU.
 #include <cstdint>
 #include <cstdio>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
+
+#include "model/model_config.h"
 
 namespace ds::cuda {
 class CudaModel;
@@ -28,6 +31,13 @@ struct Tally {
   }
 };
 
+// Files of the fixtures, bitwise equality, the first largest entry of a row.
+std::vector<float> read_f32(const std::string& path);
+nlohmann::json read_json(const std::string& path);
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b);
+int32_t argmax(const float* row, int64_t n);
+ModelConfig read_config(const std::string& path);  // a config.json
+
 // Helpers shared by the checks: one stream's tokens in windows (every row's logits); three streams alone and
 // then together, every round's logits compared bit for bit.
 std::vector<float> run_windows(CudaModel& m, CudaStreamState& st, const std::vector<int32_t>& tokens,
@@ -39,6 +49,13 @@ void check_alone_vs_together(Tally& tally, CudaModel& m, const std::vector<int32
 void run_fixture_checks(Tally& tally, const std::string& root, const std::vector<std::string>& names);
 // A small model of the real layer shapes (dk 128, hd 256): the fast kernels against the any-shape ones.
 void run_fast_vs_generic(Tally& tally, const std::string& config_path);
+// The MTP head on the GPU (mtp_checks.cpp): against the float64 goldens of tests/fixtures/qwen4exp_mtp, its
+// invariances, a greedy chained-draft run against the CPU head on models/flashnext-tiny, and the fast
+// kernels' head on the small real-heads config.
+void run_mtp_checks(Tally& tally, const std::string& root, const std::string& small_config);
+// The head's real-shape cost (mtp_bench.cpp): ms of a catch-up call by rows, of a chained call by streams,
+// of drafting 1-4 deep, and the bytes a head row reads.
+void run_mtp_bench(const std::string& config_path, int bits, int group, int reps);
 // The real shape from the config at the given expert/other encodings; decode rounds at each stream count.
 void run_bench(const std::string& config_path, int bits, int group, const std::vector<int>& streams,
                int rounds);

@@ -4,9 +4,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <cstring>
-#include <fstream>
-#include <nlohmann/json.hpp>
 
 #include "backend/cuda/model/cuda_model.h"
 #include "core/error.h"
@@ -15,10 +12,6 @@
 namespace ds::cuda::modelcheck {
 
 namespace {
-
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
 
 // Every row's logits of `tokens` through prompt calls cut at `cuts` (token offsets, ascending).
 std::vector<float> prompt_pieces(CudaModel& m, CudaStreamState& st, const std::vector<int32_t>& tokens,
@@ -95,12 +88,6 @@ void check_prompt_invariance(Tally& tally, CudaModel& m, const std::vector<int32
     refused = std::string(e.what()).find("all prompt or all decode") != std::string::npos;
   }
   tally.expect(refused, name + ": a call mixing prompt and decode segments is refused");
-}
-
-ModelConfig read_config(const std::string& path) {
-  std::ifstream f(path);
-  if (!f) fail("cannot open {}", path);
-  return ModelConfig::from_json(nlohmann::json::parse(f));
 }
 
 }  // namespace

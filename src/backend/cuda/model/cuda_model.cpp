@@ -12,6 +12,7 @@
 #include "backend/cuda/model/generic_mixers.h"
 #include "backend/cuda/model/glue_kernels.h"
 #include "backend/cuda/model/indexer_kernels.h"
+#include "backend/cuda/model/mtp_kernels.h"
 #include "backend/cuda/model/ple_kernels.h"
 #include "backend/cuda/moe_routing.h"
 #include "core/error.h"
@@ -245,16 +246,95 @@ void CudaModel::mixer(const Layer& L, int layer, int n, const float* x, float* y
   wx(L.o, s.attn, c.n_heads * hd, n, y, D, st);
 }
 
+void CudaModel::ensure_scratch(int n) {
+  const ModelConfig& c = cfg_;
+  if (scratch_ && scratch_->capacity >= n) return;
+  const int64_t D = c.hidden, S = c.hc_count, SD = c.stream_width(), V = c.vocab_size;
+  auto s = std::make_unique<Scratch>();
+  s->capacity = n;
+  const int64_t K = std::max<int64_t>(c.experts_per_tok, 1), nv = c.lin_v_heads, vd = c.linear_value_dim();
+  const int64_t maxb = c.indexer_ratio > 0 ? opt_.max_context / c.indexer_ratio : 0;
+  const int64_t inter = std::max({c.moe_inter, c.dense_inter, int64_t{1}});
+  const int64_t sinter = std::max({c.shared_inter, c.dense_inter, int64_t{1}});
+  const AttentionShape ashape{static_cast<int>(c.n_heads), static_cast<int>(c.n_kv_heads),
+                              static_cast<int>(c.head_dim), static_cast<int>(c.rotary_dim), c.rms_eps};
+  const size_t attn_ws =
+      c.head_dim == 128 || c.head_dim == 256 ? attention_decode_workspace_bytes(ashape, n) : 0;
+  std::vector<std::pair<void**, int64_t>> parts = {
+      {(void**)&s->H, n * SD * 4},
+      {(void**)&s->x, n * D * 4},
+      {(void**)&s->y, n * D * 4},
+      {(void**)&s->normed, n * SD * 4},
+      {(void**)&s->low, n * std::max<int64_t>(c.hc_rank, 1) * 4},
+      {(void**)&s->mix, n * SD * 4},
+      {(void**)&s->iota, n * S * 4},
+      {(void**)&s->mixed, n * c.linear_conv_dim() * 4},
+      {(void**)&s->z, n * vd * 4},
+      {(void**)&s->b, n * nv * 4},
+      {(void**)&s->a, n * nv * 4},
+      {(void**)&s->gates, n * 2 * nv * 4},
+      {(void**)&s->core, n * vd * 4},
+      {(void**)&s->qg, n * c.n_heads * c.head_dim * 2 * 4},
+      {(void**)&s->k, n * c.n_kv_heads * c.head_dim * 4},
+      {(void**)&s->v, n * c.n_kv_heads * c.head_dim * 4},
+      {(void**)&s->attn, n * c.n_heads * c.head_dim * 4},
+      {(void**)&s->idx, n * (c.indexer_heads + 1) * c.indexer_head_dim * 4},
+      {(void**)&s->select_mode, n * 4},
+      {(void**)&s->scores, n * maxb * 4},
+      {(void**)&s->chosen, n * maxb},
+      {(void**)&s->router, n * c.n_experts * 4},
+      {(void**)&s->ids, n * K * 4},
+      {(void**)&s->weights, n * K * 4},
+      {(void**)&s->up_pairs, n * K * int64_t{sizeof(ExpertRow)}},
+      {(void**)&s->down_pairs, n * K * int64_t{sizeof(ExpertRow)}},
+      {(void**)&s->windows, n * K * int64_t{sizeof(ExpertWindow)}},
+      {(void**)&s->row_ids, n * K * 4},
+      {(void**)&s->slot_of, n * K * 4},
+      {(void**)&s->gu, n * K * 2 * inter * 4},
+      {(void**)&s->h, n * K * inter * 4},
+      {(void**)&s->slots, n * K * D * 4},
+      {(void**)&s->sgu, n * 2 * sinter * 4},
+      {(void**)&s->sh, n * sinter * 4},
+      {(void**)&s->attn_ws, static_cast<int64_t>(attn_ws)},
+      {(void**)&s->shared, n * D * 4},
+      {(void**)&s->sgate, n * 4},
+      {(void**)&s->pkey, n * SD * 4},
+      {(void**)&s->pval, n * D * 4},
+      {(void**)&s->qn, n * SD * 4},
+      {(void**)&s->gated, n * SD * 4},
+      {(void**)&s->gn, n * SD * 4},
+      {(void**)&s->xs, n * D * 4},
+      {(void**)&s->logits, n * V * 4},
+      {(void**)&s->want, n * 4},
+      {(void**)&s->argmax, n * 4}};
+  size_t total = 0;
+  for (auto& p : parts) total += align256(static_cast<size_t>(p.second));
+  s->arena = DeviceBuffer(total);
+  size_t at = 0;
+  for (auto& p : parts) {
+    *p.first = s->arena.as<uint8_t>() + at;
+    at += align256(static_cast<size_t>(p.second));
+  }
+  s->attn_ws_bytes = attn_ws;
+  scratch_ = std::move(s);
+}
+
 int64_t CudaModel::run(std::span<const CudaSegment> segments) {
   const ModelConfig& c = cfg_;
   if (segments.empty()) fail("CudaModel::forward: no segments");
   prompt_pass_ = segments[0].prompt;
+  struct EndPass {  // the flag holds for this call's launches only (mtp_forward runs the same members)
+    bool& flag;
+    ~EndPass() { flag = false; }
+  } end_pass{prompt_pass_};
   for (const CudaSegment& sg : segments)
     if (sg.prompt != prompt_pass_)
       fail("CudaModel::forward: a call's segments must be all prompt or all decode");
   int n = 0, max_count = 0;
+  bool any_hidden = false;
   std::vector<int32_t> tokens, want;
   for (const CudaSegment& sg : segments) {
+    any_hidden = any_hidden || sg.hidden != nullptr;
     if (sg.state == nullptr || sg.state->device.bytes() != static_cast<size_t>(state_floats_) * sizeof(float))
       fail("CudaModel::forward: a segment's state was not made by this model's new_state()");
     if (sg.tokens.empty()) fail("CudaModel::forward: a segment has no tokens");
@@ -271,79 +351,12 @@ int64_t CudaModel::run(std::span<const CudaSegment> segments) {
     max_count = std::max(max_count, static_cast<int>(count));
   }
   if (segments.size() > 65535) fail("CudaModel::forward: at most 65535 segments a call");
+  if (any_hidden && c.family != ModelFamily::Qwen4Exp)
+    fail("CudaModel::forward: hidden rows (for an MTP head) are only made for qwen4_exp");
   const int n_out = static_cast<int>(want.size());
   const int64_t D = c.hidden, S = c.hc_count, SD = c.stream_width(), V = c.vocab_size;
 
-  // Device scratch for n rows.
-  if (!scratch_ || scratch_->capacity < n) {
-    auto s = std::make_unique<Scratch>();
-    s->capacity = n;
-    const int64_t K = std::max<int64_t>(c.experts_per_tok, 1), nv = c.lin_v_heads, vd = c.linear_value_dim();
-    const int64_t maxb = c.indexer_ratio > 0 ? opt_.max_context / c.indexer_ratio : 0;
-    const int64_t inter = std::max({c.moe_inter, c.dense_inter, int64_t{1}});
-    const int64_t sinter = std::max({c.shared_inter, c.dense_inter, int64_t{1}});
-    const AttentionShape ashape{static_cast<int>(c.n_heads), static_cast<int>(c.n_kv_heads),
-                                static_cast<int>(c.head_dim), static_cast<int>(c.rotary_dim), c.rms_eps};
-    const size_t attn_ws =
-        c.head_dim == 128 || c.head_dim == 256 ? attention_decode_workspace_bytes(ashape, n) : 0;
-    std::vector<std::pair<void**, int64_t>> parts = {
-        {(void**)&s->H, n * SD * 4},
-        {(void**)&s->x, n * D * 4},
-        {(void**)&s->y, n * D * 4},
-        {(void**)&s->normed, n * SD * 4},
-        {(void**)&s->low, n * std::max<int64_t>(c.hc_rank, 1) * 4},
-        {(void**)&s->mix, n * SD * 4},
-        {(void**)&s->iota, n * S * 4},
-        {(void**)&s->mixed, n * c.linear_conv_dim() * 4},
-        {(void**)&s->z, n * vd * 4},
-        {(void**)&s->b, n * nv * 4},
-        {(void**)&s->a, n * nv * 4},
-        {(void**)&s->gates, n * 2 * nv * 4},
-        {(void**)&s->core, n * vd * 4},
-        {(void**)&s->qg, n * c.n_heads * c.head_dim * 2 * 4},
-        {(void**)&s->k, n * c.n_kv_heads * c.head_dim * 4},
-        {(void**)&s->v, n * c.n_kv_heads * c.head_dim * 4},
-        {(void**)&s->attn, n * c.n_heads * c.head_dim * 4},
-        {(void**)&s->idx, n * (c.indexer_heads + 1) * c.indexer_head_dim * 4},
-        {(void**)&s->select_mode, n * 4},
-        {(void**)&s->scores, n * maxb * 4},
-        {(void**)&s->chosen, n * maxb},
-        {(void**)&s->router, n * c.n_experts * 4},
-        {(void**)&s->ids, n * K * 4},
-        {(void**)&s->weights, n * K * 4},
-        {(void**)&s->up_pairs, n * K * int64_t{sizeof(ExpertRow)}},
-        {(void**)&s->down_pairs, n * K * int64_t{sizeof(ExpertRow)}},
-        {(void**)&s->windows, n * K * int64_t{sizeof(ExpertWindow)}},
-        {(void**)&s->row_ids, n * K * 4},
-        {(void**)&s->slot_of, n * K * 4},
-        {(void**)&s->gu, n * K * 2 * inter * 4},
-        {(void**)&s->h, n * K * inter * 4},
-        {(void**)&s->slots, n * K * D * 4},
-        {(void**)&s->sgu, n * 2 * sinter * 4},
-        {(void**)&s->sh, n * sinter * 4},
-        {(void**)&s->attn_ws, static_cast<int64_t>(attn_ws)},
-        {(void**)&s->shared, n * D * 4},
-        {(void**)&s->sgate, n * 4},
-        {(void**)&s->pkey, n * SD * 4},
-        {(void**)&s->pval, n * D * 4},
-        {(void**)&s->qn, n * SD * 4},
-        {(void**)&s->gated, n * SD * 4},
-        {(void**)&s->gn, n * SD * 4},
-        {(void**)&s->xs, n * D * 4},
-        {(void**)&s->logits, n * V * 4},
-        {(void**)&s->want, n * 4},
-        {(void**)&s->argmax, n * 4}};
-    size_t total = 0;
-    for (auto& p : parts) total += align256(static_cast<size_t>(p.second));
-    s->arena = DeviceBuffer(total);
-    size_t at = 0;
-    for (auto& p : parts) {
-      *p.first = s->arena.as<uint8_t>() + at;
-      at += align256(static_cast<size_t>(p.second));
-    }
-    s->attn_ws_bytes = attn_ws;
-    scratch_ = std::move(s);
-  }
+  ensure_scratch(n);
   Scratch& s = *scratch_;
 
   // Host side: embedding rows, PLE rows, the windows of every layer, the logits rows; one upload.
@@ -373,6 +386,13 @@ int64_t CudaModel::run(std::span<const CudaSegment> segments) {
     off_emb.push_back(stage.put(emb.data(), emb.size() * 4));
   }
   const size_t off_want = stage.put(want.data(), want.size() * 4);
+  // Each row's H destination (device pointers; null: not wanted) for the MTP head.
+  std::vector<float*> hidden_rows;
+  for (const CudaSegment& sg : segments)
+    for (size_t t = 0; t < sg.tokens.size(); ++t)
+      hidden_rows.push_back(sg.hidden ? sg.hidden + t * SD : nullptr);
+  const size_t off_hidden =
+      any_hidden ? stage.put(hidden_rows.data(), hidden_rows.size() * sizeof(float*)) : 0;
   const int nw = static_cast<int>(segments.size());
   std::vector<size_t> off_mixer(c.layers, SIZE_MAX), off_ix(c.layers, SIZE_MAX), off_ple(c.layers, SIZE_MAX);
   for (int l = 0; l < c.layers; ++l) {
@@ -461,6 +481,8 @@ int64_t CudaModel::run(std::span<const CudaSegment> segments) {
         pending = s.y;
       }
       hc_mix(*final_mixer_, n, s.H, pending, s.x, nullptr);
+      // H is complete now (the mixer's norm injected the last block): the MTP head's input rows.
+      if (any_hidden) scatter_rows(s.H, n, SD, reinterpret_cast<float* const*>(dev + off_hidden), st);
     } else {
       float* h = e;  // the residual stream, in place in the uploaded rows
       // Each residual add is fused into the norm that reads h next.
@@ -496,7 +518,8 @@ int64_t CudaModel::run(std::span<const CudaSegment> segments) {
                                  reinterpret_cast<int64_t>(s.pinned),
                                  reinterpret_cast<int64_t>(s.arena.data()),
                                  opt_.time_ops ? 1 : 0,
-                                 opt_.expert_windows ? 1 : 0};
+                                 opt_.expert_windows ? 1 : 0,
+                                 any_hidden ? 1 : 0};
   if (!use_graph) {
     if (graph_exec_ != nullptr) {  // its timing events would be mixed with these
       cudaGraphExecDestroy(graph_exec_);

@@ -15,7 +15,9 @@
 #include "backend/cuda/device_buffer.h"
 #include "backend/cuda/model/device_matrix.h"
 #include "backend/cuda/stream.h"
+#include "model/model.h"
 #include "model/model_config.h"
+#include "model/mtp.h"
 #include "model/weights.h"
 
 namespace ds::cuda {
@@ -43,6 +45,7 @@ struct DummySpec {
   uint64_t seed = 1;
   uint64_t ple_host_limit_bytes = uint64_t{80}
                                   << 30;  // larger PLE tables are cut to this many bytes (stated)
+  bool mtp_head = true;  // a random MTP head (qwen4_exp form) when the config declares one layer
 };
 
 // One stream's device state (DeltaNet conv/recurrent states, K/V and indexer caches, PLE conv history) and
@@ -50,7 +53,11 @@ struct DummySpec {
 struct CudaStreamState {
   int64_t position = 0;
   std::vector<int32_t> ple_context;
-  DeviceBuffer device;
+  DeviceBuffer device;       // the MTP head's K/V (and indexer) cache too, after the main layers'
+  int64_t mtp_position = 0;  // positions the MTP head has consumed (docs/mtp.md)
+  // Rolls the head's cache back to its first `positions` entries (draft rollback): the entries past them
+  // are rewritten before any row reads them, indexer blocks included.
+  void truncate_mtp(int64_t positions);
 };
 
 struct CudaSegment {
@@ -60,12 +67,30 @@ struct CudaSegment {
   // A prompt pass (as ForwardSegment::prompt on the CPU): tensor-core products, experts grouped into tiles
   // (docs/backend-cuda.md, "Prompt path"). A call's segments are all prompt or all decode.
   bool prompt = false;
+  // DEVICE memory for tokens.size() * mtp_hidden_width() floats: receives every row's H for the MTP head
+  // (the streams before the final mixer), or null. It stays on the device; copy it to the host only if
+  // needed.
+  float* hidden = nullptr;
+};
+
+// Rows for the MTP draft head, as ds::MtpSegment (docs/mtp.md) with the hidden rows in DEVICE memory: row i
+// reads hidden row i and next_tokens[i] at position + i.
+struct CudaMtpSegment {
+  CudaStreamState* state = nullptr;
+  const float* hidden = nullptr;         // device, rows * mtp_hidden_width(): CudaSegment::hidden rows or a
+                                         // previous call's hidden_out
+  std::span<const int32_t> next_tokens;  // the token after each row's position; rows = next_tokens.size()
+  int64_t position = 0;                  // must equal state->mtp_position
+  float* hidden_out = nullptr;           // device, optional: each row's output hidden for chained drafts
+  MtpLogits logits = MtpLogits::All;     // rows whose logits mtp_forward returns
 };
 
 class CudaModel {
  public:
   // `weights` (host, bound from a checkpoint) must outlive the model: the host tables are read from it.
-  CudaModel(const ModelConfig& cfg, const ModelWeights& weights, const CudaModelOptions& opt);
+  // `mtp`: the MTP head's bound weights (Model::mtp_weights()), or null for no head.
+  CudaModel(const ModelConfig& cfg, const ModelWeights& weights, const CudaModelOptions& opt,
+            const MtpWeights* mtp = nullptr);
   // Random weights on the GPU for `cfg` (qwen4_exp or qwen3_5_moe).
   CudaModel(const ModelConfig& cfg, const DummySpec& spec, const CudaModelOptions& opt);
   ~CudaModel();
@@ -77,6 +102,17 @@ class CudaModel {
   std::vector<float> forward(std::span<const CudaSegment> segments);
   // The same pass, returning the greedy (argmax) token of each logits row; the logits stay on the device.
   std::vector<int32_t> forward_greedy(std::span<const CudaSegment> segments);
+
+  // The MTP draft head (cuda_mtp.cpp; qwen4_exp form): whether one is loaded, the floats of a hidden row
+  // (S*D), and the head over every segment's rows in one pass, advancing each stream's head cache: logits
+  // [rows wanted, vocab] on the host in segment order (Model::mtp_forward's semantics), or each wanted row's
+  // greedy token with the logits left on the device.
+  bool has_mtp() const { return mtp_ != nullptr; }
+  int64_t mtp_hidden_width() const { return cfg_.stream_width(); }
+  std::vector<float> mtp_forward(std::span<const CudaMtpSegment> segments);
+  std::vector<int32_t> mtp_forward_greedy(std::span<const CudaMtpSegment> segments);
+  // Bytes of weights one head row with logits reads (its layer with top-k + shared experts, lm_head).
+  size_t mtp_bytes_per_row() const;
 
   size_t device_weight_bytes() const { return weight_bytes_; }
   // Bytes of weights one token reads at batch 1 (every non-expert matrix, top-k + shared experts, lm_head).
@@ -97,8 +133,12 @@ class CudaModel {
   struct Layer;
   struct HostTables;
   struct Scratch;
-  void build(const ModelWeights* w, const DummySpec* spec);
-  int64_t run(std::span<const CudaSegment> segments);  // returns logits rows, left in scratch
+  struct Mtp;
+  void build(const ModelWeights* w, const DummySpec* spec, const MtpWeights* mtp);
+  int64_t run(std::span<const CudaSegment> segments);         // returns logits rows, left in scratch
+  void ensure_scratch(int n);                                 // device scratch for n rows
+  int64_t mtp_run(std::span<const CudaMtpSegment> segments);  // returns logits rows, left in scratch
+  size_t layer_bytes_per_token(const Layer& L) const;
   void mixer(const Layer& L, int layer, int n, const float* x, float* y);
   void moe(const Layer& L, int n, const float* x, float* y);
   void mlp_in(const DeviceMatrix& gate_up, const DeviceMatrix& up_alone, int64_t inter, int n, const float* x,
@@ -130,6 +170,7 @@ class CudaModel {
   std::unique_ptr<Scratch> scratch_;
   std::unique_ptr<PromptScratch> prompt_scratch_;
   bool prompt_pass_ = false;  // this call's segments are prompt passes
+  std::unique_ptr<Mtp> mtp_;  // the MTP head (its layer's cache is state slot cfg_.layers)
   size_t weight_bytes_ = 0;
   std::string encoding_;
   // state layout (floats) per layer

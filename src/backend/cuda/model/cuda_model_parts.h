@@ -1,6 +1,7 @@
 #pragma once
 // The device weights of one layer and the host tables of a CudaModel (shared by its two source files).
 #include <memory>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -35,6 +36,27 @@ struct CudaModel::Layer {
   DeviceBuffer ple_norm_key, ple_norm_query, ple_norm_conv, ple_conv;
   // qwen3_5_moe
   DeviceBuffer input_norm, post_norm;
+};
+
+// The MTP head (qwen4_exp form, docs/mtp.md): its own norms and input projections, one attention layer run by
+// the main layers' functions, its own final mixer; pinned and device staging and a CUDA graph of its own, so
+// head calls and main rounds alternate without recapturing each other's graphs.
+struct CudaModel::Mtp {
+  DeviceBuffer norm_embedding, norm_hidden;  // [D], [S*D] (one joint norm over the streams)
+  DeviceMatrix fc_embedding, fc_hidden;      // [D, D] each; fc_hidden per stream
+  Layer layer;
+  DeviceHc mixer;
+  DeviceBuffer staged;
+  uint8_t* pinned = nullptr;
+  size_t pinned_bytes = 0;
+  cudaGraphExec_t graph = nullptr;
+  std::vector<int64_t> graph_key;
+  std::vector<std::pair<std::string, cudaEvent_t>> events;  // time_ops: the graph's timing events
+  ~Mtp() {
+    for (auto& e : events) cudaEventDestroy(e.second);
+    if (graph) cudaGraphExecDestroy(graph);
+    if (pinned) cudaFreeHost(pinned);
+  }
 };
 
 // The embedding and PLE tables in host memory: views into the checkpoint, or random tables the model owns.

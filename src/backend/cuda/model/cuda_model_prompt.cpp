@@ -149,7 +149,8 @@ std::vector<float> CudaModel::forward_passes(std::span<const CudaSegment> segmen
     std::vector<CudaSegment> segs;
     for (const Piece& p : pass) {
       const CudaSegment& sg = segments[p.seg];
-      segs.push_back({sg.state, sg.tokens.subspan(p.begin, p.count), sg.all_logits, true});
+      float* hidden = sg.hidden != nullptr ? sg.hidden + p.begin * cfg_.stream_width() : nullptr;
+      segs.push_back({sg.state, sg.tokens.subspan(p.begin, p.count), sg.all_logits, true, hidden});
     }
     std::vector<float> pass_logits;
     std::vector<int32_t> pass_tokens;

@@ -65,17 +65,18 @@ MatrixWeight random_host_matrix(int64_t rows, int64_t cols, int bits, int group,
 
 }  // namespace
 
-CudaModel::CudaModel(const ModelConfig& cfg, const ModelWeights& weights, const CudaModelOptions& opt)
+CudaModel::CudaModel(const ModelConfig& cfg, const ModelWeights& weights, const CudaModelOptions& opt,
+                     const MtpWeights* mtp)
     : cfg_(cfg), opt_(opt) {
-  build(&weights, nullptr);
+  build(&weights, nullptr, mtp);
 }
 
 CudaModel::CudaModel(const ModelConfig& cfg, const DummySpec& spec, const CudaModelOptions& opt)
     : cfg_(cfg), opt_(opt) {
-  build(nullptr, &spec);
+  build(nullptr, &spec, nullptr);
 }
 
-void CudaModel::build(const ModelWeights* w, const DummySpec* spec) {
+void CudaModel::build(const ModelWeights* w, const DummySpec* spec, const MtpWeights* mtp) {
   const ModelConfig& c = cfg_;
   if (c.family == ModelFamily::Qwen3Next)
     fail("CudaModel: qwen3_next is not supported on CUDA (its fused qkvz/ba projections are not ported)");
@@ -132,10 +133,15 @@ void CudaModel::build(const ModelWeights* w, const DummySpec* spec) {
   host_ = std::make_unique<HostTables>();
   layers_.resize(c.layers);
   experts_windowed_ = c.n_experts <= 1024;  // moe_expert_windows' limit
-  for (int l = 0; l < c.layers; ++l) {
-    Layer& L = layers_[l];
-    const LayerWeights* lw = w ? &w->layers[l] : nullptr;
-    L.kind = c.layer_kinds[l];
+  // The MTP head's layer is one more attention layer (no PLE) uploaded by the same code, after the main ones.
+  const bool head = c.family == ModelFamily::Qwen4Exp &&
+                    (w ? mtp != nullptr && mtp->present : spec->mtp_head && c.mtp_declared == 1);
+  if (head) mtp_ = std::make_unique<Mtp>();
+  for (int l = 0; l < c.layers + (head ? 1 : 0); ++l) {
+    const bool is_head = l == c.layers;
+    Layer& L = is_head ? mtp_->layer : layers_[l];
+    const LayerWeights* lw = w ? (is_head ? &mtp->layer : &w->layers[l]) : nullptr;
+    L.kind = is_head ? LayerKind::Attention : c.layer_kinds[l];
     if (L.kind == LayerKind::LinearAttention) {
       const DeltaNetWeights* d = lw ? &lw->deltanet : nullptr;
       const int64_t cd = c.linear_conv_dim(), vd = c.linear_value_dim(), nv = c.lin_v_heads;
@@ -166,7 +172,7 @@ void CudaModel::build(const ModelWeights* w, const DummySpec* spec) {
       }
     }
     const MoeWeights* mo = lw ? &lw->moe : nullptr;
-    L.dense = mo ? mo->dense : (!c.dense_mlp_layers.empty() && c.dense_mlp_layers[l]);
+    L.dense = mo ? mo->dense : (!is_head && !c.dense_mlp_layers.empty() && c.dense_mlp_layers[l]);
     if (L.dense) {
       MLP(mo ? &mo->dense_mlp : nullptr, c.dense_inter, L.sh_gate_up, L.sh_up_alone, L.sh_down);
     } else {
@@ -194,7 +200,7 @@ void CudaModel::build(const ModelWeights* w, const DummySpec* spec) {
     if (c.family == ModelFamily::Qwen4Exp) {
       HC(lw ? &lw->hc_attn : nullptr, L.hc_attn, true);
       HC(lw ? &lw->hc_mlp : nullptr, L.hc_mlp, true);
-      L.ple_index = c.ple_index(l);
+      L.ple_index = is_head ? -1 : c.ple_index(l);
       L.has_ple = L.ple_index >= 0;
       if (L.has_ple) {
         const PleWeights* p = lw ? &lw->ple : nullptr;
@@ -241,6 +247,13 @@ void CudaModel::build(const ModelWeights* w, const DummySpec* spec) {
     }
   }
   for (auto& t : host_->own_ple) host_->ple.push_back(&t);
+  if (head) {
+    mtp_->norm_embedding = V(mtp ? &mtp->norm_embedding : nullptr, D, 0.9f, 1.1f);
+    mtp_->norm_hidden = V(mtp ? &mtp->norm_hidden : nullptr, SD, 0.9f, 1.1f);
+    mtp_->fc_embedding = M(mtp ? &mtp->fc_embedding : nullptr, D, D);
+    mtp_->fc_hidden = M(mtp ? &mtp->fc_hidden : nullptr, D, D);
+    HC(mtp ? &mtp->mixer : nullptr, mtp_->mixer, false);
+  }
   final_mixer_ = std::make_unique<DeviceHc>();
   if (c.family == ModelFamily::Qwen4Exp)
     HC(w ? &w->final_mixer : nullptr, *final_mixer_, false);
@@ -272,20 +285,21 @@ void CudaModel::build(const ModelWeights* w, const DummySpec* spec) {
     state_floats_ += (n + 63) / 64 * 64;
     return at;
   };
-  for (int l = 0; l < c.layers; ++l) {
+  for (int l = 0; l < c.layers + (mtp_ ? 1 : 0); ++l) {  // slot c.layers: the MTP head's cache
+    const Layer& L = l < c.layers ? layers_[l] : mtp_->layer;
     int64_t conv = -1, rec = -1, keys = -1, values = -1, ikeys = -1, iblocks = -1, ple = -1;
-    if (c.layer_kinds[l] == LayerKind::LinearAttention) {
+    if (L.kind == LayerKind::LinearAttention) {
       conv = take((c.conv_kernel - 1) * c.linear_conv_dim());
       rec = take(c.lin_v_heads * c.lin_k_dim * c.lin_v_dim);
     } else {
       keys = take(cap * c.n_kv_heads * c.head_dim);
       values = take(cap * c.n_kv_heads * c.head_dim);
-      if (layers_[l].has_indexer) {
+      if (L.has_indexer) {
         ikeys = take(cap * c.indexer_head_dim);
         iblocks = take(cap / c.indexer_ratio * c.indexer_head_dim);
       }
     }
-    if (layers_[l].has_ple) ple = take((c.ple_conv_kernel - 1) * c.ngram_size * SD);
+    if (L.has_ple) ple = take((c.ple_conv_kernel - 1) * c.ngram_size * SD);
     conv_off_.push_back(conv), rec_off_.push_back(rec), keys_off_.push_back(keys),
         values_off_.push_back(values);
     ikeys_off_.push_back(ikeys), iblocks_off_.push_back(iblocks), ple_off_.push_back(ple);
@@ -300,31 +314,37 @@ CudaStreamState CudaModel::new_state() const {
   return s;
 }
 
+static size_t hc_bytes(const DeviceHc& h) {
+  return h.down.storage.bytes() + h.up.storage.bytes() + h.inject.storage.bytes();
+}
+
+size_t CudaModel::layer_bytes_per_token(const Layer& L) const {
+  size_t n = hc_bytes(L.hc_attn) + hc_bytes(L.hc_mlp);
+  for (const DeviceMatrix* m :
+       {&L.qkv, &L.z, &L.b, &L.a, &L.out, &L.q, &L.k, &L.v, &L.o, &L.idx_qk, &L.router, &L.sh_gate_up,
+        &L.sh_up_alone, &L.sh_down, &L.sh_gate_w, &L.ple_key, &L.ple_value})
+    n += m->storage.bytes();
+  for (const DeviceMatrix* m : {&L.gate_up, &L.up_alone, &L.down})
+    if (m->valid()) n += m->expert_bytes() * static_cast<size_t>(cfg_.experts_per_tok);
+  return n;
+}
+
 size_t CudaModel::bytes_per_token() const {
   size_t n = lm_head_.storage.bytes();
-  auto hc = [&](const DeviceHc& h) {
-    n += h.down.storage.bytes() + h.up.storage.bytes() + h.inject.storage.bytes();
-  };
-  if (final_mixer_) hc(*final_mixer_);
-  for (const Layer& L : layers_) {
-    for (const DeviceMatrix* m :
-         {&L.qkv, &L.z, &L.b, &L.a, &L.out, &L.q, &L.k, &L.v, &L.o, &L.idx_qk, &L.router, &L.sh_gate_up,
-          &L.sh_up_alone, &L.sh_down, &L.sh_gate_w, &L.ple_key, &L.ple_value})
-      n += m->storage.bytes();
-    for (const DeviceMatrix* m : {&L.gate_up, &L.up_alone, &L.down})
-      if (m->valid()) n += m->expert_bytes() * static_cast<size_t>(cfg_.experts_per_tok);
-    hc(L.hc_attn);
-    hc(L.hc_mlp);
-  }
+  if (final_mixer_) n += hc_bytes(*final_mixer_);
+  for (const Layer& L : layers_) n += layer_bytes_per_token(L);
   return n;
 }
 
 std::string CudaModel::describe() const {
   return fmt::format(
       "{} layers, hidden {}, vocab {}; device weights {:.2f} GB; weights read per token at batch 1 "
-      "{:.3f} GB; max context {}\n{}",
+      "{:.3f} GB; max context {}\n{}{}",
       cfg_.layers, cfg_.hidden, cfg_.vocab_size, weight_bytes_ / 1e9, bytes_per_token() / 1e9,
-      opt_.max_context, encoding_);
+      opt_.max_context, encoding_,
+      mtp_ ? fmt::format("MTP head: weights read per head row with logits {:.3f} GB\n",
+                         mtp_bytes_per_row() / 1e9)
+           : std::string());
 }
 
 }  // namespace ds::cuda
