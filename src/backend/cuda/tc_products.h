@@ -53,7 +53,8 @@ void tiled_wx_split_k(const TiledWeight& w, const float* x, int64_t ldx, int n_r
 void tiled_wx_experts(const TiledWeight& w, const ExpertWindow* tiles, int max_tiles, const int32_t* row_ids,
                       const float* x, int64_t ldx, int n_x_rows, float* y, int64_t ldy, cudaStream_t stream);
 
-// The most expert tiles a routing of n_rows x k can need with n_experts experts.
+// Expert tiles (expert_tiles.cu). The most expert tiles a routing of n_rows x k can need with n_experts
+// experts.
 int max_expert_tiles(int n_rows, int k, int n_experts);
 // Bytes of scratch moe_expert_tiles needs.
 size_t expert_tiles_scratch_bytes(int n_experts);
