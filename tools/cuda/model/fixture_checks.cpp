@@ -197,6 +197,7 @@ void run_fixture_checks(Tally& tally, const std::string& root, const std::vector
         tally.expect(joint_same, name + ": joint products == separate products");
         tally.expect(serial_same, name + ": programmatic launch == plain graph edges");
       }
+      check_prompt_fixture(tally, m, prompt, want, margins, name);
 
       // Negative control: the final norm 1% off must exceed the bound.
       ModelWeights off = w;

@@ -124,7 +124,9 @@ void CudaModel::moe(const Layer& L, int n, const float* x, float* y) {
   moe_route(s.rjoint, n, E, K, cfg_.norm_topk_prob, s.ids, s.weights, st, RW, pairs ? s.up_pairs : nullptr,
             pairs ? s.down_pairs : nullptr, stacked ? E : -1);
   const int32_t* slot_of = nullptr;
-  if (windows) {
+  if (prompt_pass_ && prompt_experts_tiled(L)) {
+    slot_of = prompt_experts(L, n, x);
+  } else if (windows) {
     moe_expert_windows(s.ids, n, K, E, s.windows, s.row_ids, s.slot_of, st);
     op("moe expert gate|up");
     wx_windows(L.gate_up, s.windows, routed, s.row_ids, x, D, n, s.gu, 2 * I, st);
@@ -163,6 +165,7 @@ void CudaModel::moe(const Layer& L, int n, const float* x, float* y) {
 }
 
 std::vector<float> CudaModel::forward(std::span<const CudaSegment> segments) {
+  if (prompt_needs_passes(segments)) return forward_passes(segments, nullptr);
   const int64_t rows = run(segments);
   std::vector<float> out(static_cast<size_t>(rows * cfg_.vocab_size));
   check(cudaMemcpyAsync(out.data(), scratch_->logits, out.size() * sizeof(float), cudaMemcpyDeviceToHost,
@@ -173,6 +176,11 @@ std::vector<float> CudaModel::forward(std::span<const CudaSegment> segments) {
 }
 
 std::vector<int32_t> CudaModel::forward_greedy(std::span<const CudaSegment> segments) {
+  if (prompt_needs_passes(segments)) {
+    std::vector<int32_t> tokens;
+    forward_passes(segments, &tokens);
+    return tokens;
+  }
   const int64_t rows = run(segments);
   argmax_rows(scratch_->logits, static_cast<int>(rows), cfg_.vocab_size, scratch_->argmax, stream_.get());
   std::vector<int32_t> out(static_cast<size_t>(rows));
@@ -244,7 +252,9 @@ void CudaModel::mixer(const Layer& L, int layer, int n, const float* x, float* y
   }
   op("attention core");
   const bool fast = !opt_.generic_mixers && (hd == 128 || hd == 256);
-  if (fast) {
+  if (fast && prompt_pass_ && L.has_indexer) {
+    prompt_attention(L, shape, wins, rows, n, sel);
+  } else if (fast) {
     attention_decode(shape, w, wins, s.n_windows, s.max_count, rows, n, s.attn_ws, s.attn_ws_bytes, st);
     if (L.has_indexer)
       attention_decode_generic(shape, w, wins, s.n_windows, s.max_count, rows, n, sel, true, st);
@@ -330,6 +340,14 @@ void CudaModel::ensure_scratch(int n) {
 int64_t CudaModel::run(std::span<const CudaSegment> segments) {
   const ModelConfig& c = cfg_;
   if (segments.empty()) fail("CudaModel::forward: no segments");
+  prompt_pass_ = segments[0].prompt;
+  struct EndPass {  // the flag holds for this call's launches only (mtp_forward runs the same members)
+    bool& flag;
+    ~EndPass() { flag = false; }
+  } end_pass{prompt_pass_};
+  for (const CudaSegment& sg : segments)
+    if (sg.prompt != prompt_pass_)
+      fail("CudaModel::forward: a call's segments must be all prompt or all decode");
   int n = 0, max_count = 0;
   bool any_hidden = false;
   std::vector<int32_t> tokens, want;
@@ -508,7 +526,7 @@ int64_t CudaModel::run(std::span<const CudaSegment> segments) {
     copy_rows(s.x, D, reinterpret_cast<const int32_t*>(dev + off_want), n_out, static_cast<int>(D), s.xs, st);
     wx(lm_head_, s.xs, D, n_out, s.logits, V, st);
   };
-  const bool use_graph = opt_.graphs;
+  const bool use_graph = opt_.graphs && !prompt_pass_;  // prompt passes vary in shape: launched directly
   const std::vector<int64_t> key{n,
                                  nw,
                                  max_count,

@@ -102,4 +102,11 @@ struct CudaModel::Scratch {
   }
 };
 
+// Device scratch of a prompt pass (cuda_model_prompt.cpp): the expert tiles and their grouping scratch, the
+// attention windows split at the indexer's budget.
+struct CudaModel::PromptScratch {
+  int rows = 0, windows = 0, max_tiles = 0;
+  DeviceBuffer tiles, group, split;
+};
+
 }  // namespace ds::cuda
