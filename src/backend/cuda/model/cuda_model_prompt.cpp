@@ -65,6 +65,11 @@ void CudaModel::wx(const DeviceMatrix& m, const float* x, int64_t ldx, int n, fl
     ds::cuda::wx(m, x, ldx, n, y, ldy, st);
 }
 
+void CudaModel::wx(const JointMatrix& m, const float* x, int64_t ldx, int n, float* y, cudaStream_t st) {
+  if (m.joined.valid()) return wx(m.joined, x, ldx, n, y, m.width, st);
+  for (size_t i = 0; i < m.parts.size(); ++i) wx(m.parts[i], x, ldx, n, y + m.offset[i], m.width, st);
+}
+
 bool CudaModel::prompt_experts_tiled(const Layer& L) const {
   TiledWeight t;
   return tiled_view(L.gate_up, t) && tiled_view(L.down, t) &&
