@@ -60,4 +60,9 @@ void run_routing_bench(int reps);
 void run_moe_checks(Tally& tally);
 void run_moe_bench(int reps);
 
+// The tensor-core prompt products (tc_checks.cpp): bound, negative control, rows alone == in a larger launch,
+// expert tiles == each expert alone; and their timings at prompt sizes (against cuBLAS where built with it).
+void run_tc_checks(Tally& tally);
+void run_tc_bench(int reps);
+
 }  // namespace ds::cuda::wxcheck

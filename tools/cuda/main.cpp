@@ -1,6 +1,7 @@
 // cuda_wx_check: correctness checks, then timings, of the CUDA kernels (weight products, DeltaNet decode,
 // attention decode, MoE routing). Exit code 1 when a check fails. Usage: cuda_wx_check [--quick] [--no-bench]
 // [--reps N]
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
@@ -25,7 +26,9 @@ void section(ds::cuda::wxcheck::Tally& tally, const char* name, F&& f) {
 
 int main(int argc, char** argv) {
   bool quick = false, bench = true, checks = true;
-  std::string only;  // --only NAME: bench only the product shapes (or the section) whose name contains NAME
+  // --only NAME: only the check sections, and bench the product shapes (or sections), whose name contains
+  // NAME
+  std::string only;
   int reps = 50;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -47,24 +50,24 @@ int main(int argc, char** argv) {
   }
   namespace wx = ds::cuda::wxcheck;
   wx::Tally tally;
+  auto wanted = [&](const std::string& name) { return only.empty() || name.find(only) != std::string::npos; };
   if (checks) {
-    section(tally, "weight product checks", [&] { wx::run_checks(tally, quick); });
-    section(tally, "deltanet checks", [&] { wx::run_deltanet_checks(tally); });
-    section(tally, "attention checks", [&] { wx::run_attention_checks(tally); });
-    section(tally, "routing checks", [&] { wx::run_routing_checks(tally); });
-    section(tally, "moe checks", [&] { wx::run_moe_checks(tally); });
+    if (wanted("weight")) section(tally, "weight product checks", [&] { wx::run_checks(tally, quick); });
+    if (wanted("deltanet")) section(tally, "deltanet checks", [&] { wx::run_deltanet_checks(tally); });
+    if (wanted("attention")) section(tally, "attention checks", [&] { wx::run_attention_checks(tally); });
+    if (wanted("routing")) section(tally, "routing checks", [&] { wx::run_routing_checks(tally); });
+    if (wanted("moe")) section(tally, "moe checks", [&] { wx::run_moe_checks(tally); });
+    if (wanted("tiled")) section(tally, "tiled product checks", [&] { wx::run_tc_checks(tally); });
   }
   std::printf("checks: %d passed, %d failed\n", tally.passed, tally.failed);
   std::fflush(stdout);
   if (bench) {
-    auto wanted = [&](const std::string& name) {
-      return only.empty() || name.find(only) != std::string::npos;
-    };
     section(tally, "weight product bench", [&] { wx::run_bench(reps, only); });
     if (wanted("deltanet")) section(tally, "deltanet bench", [&] { wx::run_deltanet_bench(reps); });
     if (wanted("attention")) section(tally, "attention bench", [&] { wx::run_attention_bench(reps); });
     if (wanted("routing")) section(tally, "routing bench", [&] { wx::run_routing_bench(reps); });
     if (wanted("moe")) section(tally, "moe bench", [&] { wx::run_moe_bench(reps); });
+    if (wanted("tiled")) section(tally, "tiled bench", [&] { wx::run_tc_bench(std::min(reps, 20)); });
   }
   if (tally.failed > 0) {
     std::printf("\nFAILED checks:\n");

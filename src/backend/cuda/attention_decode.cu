@@ -5,6 +5,7 @@
 #include "backend/cuda/attention_decode.h"
 #include "backend/cuda/cuda_error.h"
 #include "backend/cuda/device_math.cuh"
+#include "backend/cuda/grid_dependency.cuh"
 
 namespace ds::cuda {
 
@@ -25,6 +26,7 @@ __device__ __forceinline__ bool window_ok(const AttentionWindow& w, int n_rows) 
 // cache at the token's position), one warp per head; the value row copied into the value cache.
 __global__ void norm_rope_append_kernel(AttentionShape s, const AttentionWindow* windows, AttentionRows r,
                                         AttentionWeights w, int n_rows) {
+  dev::grid_dependency_wait();
   extern __shared__ float buf_all[];
   const AttentionWindow win = windows[blockIdx.y];
   const int t = blockIdx.x;
@@ -35,9 +37,9 @@ __global__ void norm_rope_append_kernel(AttentionShape s, const AttentionWindow*
   const int half = s.rotary_dim / 2;
   for (int head = warp; head < s.nh + s.nkv; head += n_warps) {
     const bool is_q = head < s.nh;
-    const float* src = is_q ? r.qg + row * s.q_width() + int64_t{head} * 2 * s.hd
-                            : r.k + row * kvw + int64_t{head - s.nh} * s.hd;
-    float* dst = is_q ? r.qg + row * s.q_width() + int64_t{head} * 2 * s.hd
+    const float* src = is_q ? r.qg + row * r.ld_qg(s) + int64_t{head} * 2 * s.hd
+                            : r.k + row * r.ld_kv(s) + int64_t{head - s.nh} * s.hd;
+    float* dst = is_q ? r.qg + row * r.ld_qg(s) + int64_t{head} * 2 * s.hd
                       : win.keys + pos * kvw + int64_t{head - s.nh} * s.hd;
     const float* norm = is_q ? w.q_norm : w.k_norm;
     float ss = 0.0f;
@@ -60,7 +62,8 @@ __global__ void norm_rope_append_kernel(AttentionShape s, const AttentionWindow*
     }
     __syncwarp();  // buf is reused by this warp's next head
   }
-  for (int64_t i = threadIdx.x; i < kvw; i += blockDim.x) win.values[pos * kvw + i] = r.v[row * kvw + i];
+  for (int64_t i = threadIdx.x; i < kvw; i += blockDim.x)
+    win.values[pos * kvw + i] = r.v[row * r.ld_kv(s) + i];
 }
 
 // Split-KV attend (FlashDecoding's split over the keys, with the split fixed by the key count): the keys
@@ -91,6 +94,7 @@ template <int HD>
 __global__ void __launch_bounds__(kAttendWarps* kWarp)
     attend_chunk_kernel(AttentionShape s, const AttentionWindow* windows, AttentionRows r, int n_rows,
                         float scale, Partials part) {
+  dev::grid_dependency_wait();
   constexpr int KS = HD + 4;            // padded key row: lane-per-key float4 reads hit distinct banks
   constexpr int DS = HD / (4 * kWarp);  // float4 slots of value dims per lane: dims s*128 + lane*4 .. +3
   extern __shared__ float4 smem4[];
@@ -112,7 +116,7 @@ __global__ void __launch_bounds__(kAttendWarps* kWarp)
   float* k_sh = q_sh + kHeadsPerBlock * HD;       // [kTileKeys][KS]
   float* v_sh = k_sh + kTileKeys * KS;            // [kTileKeys][HD]
   for (int i = threadIdx.x; i < n_heads * HD; i += blockDim.x)
-    q_sh[i] = r.qg[row * s.q_width() + int64_t{h_first + i / HD} * 2 * HD + i % HD];
+    q_sh[i] = r.qg[row * r.ld_qg(s) + int64_t{h_first + i / HD} * 2 * HD + i % HD];
 
   float m[kHeadsPerWarp], l[kHeadsPerWarp], acc[kHeadsPerWarp][DS][4];
 #pragma unroll
@@ -225,6 +229,7 @@ __global__ void __launch_bounds__(kAttendWarps* kWarp)
 // Per (window, token, q head): the chunks' partials folded in chunk order, then acc / l times sigmoid(gate).
 __global__ void attend_merge_kernel(AttentionShape s, const AttentionWindow* windows, AttentionRows r,
                                     int n_rows, Partials part) {
+  dev::grid_dependency_wait();
   const AttentionWindow win = windows[blockIdx.z];
   const int t = blockIdx.y, h = blockIdx.x;
   if (!window_ok(win, n_rows) || t >= win.count) return;
@@ -244,7 +249,7 @@ __global__ void attend_merge_kernel(AttentionShape s, const AttentionWindow* win
     total_sh = total;
   }
   __syncthreads();
-  const float* q = r.qg + row * s.q_width() + int64_t{h} * 2 * s.hd;
+  const float* q = r.qg + row * r.ld_qg(s) + int64_t{h} * 2 * s.hd;
   const float* gate = q + s.hd;
   float* out = r.out + row * int64_t{s.nh} * s.hd + int64_t{h} * s.hd;
   for (int d = threadIdx.x; d < s.hd; d += blockDim.x) {

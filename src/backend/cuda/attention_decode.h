@@ -39,12 +39,16 @@ struct AttentionWindow {
 };
 
 // qg [n_rows, q_width]: q and gate per head on entry; q is normalised and rotated in place. k, v [n_rows,
-// kv_width] (k is normalised and rotated into the cache). out [n_rows, nh*hd].
+// kv_width] (k is normalised and rotated into the cache). out [n_rows, nh*hd]. ld: when qg, k and v are parts
+// of one joint row (one product over concatenated weights), the row stride of all three; 0: each packed.
 struct AttentionRows {
   float* qg = nullptr;
   const float* k = nullptr;
   const float* v = nullptr;
   float* out = nullptr;
+  int64_t ld = 0;
+  __host__ __device__ int64_t ld_qg(const AttentionShape& s) const { return ld ? ld : s.q_width(); }
+  __host__ __device__ int64_t ld_kv(const AttentionShape& s) const { return ld ? ld : s.kv_width(); }
 };
 
 // Enqueues the step on `stream` (2 launches). windows: a device array of n_windows disjoint windows of at

@@ -5,6 +5,7 @@
 #include "backend/cuda/cuda_error.h"
 #include "backend/cuda/deltanet_decode.h"
 #include "backend/cuda/device_math.cuh"
+#include "backend/cuda/grid_dependency.cuh"
 
 namespace ds::cuda {
 
@@ -21,77 +22,87 @@ __device__ __forceinline__ bool window_ok(const DeltaNetWindow& win, int n_rows)
   return win.count > 0 && win.row0 >= 0 && win.row0 + win.count <= n_rows;
 }
 
-// Causal depthwise conv + SiLU, one thread per (window, channel): taps in order over the K-1 history rows and
-// the window's rows; the last K-1 inputs become the history.
+// Causal depthwise conv + SiLU, one thread per (window, channel), blocks of 128 channels (one key head of q
+// or k, dk = 128; then the v channels): taps in order over the K-1 history rows and the window's rows; the
+// last K-1 inputs become the history. A q or k block then L2-normalises its head per token (q then scaled):
+// warp 0 sums the squares as one warp per head would (lane l: channels l, l+32, l+64, l+96 in order, then
+// the butterfly). The q/k blocks also write beta and g per value head (block j: heads j, j + 2nk, ...).
 template <int K>
-__global__ void conv_silu_kernel(DeltaNetWindow* windows, float* mixed, const float* taps, int64_t cd,
-                                 int n_rows) {
-  const DeltaNetWindow win = windows[blockIdx.y];
-  const int64_t ch = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
-  if (ch >= cd || !window_ok(win, n_rows)) return;
-  float tap[K], hist[K];  // hist[0..K-2]: previous inputs, oldest first
+__global__ void __launch_bounds__(kKeyRows)
+    conv_norm_gates_kernel(DeltaNetShape s, DeltaNetWindow* windows, float* mixed, int64_t lm,
+                           const float* taps, const float* b, const float* a, int64_t lba, const float* a_log,
+                           const float* dt_bias, float* gates, float q_scale, int n_rows) {
+  __shared__ float head_vals[kKeyRows];
+  __shared__ float inv_shared;
+  const int64_t cd = s.conv_dim(), ch = int64_t{blockIdx.x} * kKeyRows + threadIdx.x;
+  const int qk_heads = 2 * s.nk, head = blockIdx.x;  // head < qk_heads: a q or k head's block
+  float tap[K], hist[K];                             // hist[0..K-2]: previous inputs, oldest first
+  if (ch < cd) {
 #pragma unroll
-  for (int k = 0; k < K; ++k) tap[k] = taps[ch * K + k];
+    for (int k = 0; k < K; ++k) tap[k] = taps[ch * K + k];  // weights: before the wait
+  }
+  dev::grid_dependency_wait();
+  const DeltaNetWindow win = windows[blockIdx.y];
+  if (!window_ok(win, n_rows)) return;
+  if (head >= qk_heads && ch >= cd) return;  // past the v channels (no __syncthreads in v blocks)
 #pragma unroll
   for (int k = 0; k < K - 1; ++k) hist[k] = win.conv_state[k * cd + ch];
   for (int t = 0; t < win.count; ++t) {
-    float* cell = mixed + (int64_t{win.row0} + t) * cd + ch;
+    const int64_t row = int64_t{win.row0} + t;
+    float* cell = mixed + row * lm + ch;
     hist[K - 1] = *cell;
-    float s = 0.0f;
+    float acc = 0.0f;
 #pragma unroll
-    for (int k = 0; k < K; ++k) s = __fmaf_rn(tap[k], hist[k], s);
-    *cell = dev::silu(s);
+    for (int k = 0; k < K; ++k) acc = __fmaf_rn(tap[k], hist[k], acc);
+    float y = dev::silu(acc);
 #pragma unroll
     for (int k = 0; k < K - 1; ++k) hist[k] = hist[k + 1];
+    if (head < qk_heads) {
+      head_vals[threadIdx.x] = y;
+      __syncthreads();
+      if (threadIdx.x < kWarp) {
+        float ss = 0.0f;
+        for (int i = threadIdx.x; i < kKeyRows; i += kWarp) ss = __fmaf_rn(head_vals[i], head_vals[i], ss);
+        ss = warp_sum(ss);
+        if (threadIdx.x == 0) inv_shared = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(ss, 1e-6f)));
+      }
+      __syncthreads();
+      y = __fmul_rn(y, inv_shared);
+      if (head < s.nk) y = __fmul_rn(y, q_scale);
+      for (int h = head + qk_heads * static_cast<int>(threadIdx.x); threadIdx.x < kKeyRows && h < s.nv;
+           h += qk_heads * kKeyRows) {
+        gates[row * 2 * s.nv + h] = dev::sigmoid(b[row * lba + h]);
+        gates[row * 2 * s.nv + s.nv + h] =
+            __fmul_rn(-expf(a_log[h]), dev::softplus(__fadd_rn(a[row * lba + h], dt_bias[h])));
+      }
+      __syncthreads();  // head_vals and inv_shared are rewritten by the next token
+    }
+    *cell = y;
   }
 #pragma unroll
   for (int k = 0; k < K - 1; ++k) win.conv_state[k * cd + ch] = hist[k];
-}
-
-// Per row: L2-normalise q and k per key head (q then scaled), one warp per head; beta and g per value head.
-__global__ void qk_norm_gates_kernel(DeltaNetShape s, float* mixed, const float* b, const float* a,
-                                     const float* a_log, const float* dt_bias, float* gates, float q_scale) {
-  const int64_t row = blockIdx.x;
-  float* m = mixed + row * s.conv_dim();
-  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp, n_warps = blockDim.x / kWarp;
-  for (int head = warp; head < 2 * s.nk; head += n_warps) {
-    float* x = m + int64_t{head} * s.dk;  // q heads, then k heads (k starts at key_dim = nk*dk)
-    float ss = 0.0f;
-    for (int i = lane; i < s.dk; i += kWarp) ss = __fmaf_rn(x[i], x[i], ss);
-    ss = warp_sum(ss);
-    const float inv = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(ss, 1e-6f)));
-    for (int i = lane; i < s.dk; i += kWarp) {
-      float v = __fmul_rn(x[i], inv);
-      x[i] = head < s.nk ? __fmul_rn(v, q_scale) : v;
-    }
-  }
-  for (int h = threadIdx.x; h < s.nv; h += blockDim.x) {
-    gates[row * 2 * s.nv + h] = dev::sigmoid(b[row * s.nv + h]);
-    const float decay_rate =
-        __fmul_rn(-expf(a_log[h]), dev::softplus(__fadd_rn(a[row * s.nv + h], dt_bias[h])));
-    gates[row * 2 * s.nv + s.nv + h] = decay_rate;
-  }
 }
 
 // The delta rule for one (window, value head, 32 value columns): lane = column, warp w holds key rows
 // 32w..32w+31 of the state in registers for the whole window. Per token: S *= exp(g); u = k^T S;
 // S += k ((v - u) beta)^T; o = q^T S. Column sums meet as (w0 + w1) + (w2 + w3) in shared memory.
 __global__ void __launch_bounds__(128)
-    delta_rule_kernel(DeltaNetShape s, DeltaNetWindow* windows, const float* mixed, const float* gates,
-                      float* core, int n_rows) {
+    delta_rule_kernel(DeltaNetShape s, DeltaNetWindow* windows, const float* mixed, int64_t lm,
+                      const float* gates, float* core, int n_rows) {
+  dev::grid_dependency_wait();
   __shared__ float q_sh[kKeyRows], k_sh[kKeyRows], part[4][kColumnsPerBlock];
   const DeltaNetWindow win = windows[blockIdx.z];
   if (!window_ok(win, n_rows)) return;
   const int h = blockIdx.y, warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   const int c = blockIdx.x * kColumnsPerBlock + lane;
   const int key_head = h / (s.nv / s.nk);
-  const int64_t cd = s.conv_dim(), kd = s.key_dim(), vd = s.value_dim();
+  const int64_t kd = s.key_dim(), vd = s.value_dim();
   float* S = win.state + int64_t{h} * kKeyRows * s.dv;
   float st[kRowsPerWarp];
   for (int i = 0; i < kRowsPerWarp; ++i) st[i] = S[int64_t{warp * kRowsPerWarp + i} * s.dv + c];
   for (int t = 0; t < win.count; ++t) {
     const int64_t row = int64_t{win.row0} + t;
-    const float* m = mixed + row * cd;
+    const float* m = mixed + row * lm;
     __syncthreads();  // the previous token is done with q_sh, k_sh, part
     q_sh[threadIdx.x] = m[int64_t{key_head} * kKeyRows + threadIdx.x];
     k_sh[threadIdx.x] = m[kd + int64_t{key_head} * kKeyRows + threadIdx.x];
@@ -124,12 +135,14 @@ __global__ void __launch_bounds__(128)
 }
 
 // Gated RMSNorm per (row, value head), one warp per head: o / sqrt(mean(o^2) + eps) * w * gate(z).
-__global__ void gated_norm_kernel(DeltaNetShape s, float* core, const float* z, const float* norm) {
+__global__ void gated_norm_kernel(DeltaNetShape s, float* core, const float* z, int64_t lz,
+                                  const float* norm) {
+  dev::grid_dependency_wait();
   const int64_t row = blockIdx.x;
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp, n_warps = blockDim.x / kWarp;
   for (int h = warp; h < s.nv; h += n_warps) {
     float* o = core + row * s.value_dim() + int64_t{h} * s.dv;
-    const float* zz = z + row * s.value_dim() + int64_t{h} * s.dv;
+    const float* zz = z + row * lz + int64_t{h} * s.dv;
     float ss = 0.0f;
     for (int i = lane; i < s.dv; i += kWarp) ss = __fmaf_rn(o[i], o[i], ss);
     ss = warp_sum(ss);
@@ -160,29 +173,36 @@ void deltanet_decode(const DeltaNetShape& s, const DeltaNetWeights& w, const Del
   if (!windows || !rows.mixed || !rows.z || !rows.b || !rows.a || !rows.gates || !rows.core)
     fail("a row buffer pointer is null");
   auto* wins = const_cast<DeltaNetWindow*>(windows);
-  const int64_t cd = s.conv_dim();
-  const dim3 conv_grid(static_cast<unsigned>((cd + 127) / 128), static_cast<unsigned>(n_windows));
-  switch (s.conv_kernel) {
-    case 2:
-      conv_silu_kernel<2><<<conv_grid, 128, 0, stream>>>(wins, rows.mixed, w.conv_taps, cd, n_rows);
-      break;
-    case 3:
-      conv_silu_kernel<3><<<conv_grid, 128, 0, stream>>>(wins, rows.mixed, w.conv_taps, cd, n_rows);
-      break;
-    default:
-      conv_silu_kernel<4><<<conv_grid, 128, 0, stream>>>(wins, rows.mixed, w.conv_taps, cd, n_rows);
-  }
-  check_launch("deltanet_decode conv");
+  const int64_t cd = s.conv_dim(), lm = rows.ld_mixed(s);
+  if (lm < cd || rows.ld_z(s) < s.value_dim() || rows.ld_gates_in(s) < s.nv)
+    fail("ld is shorter than a part");
   // q scale as the CPU forms it: 1 / sqrt(float(dk)).
   const float q_scale = 1.0f / __builtin_sqrtf(static_cast<float>(s.dk));
-  qk_norm_gates_kernel<<<n_rows, 256, 0, stream>>>(s, rows.mixed, rows.b, rows.a, w.a_log, w.dt_bias,
-                                                   rows.gates, q_scale);
-  check_launch("deltanet_decode qk norm");
+  const dim3 conv_grid(static_cast<unsigned>((cd + kKeyRows - 1) / kKeyRows),
+                       static_cast<unsigned>(n_windows));
+  const int64_t lba = rows.ld_gates_in(s);
+  switch (s.conv_kernel) {
+    case 2:
+      conv_norm_gates_kernel<2><<<conv_grid, kKeyRows, 0, stream>>>(s, wins, rows.mixed, lm, w.conv_taps,
+                                                                    rows.b, rows.a, lba, w.a_log, w.dt_bias,
+                                                                    rows.gates, q_scale, n_rows);
+      break;
+    case 3:
+      conv_norm_gates_kernel<3><<<conv_grid, kKeyRows, 0, stream>>>(s, wins, rows.mixed, lm, w.conv_taps,
+                                                                    rows.b, rows.a, lba, w.a_log, w.dt_bias,
+                                                                    rows.gates, q_scale, n_rows);
+      break;
+    default:
+      conv_norm_gates_kernel<4><<<conv_grid, kKeyRows, 0, stream>>>(s, wins, rows.mixed, lm, w.conv_taps,
+                                                                    rows.b, rows.a, lba, w.a_log, w.dt_bias,
+                                                                    rows.gates, q_scale, n_rows);
+  }
+  check_launch("deltanet_decode conv, q/k norm, gates");
   const dim3 rule_grid(static_cast<unsigned>(s.dv / kColumnsPerBlock), static_cast<unsigned>(s.nv),
                        static_cast<unsigned>(n_windows));
-  delta_rule_kernel<<<rule_grid, 128, 0, stream>>>(s, wins, rows.mixed, rows.gates, rows.core, n_rows);
+  delta_rule_kernel<<<rule_grid, 128, 0, stream>>>(s, wins, rows.mixed, lm, rows.gates, rows.core, n_rows);
   check_launch("deltanet_decode delta rule");
-  gated_norm_kernel<<<n_rows, 256, 0, stream>>>(s, rows.core, rows.z, w.norm);
+  gated_norm_kernel<<<n_rows, 256, 0, stream>>>(s, rows.core, rows.z, rows.ld_z(s), w.norm);
   check_launch("deltanet_decode gated norm");
 }
 

@@ -41,6 +41,8 @@ struct DeltaNetWindow {
 // Per-row buffers of the step in device memory. mixed [n_rows, conv_dim] holds the qkv projection on entry
 // and is overwritten with the conv'd, normalised q|k|v; z [n_rows, value_dim]; b, a [n_rows, nv]; gates
 // [n_rows, 2*nv] is scratch (beta, then g); core [n_rows, value_dim] receives the gated-normed output.
+// ld: when mixed, z, b and a are parts of one joint row (one product over concatenated weights), the row
+// stride of all four; 0: each packed (conv_dim, value_dim, nv, nv).
 struct DeltaNetRows {
   float* mixed = nullptr;
   const float* z = nullptr;
@@ -48,6 +50,10 @@ struct DeltaNetRows {
   const float* a = nullptr;
   float* gates = nullptr;
   float* core = nullptr;
+  int64_t ld = 0;
+  int64_t ld_mixed(const DeltaNetShape& s) const { return ld ? ld : s.conv_dim(); }
+  int64_t ld_z(const DeltaNetShape& s) const { return ld ? ld : s.value_dim(); }
+  int64_t ld_gates_in(const DeltaNetShape& s) const { return ld ? ld : s.nv; }
 };
 
 // Enqueues the step on `stream`: 4 launches. `windows` is a device array of n_windows disjoint windows. The

@@ -9,6 +9,8 @@
 #include <cstdint>
 #include <utility>
 
+#include "backend/cuda/grid_dependency.cuh"
+
 namespace ds::cuda::detail {
 
 constexpr int kWarpsPerBlock = 4;
@@ -218,11 +220,13 @@ struct GatherRows {
 };
 
 // Column slices of one product: 1, or kWarpsPerBlock when the weight has many columns and few rows (then the
-// block's warps split the columns and a product that would leave the GPU idle gets 4x the warps). A function
-// of the weight's shape alone, so it never depends on the window.
+// block's warps split the columns and a product that would leave the GPU idle gets 4x the warps). From 64 to
+// 127 units a slice leaves lanes idle (80 units: warp 3 idle, warp 2 half), so there only short weights (at
+// most 1024 rows) are sliced. A function of the weight's shape alone, so it never depends on the window.
 template <class Unit>
 __host__ __device__ __forceinline__ int column_slices(int64_t rows, int64_t cols) {
-  return cols / Unit::kCols >= 64 && rows <= 32768 ? kWarpsPerBlock : 1;
+  const int64_t units = cols / Unit::kCols;
+  return rows <= 32768 && (units >= 128 || (units >= 64 && rows <= 1024)) ? kWarpsPerBlock : 1;
 }
 
 // Products of one unit of each of the warp's outputs with rows 0..n_rows-1, added to acc in column order.
@@ -368,6 +372,9 @@ __device__ __forceinline__ void persistent_row_product(const typename Unit::Matr
   int64_t task = blockIdx.x, o0 = first_output(task);
   Unit cur[NO];
   if (o0 < n_out && u_first < units) load_all(cur, o0, u_first);
+  // Weights never change during a round: their first loads go out before waiting for the previous kernel
+  // (programmatic launch, grid_dependency.cuh); x is read only after it.
+  dev::grid_dependency_wait();
   while (o0 < n_out) {  // uniform over the warp, and over the block when it shares outputs
     const int64_t next_o0 = first_output(task + gridDim.x);
     float acc[1][NO];

@@ -4,6 +4,8 @@
 #include <string>
 
 #include "backend/cuda/cuda_error.h"
+#include "backend/cuda/device_math.cuh"
+#include "backend/cuda/grid_dependency.cuh"
 #include "backend/cuda/wx_kernels.cuh"
 #include "backend/cuda/wx_products.h"
 
@@ -16,6 +18,7 @@ using detail::kWarpsPerBlock;
 template <class Unit, class Rows, int R>
 __global__ void __launch_bounds__(kWarpsPerBlock * 32)
     window_kernel(typename Unit::Matrix m, int64_t n_out, Rows rows, int n_rows, float* y, int64_t ldy) {
+  dev::grid_dependency_wait();
   detail::block_product<Unit, Rows, R>(m, n_out, rows, 0, n_rows, y, ldy);
 }
 
@@ -26,41 +29,123 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32, 4)
   detail::persistent_row_product<Unit, Rows>(m, n_out, rows, y);
 }
 
-// Blocks for the persistent one-row kernel: as many as fit on the GPU at once, never more than the tasks.
-template <class Unit, class Rows>
+// Blocks for a persistent one-row kernel: as many as fit on the GPU at once, never more than the tasks.
+template <auto Kernel>
 int64_t resident_blocks(int64_t tasks) {
   static const int64_t fit = [] {
     int device = 0, sms = 0, per_sm = 0;
     check(cudaGetDevice(&device), "cudaGetDevice");
     check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "cudaDeviceGetAttribute");
-    check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, row_kernel<Unit, Rows>, kWarpsPerBlock * 32,
-                                                        0),
+    check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, Kernel, kWarpsPerBlock * 32, 0),
           "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
     return int64_t{sms} * std::max(per_sm, 1);
   }();
   return std::min(tasks, fit);
 }
 
-// blockIdx.y is the pair; each pair is a one-row product of its expert, so it matches affine_wx bit for bit.
+// Grouped products on persistent blocks: a task is (pair, the outputs a block of block_product would own);
+// block b takes tasks b, b + gridDim.x, ... and, as row_kernel does, loads the first unit of its next task
+// (possibly another expert) while computing the last unit of this one. Each output's chain, butterfly and
+// slice merge are block_product's, so each pair equals affine_wx of its expert on its row alone.
 template <int Bits, class Rows>
-__global__ void __launch_bounds__(kWarpsPerBlock * 32)
-    grouped_kernel(typename detail::AffineUnit<Bits>::Matrix m, int64_t n_out, int64_t n_experts,
-                   int64_t n_x_rows, const ExpertRow* pairs, Rows rows, float* y, int64_t ldy) {
-  const ExpertRow pr = pairs[blockIdx.y];
-  float* y_row = y + int64_t(blockIdx.y) * ldy;
-  if (pr.expert < 0 || pr.expert >= n_experts || pr.row < 0 || pr.row >= n_x_rows) {
-    // A bad pair cannot throw from the device: its outputs become NaN, visibly wrong.
-    for (int64_t o = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; o < n_out;
-         o += int64_t(gridDim.x) * blockDim.x)
-      y_row[o] = __int_as_float(0x7FC00000);
-    return;
+__global__ void __launch_bounds__(kWarpsPerBlock * 32, 4)
+    grouped_row_kernel(typename detail::AffineUnit<Bits>::Matrix m, int64_t n_out, int64_t n_experts,
+                       int64_t n_x_rows, const ExpertRow* pairs, int n_pairs, Rows rows, float* y,
+                       int64_t ldy) {
+  using Unit = detail::AffineUnit<Bits>;
+  constexpr int NO = kOutputsPerWarp;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
+  const int slices = detail::column_slices<Unit>(n_out, m.cols);
+  const int64_t units = m.cols / Unit::kCols, stride = 32 * slices,
+                u_first = (slices == 1 ? 0 : warp) * 32 + lane;
+  const int64_t per_task = int64_t(kWarpsPerBlock / slices) * NO,
+                tasks_per_pair = (n_out + per_task - 1) / per_task;
+  const int64_t n_tasks = tasks_per_pair * n_pairs;
+  const int64_t expert_words = n_out * m.words_per_row, expert_groups = n_out * m.groups_per_row;
+  __shared__ float part[kWarpsPerBlock][NO];
+  struct Task {
+    typename Unit::Matrix m;
+    int64_t o0, x_row;
+    float* y;
+    bool ok;
+  };
+  auto task_at = [&](int64_t task) {
+    Task t;
+    const int64_t p = task / tasks_per_pair, local = task % tasks_per_pair;
+    const ExpertRow pr = pairs[p];
+    t.ok = pr.expert >= 0 && pr.expert < n_experts && pr.row >= 0 && pr.row < n_x_rows;
+    t.m = m;
+    if (t.ok) {
+      const int64_t e = pr.expert;
+      t.m.codes += e * expert_words;
+      t.m.scales += e * expert_groups;
+      t.m.biases += e * expert_groups;
+    }
+    t.o0 = slices == 1 ? (local * kWarpsPerBlock + warp) * NO : local * NO;
+    t.x_row = t.ok ? pr.row : 0;
+    t.y = y + p * ldy;
+    return t;
+  };
+  auto load_all = [&](Unit(&dst)[NO], const Task& t, int64_t u) {
+#pragma unroll
+    for (int o = 0; o < NO; ++o) dst[o].load(t.m, t.o0 + o < n_out ? t.o0 + o : n_out - 1, u);
+  };
+  dev::grid_dependency_wait();
+  int64_t task = blockIdx.x;
+  if (task >= n_tasks) return;  // uniform over the block
+  Task cur_t = task_at(task);
+  Unit cur[NO];
+  if (cur_t.ok && cur_t.o0 < n_out && u_first < units) load_all(cur, cur_t, u_first);
+  while (task < n_tasks) {  // uniform over the block
+    const int64_t next_task = task + gridDim.x;
+    const bool has_next = next_task < n_tasks;
+    Task next_t = cur_t;
+    if (has_next) next_t = task_at(next_task);
+    const bool next_loads = has_next && next_t.ok && next_t.o0 < n_out && u_first < units;
+    // Uniform over the warp, and over the block when it shares outputs (o0 and the pair are the block's).
+    const bool active = cur_t.ok && cur_t.o0 < n_out;
+    float acc[1][NO];
+#pragma unroll
+    for (int o = 0; o < NO; ++o) acc[0][o] = 0.0f;
+    if (active) {
+      for (int64_t u = u_first; u < units; u += stride) {
+        Unit next[NO];
+        if (u + stride < units)
+          load_all(next, cur_t, u + stride);
+        else if (next_loads)
+          load_all(next, next_t, u_first);
+        detail::unit_product<Unit, Rows, 1, NO>(cur, u, rows, cur_t.x_row, 1, acc);
+#pragma unroll
+        for (int o = 0; o < NO; ++o) cur[o] = next[o];
+      }
+#pragma unroll
+      for (int o = 0; o < NO; ++o)
+#pragma unroll
+        for (int mask = 16; mask > 0; mask >>= 1)
+          acc[0][o] = __fadd_rn(acc[0][o], __shfl_xor_sync(0xFFFFFFFFu, acc[0][o], mask));
+      if (slices > 1) {
+        if (lane == 0) {
+#pragma unroll
+          for (int o = 0; o < NO; ++o) part[warp][o] = acc[0][o];
+        }
+        __syncthreads();
+#pragma unroll
+        for (int o = 0; o < NO; ++o)
+          acc[0][o] = __fadd_rn(__fadd_rn(part[0][o], part[1][o]), __fadd_rn(part[2][o], part[3][o]));
+        __syncthreads();  // part is rewritten by the next task
+      }
+    } else if (next_loads) {
+      load_all(cur, next_t, u_first);
+    }
+    if (cur_t.o0 < n_out && (slices == 1 || warp == 0)) {
+#pragma unroll
+      for (int o = 0; o < NO; ++o)
+        if (cur_t.o0 + o < n_out && lane == o)
+          cur_t.y[cur_t.o0 + o] = cur_t.ok ? acc[0][o] : __int_as_float(0x7FC00000);
+    }
+    task = next_task;
+    cur_t = next_t;
   }
-  typename detail::AffineUnit<Bits>::Matrix me = m;
-  const int64_t e = pr.expert;
-  me.codes += e * n_out * (m.cols / 32 * Bits);
-  me.scales += e * n_out * (m.cols >> m.group_shift);
-  me.biases += e * n_out * (m.cols >> m.group_shift);
-  detail::block_product<detail::AffineUnit<Bits>, Rows, 1>(me, n_out, rows, pr.row, 1, y_row, ldy);
 }
 
 // Blocks stride over the windows (blockIdx.y, then every gridDim.y-th); a window's rows run in the tier of
@@ -117,6 +202,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32, 3)
     expert_windows_kernel(typename detail::AffineUnit<Bits>::Matrix m, int64_t n_out, int64_t n_experts,
                           int64_t n_x_rows, const ExpertWindow* windows, int n_windows,
                           const int32_t* row_ids, Rows rows, float* y, int64_t ldy) {
+  dev::grid_dependency_wait();
   for (int i = blockIdx.y; i < n_windows; i += gridDim.y) {
     const ExpertWindow win = windows[i];
     if (win.count == 0) continue;  // an unused slot
@@ -125,11 +211,47 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32, 3)
   }
 }
 
+// The hyper-connection mix's tail for one row (affine_wx_hc_tail): block b owns d = 4b .. 4b+3; warp k
+// computes outputs k*D + d (stream k) with slice_product, the chain of every affine_wx tier; the block's
+// activated x row is staged in shared memory.
+constexpr int kMaxHcRank = 1024;
+
+template <int Bits>
+__global__ void __launch_bounds__(kWarpsPerBlock * 32)
+    hc_tail_kernel(typename detail::AffineUnit<Bits>::Matrix m, const float* joint, int R, float inv_s,
+                   const float* normed, int D, float* x, float* iota) {
+  __shared__ __align__(16) float low[kMaxHcRank];
+  __shared__ float mix[kWarpsPerBlock][kOutputsPerWarp];
+  dev::grid_dependency_wait();
+  for (int i = threadIdx.x; i < R; i += blockDim.x) low[i] = dev::silu(__fmul_rn(joint[i], inv_s));
+  if (iota != nullptr && blockIdx.x == 0 && threadIdx.x < kWarpsPerBlock)
+    iota[threadIdx.x] = __fmul_rn(2.0f, dev::sigmoid(__fmul_rn(joint[R + threadIdx.x], inv_s)));
+  __syncthreads();
+  const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
+  const int64_t d0 = int64_t{blockIdx.x} * kOutputsPerWarp;
+  float acc[1][kOutputsPerWarp];
+  detail::slice_product<detail::AffineUnit<Bits>, detail::F32Rows, 1>(
+      m, int64_t{kWarpsPerBlock} * D, warp * int64_t{D} + d0, detail::F32Rows{low, 0}, 0, 1, 0, 1, acc);
+  if (lane == 0) {
+#pragma unroll
+    for (int o = 0; o < kOutputsPerWarp; ++o) mix[warp][o] = acc[0][o];
+  }
+  __syncthreads();
+  if (threadIdx.x < kOutputsPerWarp) {  // hc_combine's arithmetic, streams in order
+    const int64_t d = d0 + threadIdx.x;
+    float s = 0.0f;
+    for (int k = 0; k < kWarpsPerBlock; ++k)
+      s = __fadd_rn(s, __fmul_rn(dev::sigmoid(mix[k][threadIdx.x]), normed[k * int64_t{D} + d]));
+    x[d] = __fmul_rn(s, __fdiv_rn(1.0f, static_cast<float>(kWarpsPerBlock)));
+  }
+}
+
 // One block: count the pairs per expert, lay the experts' slots out in expert order, then each expert's
 // thread lists its pairs in (row, rank) order and cuts them into windows. Integer work only: the same every
 // run.
 __global__ void expert_windows_build_kernel(const int32_t* topk, int n_pairs, int k, int n_experts,
                                             ExpertWindow* windows, int32_t* row_ids, int32_t* slot_of) {
+  dev::grid_dependency_wait();
   __shared__ int32_t count[1024], slot0[1024], win0[1024];
   for (int e = threadIdx.x; e < n_experts; e += blockDim.x) count[e] = 0;
   for (int p = threadIdx.x; p < n_pairs; p += blockDim.x) {
@@ -223,8 +345,8 @@ void launch_window(const typename Unit::Matrix& m, int64_t n_out, const Rows& ro
   const dim3 block(kWarpsPerBlock * 32);
   if (n_rows <= 1)
     row_kernel<Unit, Rows>
-        <<<dim3(static_cast<unsigned>(resident_blocks<Unit, Rows>(grid.x))), block, 0, stream>>>(m, n_out,
-                                                                                                 rows, y);
+        <<<dim3(static_cast<unsigned>(resident_blocks<row_kernel<Unit, Rows>>(grid.x))), block, 0, stream>>>(
+            m, n_out, rows, y);
   else if (n_rows <= 2)
     window_kernel<Unit, Rows, 2><<<grid, block, 0, stream>>>(m, n_out, rows, n_rows, y, ldy);
   else if (n_rows <= 4)
@@ -320,17 +442,19 @@ void affine_wx_grouped(const AffineWeight& w, const ExpertRow* pairs, int n_pair
   const dim3 block(kWarpsPerBlock * 32);
   with_bits(w.bits, [&](auto bits) {
     constexpr int B = decltype(bits)::value;
-    const dim3 grid(static_cast<unsigned>(blocks_for<detail::AffineUnit<B>>(w.rows, w.cols)),
-                    static_cast<unsigned>(n_pairs));
+    const int64_t tasks = blocks_for<detail::AffineUnit<B>>(w.rows, w.cols) * n_pairs;
     const auto m = affine_matrix<B>(w, shift);
-    if (x.type == ActType::F32)
-      grouped_kernel<B, detail::F32Rows>
-          <<<grid, block, 0, stream>>>(m, w.rows, w.n_experts, n_x_rows, pairs,
-                                       detail::F32Rows{static_cast<const float*>(x.data), x.ld}, y, ldy);
-    else
-      grouped_kernel<B, detail::Bf16Rows>
-          <<<grid, block, 0, stream>>>(m, w.rows, w.n_experts, n_x_rows, pairs,
-                                       detail::Bf16Rows{static_cast<const uint16_t*>(x.data), x.ld}, y, ldy);
+    if (x.type == ActType::F32) {
+      constexpr auto kernel = grouped_row_kernel<B, detail::F32Rows>;
+      kernel<<<static_cast<unsigned>(resident_blocks<kernel>(tasks)), block, 0, stream>>>(
+          m, w.rows, w.n_experts, n_x_rows, pairs, n_pairs,
+          detail::F32Rows{static_cast<const float*>(x.data), x.ld}, y, ldy);
+    } else {
+      constexpr auto kernel = grouped_row_kernel<B, detail::Bf16Rows>;
+      kernel<<<static_cast<unsigned>(resident_blocks<kernel>(tasks)), block, 0, stream>>>(
+          m, w.rows, w.n_experts, n_x_rows, pairs, n_pairs,
+          detail::Bf16Rows{static_cast<const uint16_t*>(x.data), x.ld}, y, ldy);
+    }
   });
   check_launch(op);
 }
@@ -379,6 +503,25 @@ void moe_expert_windows(const int32_t* topk, int n_rows, int k, int n_experts, E
   expert_windows_build_kernel<<<1, 1024, 0, stream>>>(topk, n_rows * k, k, n_experts, windows, row_ids,
                                                       slot_of);
   check_launch(op);
+}
+
+bool affine_wx_hc_tail(const AffineWeight& up, const float* joint, int R, float inv_s, const float* normed,
+                       int D, float* x, float* iota, cudaStream_t stream) {
+  constexpr const char* op = "affine_wx_hc_tail";
+  if (up.rows != int64_t{kWarpsPerBlock} * D || up.cols != R || D % kOutputsPerWarp != 0 || R % 8 != 0 ||
+      R > kMaxHcRank || up.n_experts != 1)
+    return false;
+  const int shift = group_shift_of(op, up);
+  bool done = false;
+  with_bits(up.bits, [&](auto bits) {
+    constexpr int B = decltype(bits)::value;
+    if (detail::column_slices<detail::AffineUnit<B>>(up.rows, up.cols) != 1) return;
+    hc_tail_kernel<B><<<static_cast<unsigned>(D / kOutputsPerWarp), kWarpsPerBlock * 32, 0, stream>>>(
+        affine_matrix<B>(up, shift), joint, R, inv_s, normed, D, x, iota);
+    check_launch(op);
+    done = true;
+  });
+  return done;
 }
 
 }  // namespace ds::cuda

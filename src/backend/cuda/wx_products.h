@@ -85,4 +85,13 @@ void affine_wx_expert_windows(const AffineWeight& w, const ExpertWindow* windows
 void moe_expert_windows(const int32_t* topk, int n_rows, int k, int n_experts, ExpertWindow* windows,
                         int32_t* row_ids, int32_t* slot_of, cudaStream_t stream);
 
+// The hyper-connection mix's tail for ONE row, in one launch (docs/backend-cuda.md): low = silu(joint[0..R) *
+// inv_s), mix = up low (up [4 D, R]; each output's chain that of affine_wx), x[d] = (sum_k sigmoid(mix[k D +
+// d]) * normed[k D + d]) * (1/4) with k in order, and with iota set iota[k] = 2 sigmoid(joint[R + k] * inv_s)
+// for k < 4: the bits of hc_activations, affine_wx and hc_combine run apart. False, with nothing enqueued,
+// where it does not apply (not 4 streams of D % 4 == 0 values, R % 8 != 0 or R > 1024, or a weight that
+// affine_wx splits into column slices).
+bool affine_wx_hc_tail(const AffineWeight& up, const float* joint, int R, float inv_s, const float* normed,
+                       int D, float* x, float* iota, cudaStream_t stream);
+
 }  // namespace ds::cuda

@@ -111,12 +111,14 @@ void run_bench(const std::string& config_path, int bits, int group, const std::v
     const DecodeRate r = bench_decode_rounds(m, n, rounds, 4);
     std::printf("%8d %10d %12.3f %12.1f", n, rounds, r.ms_per_round, r.tokens_per_s);
     if (n == 1)
-      std::printf(" %9.1f%%  (%.3f GB/token -> %.0f GB/s; %zu graph nodes a round)",
+      std::printf(" %9.1f%%  (%.3f GB/token -> %.0f GB/s; %zu graph nodes a round, %zu programmatic edges)",
                   100 * bytes * r.tokens_per_s / kRooflineBytesPerSecond, bytes / 1e9,
-                  bytes * r.tokens_per_s / 1e9, m.graph_nodes());
+                  bytes * r.tokens_per_s / 1e9, m.graph_nodes(), m.graph_programmatic_edges());
     std::printf("\n");
     std::fflush(stdout);
-    // The other routed-expert path (expert windows / per-pair products), same rounds.
+    // The other routed-expert path (expert windows / per-pair products), same rounds; up to 8 streams (it
+    // measured slower at 8-64, docs/receipts/cuda-decode.md).
+    if (n > 8) continue;
     const bool windows = m.options().expert_windows;
     m.set_expert_windows(!windows);
     const DecodeRate other = bench_decode_rounds(m, n, rounds, 1);
@@ -124,6 +126,11 @@ void run_bench(const std::string& config_path, int bits, int group, const std::v
     std::printf("%8d %10d %12.3f %12.1f  (%s)\n", n, rounds, other.ms_per_round, other.tokens_per_s,
                 windows ? "per-pair expert products" : "expert windows");
     if (n != 1) continue;
+    m.set_programmatic_launch(false);
+    const DecodeRate serial = bench_decode_rounds(m, n, rounds, 1);
+    m.set_programmatic_launch(true);
+    std::printf("%8d %10d %12.3f %12.1f  (graphs without programmatic launch)\n", n, rounds,
+                serial.ms_per_round, serial.tokens_per_s);
     m.set_graphs(false);
     const DecodeRate plain = bench_decode_rounds(m, n, rounds, 1);
     m.set_graphs(true);

@@ -179,6 +179,25 @@ void run_fixture_checks(Tally& tally, const std::string& root, const std::vector
                   pairs_same ? "bit-identical" : "DIFFERENT");
       tally.expect(pairs_same, name + ": expert windows == per-pair expert products");
       check_alone_vs_together(tally, m, prompt, 4, name);
+      // Joint products (matrices over the same x as one product, the shared expert stacked with the routed
+      // ones) == one product per matrix, and programmatic launch == plain graph edges, bit for bit.
+      {
+        CudaModelOptions sep_opt = opt;
+        sep_opt.joint_products = false;
+        CudaModel sep(cfg, w, sep_opt);
+        CudaStreamState ss = sep.new_state();
+        const bool joint_same = same_bits(run_windows(sep, ss, prompt, 16), got);
+        m.set_programmatic_launch(false);
+        CudaStreamState sq = m.new_state();
+        const bool serial_same = same_bits(run_windows(m, sq, prompt, 16), got);
+        m.set_programmatic_launch(true);
+        std::printf("  %s: joint products == separate: %s; programmatic launch == plain edges: %s\n",
+                    name.c_str(), joint_same ? "bit-identical" : "DIFFERENT",
+                    serial_same ? "bit-identical" : "DIFFERENT");
+        tally.expect(joint_same, name + ": joint products == separate products");
+        tally.expect(serial_same, name + ": programmatic launch == plain graph edges");
+      }
+      check_prompt_fixture(tally, m, prompt, want, margins, name);
 
       // Negative control: the final norm 1% off must exceed the bound.
       ModelWeights off = w;

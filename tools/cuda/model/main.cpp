@@ -2,8 +2,9 @@
 // (docs/backend-cuda.md, docs/receipts/cuda-decode.md). Exit 1 when a check fails.
 // Usage: cuda_model_check ROOT [--no-checks] [--mtp-only] [--small-config JSON] [--bench CONFIG] [--encoding
 // BITS:GROUP]...
-//        [--streams 1,8,32,64] [--rounds N] [--mtp-reps N]
+//        [--streams 1,8,32,64] [--rounds N] [--mtp-reps N] [--prompt 2048,8192,32768]
 // --mtp-only: only the MTP head's checks and (with --bench) its real-shape cost.
+// --prompt: the prompt bench at these lengths (the decode bench then only with --encoding).
 #include <cstdlib>
 #include <exception>
 #include <sstream>
@@ -41,6 +42,7 @@ int main(int argc, char** argv) {
   std::vector<std::pair<int, int>> encodings;
   std::vector<int> streams{1, 8, 32, 64};
   int rounds = 32;
+  std::vector<int> prompt_lengths;
   for (int i = 2; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&] { return i + 1 < argc ? std::string(argv[++i]) : std::string(); };
@@ -61,6 +63,9 @@ int main(int argc, char** argv) {
       streams.clear();
       std::stringstream ss(next());
       for (std::string t; std::getline(ss, t, ',');) streams.push_back(std::atoi(t.c_str()));
+    } else if (a == "--prompt") {  // prompt lengths for the prompt bench, e.g. 2048,8192,32768
+      std::stringstream ss(next());
+      for (std::string t; std::getline(ss, t, ',');) prompt_lengths.push_back(std::atoi(t.c_str()));
     } else if (a == "--rounds") {
       rounds = std::atoi(next().c_str());
     } else {
@@ -79,11 +84,14 @@ int main(int argc, char** argv) {
              "qwen4exp_mlx_8bit_g128", "qwen4exp_mlx_2bit_g32", "qwen35moe", "flashnext_tiny", "qwen3next"});
       });
       section(tally, "fast vs generic", [&] { mc::run_fast_vs_generic(tally, small_config); });
+      section(tally, "prompt real heads", [&] { mc::run_prompt_real_heads(tally, small_config); });
     }
     section(tally, "mtp head", [&] { mc::run_mtp_checks(tally, root, small_config); });
     std::printf("checks: %d passed, %d failed\n", tally.passed, tally.failed);
   }
-  if (!bench_config.empty()) {
+  if (!bench_config.empty() && !prompt_lengths.empty() && !mtp_only)
+    section(tally, "prompt bench", [&] { mc::run_prompt_bench(bench_config, prompt_lengths); });
+  if (!bench_config.empty() && (prompt_lengths.empty() || !encodings.empty())) {
     if (encodings.empty()) encodings = {{4, 32}, {6, 64}};
     for (auto [bits, group] : encodings) {
       if (!mtp_only)

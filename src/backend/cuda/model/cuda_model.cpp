@@ -14,6 +14,7 @@
 #include "backend/cuda/model/indexer_kernels.h"
 #include "backend/cuda/model/mtp_kernels.h"
 #include "backend/cuda/model/ple_kernels.h"
+#include "backend/cuda/model/programmatic_graph.h"
 #include "backend/cuda/moe_routing.h"
 #include "core/error.h"
 #include "model/layers/ple.h"
@@ -70,12 +71,15 @@ void CudaModel::hc_mix(const DeviceHc& hc, int n, float* H, const float* pending
   else
     rms_norm_rows(H, int64_t{S} * D, hc.norm.as<float>(), S, D, cfg_.rms_eps, s.normed, int64_t{S} * D, n,
                   st);
-  op("hc down");
-  wx(hc.down, s.normed, int64_t{S} * D, n, s.low, R, st);
-  op("hc inject w");
-  if (iota) wx(hc.inject, s.normed, int64_t{S} * D, n, iota, S, st);
+  op("hc down|inject");
+  wx(hc.down_inject, s.normed, int64_t{S} * D, n, s.low_iota, st);
   op("hc up");
-  hc_activations(s.low, int64_t{n} * R, iota, int64_t{n} * S, inv_s, st);
+  // One row: activations, up product and combine in one launch where the kernel takes the shape (same bits).
+  // Not in a prompt pass: there every row takes the tiled products, whatever the pass's row count.
+  if (n == 1 && !prompt_pass_ && hc.up.kind == DeviceMatrix::Kind::Affine && S == 4 &&
+      affine_wx_hc_tail(hc.up.affine, s.low_iota, R, inv_s, s.normed, D, x, iota, st))
+    return;
+  hc_activations(s.low_iota, n, hc.down_inject.width, R, S, inv_s, s.low, iota, st);
   wx(hc.up, s.low, R, n, s.mix, int64_t{S} * D, st);
   op("hc combine");
   hc_combine(s.mix, s.normed, n, S, D, x, st);
@@ -104,46 +108,65 @@ void CudaModel::moe(const Layer& L, int n, const float* x, float* y) {
     wx(L.sh_down, s.sh, I, n, y, D, st);
     return;
   }
-  op("moe router");
-  wx(L.router, x, D, n, s.router, E, st);
+  op("moe router|shared in");
+  // Router logits, then (with a shared expert) its gate|up and its gate logit, one row each.
+  const int64_t RW = L.router_shared.width, SI = cfg_.shared_inter;
+  wx(L.router_shared, x, D, n, s.rjoint, st);
   op("moe top-k");
-  moe_route(s.router, n, E, K, cfg_.norm_topk_prob, s.ids, s.weights, st);
-  const int I = static_cast<int>(cfg_.moe_inter), slots = n * K;
+  // Slots: the n*K routed (row, rank) pairs, then, with the shared expert stacked as expert E, one per row.
+  const int I = static_cast<int>(cfg_.moe_inter), routed = n * K;
+  const bool stacked = L.shared_stacked;
+  const int all = routed + (stacked ? n : 0);
   // Expert windows (each expert's weights read once for all the rows it serves) where the kernels take the
-  // matrices; the per-pair products otherwise. Both give each row affine_wx's bits.
-  const bool windows = opt_.expert_windows && experts_windowed_ && slots <= kMaxExpertWindowSlots;
+  // matrices; the per-pair products otherwise (their pairs written by the routing). Both give each row
+  // affine_wx's bits.
+  const bool windows = opt_.expert_windows && experts_windowed_ && routed <= kMaxExpertWindowSlots;
+  const bool pairs = !windows || stacked;
+  moe_route(s.rjoint, n, E, K, cfg_.norm_topk_prob, s.ids, s.weights, st, RW, pairs ? s.up_pairs : nullptr,
+            pairs ? s.down_pairs : nullptr, stacked ? E : -1);
   const int32_t* slot_of = nullptr;
-  if (windows) {
+  if (prompt_pass_ && prompt_experts_tiled(L)) {
+    slot_of = prompt_experts(L, n, x);
+  } else if (windows) {
     moe_expert_windows(s.ids, n, K, E, s.windows, s.row_ids, s.slot_of, st);
     op("moe expert gate|up");
-    wx_windows(L.gate_up, s.windows, slots, s.row_ids, x, D, n, s.gu, 2 * I, st);
-    if (L.up_alone.valid()) wx_windows(L.up_alone, s.windows, slots, s.row_ids, x, D, n, s.gu + I, 2 * I, st);
-    silu_mul_halves(s.gu, slots, I, s.h, st);
+    wx_windows(L.gate_up, s.windows, routed, s.row_ids, x, D, n, s.gu, 2 * I, st);
+    if (L.up_alone.valid())
+      wx_windows(L.up_alone, s.windows, routed, s.row_ids, x, D, n, s.gu + I, 2 * I, st);
+    if (stacked) {
+      float* gu = s.gu + int64_t{routed} * 2 * I;
+      wx_grouped(L.gate_up, s.up_pairs + routed, n, x, D, n, gu, 2 * I, st);
+      if (L.up_alone.valid()) wx_grouped(L.up_alone, s.up_pairs + routed, n, x, D, n, gu + I, 2 * I, st);
+    }
+    silu_mul_halves(s.gu, all, I, s.h, st);
     op("moe expert down");
-    wx_windows(L.down, s.windows, slots, nullptr, s.h, I, slots, s.slots, D, st);
+    wx_windows(L.down, s.windows, routed, nullptr, s.h, I, routed, s.slots, D, st);
+    if (stacked)
+      wx_grouped(L.down, s.down_pairs + routed, n, s.h, I, all, s.slots + int64_t{routed} * D, D, st);
     slot_of = s.slot_of;
   } else {
-    moe_pairs(s.ids, n, K, s.up_pairs, s.down_pairs, st);
     op("moe expert gate|up");
-    wx_grouped(L.gate_up, s.up_pairs, slots, x, D, n, s.gu, 2 * I, st);
-    if (L.up_alone.valid()) wx_grouped(L.up_alone, s.up_pairs, slots, x, D, n, s.gu + I, 2 * I, st);
-    silu_mul_halves(s.gu, slots, I, s.h, st);
+    wx_grouped(L.gate_up, s.up_pairs, all, x, D, n, s.gu, 2 * I, st);
+    if (L.up_alone.valid()) wx_grouped(L.up_alone, s.up_pairs, all, x, D, n, s.gu + I, 2 * I, st);
+    silu_mul_halves(s.gu, all, I, s.h, st);
     op("moe expert down");
-    wx_grouped(L.down, s.down_pairs, slots, s.h, I, slots, s.slots, D, st);
+    wx_grouped(L.down, s.down_pairs, all, s.h, I, all, s.slots, D, st);
   }
-  if (L.has_shared) {
+  const float *shared = nullptr, *shared_gate = nullptr;
+  if (stacked) {
+    shared = s.slots + int64_t{routed} * D, shared_gate = s.rjoint + E;
+  } else if (L.has_shared) {
     op("moe shared");
-    const int64_t SI = cfg_.shared_inter;
-    mlp_in(L.sh_gate_up, L.sh_up_alone, SI, n, x, s.sgu, s.sh);
+    silu_mul_halves(s.rjoint + E, n, static_cast<int>(SI), s.sh, st, RW);
     wx(L.sh_down, s.sh, SI, n, s.shared, D, st);
-    wx(L.sh_gate_w, x, D, n, s.sgate, 1, st);
+    shared = s.shared, shared_gate = s.rjoint + E + 2 * SI;
   }
   op("moe combine");
-  moe_combine(s.weights, s.slots, slot_of, n, K, D, L.has_shared ? s.shared : nullptr,
-              L.has_shared ? s.sgate : nullptr, y, st);
+  moe_combine(s.weights, s.slots, slot_of, n, K, D, shared, shared_gate, y, st, RW);
 }
 
 std::vector<float> CudaModel::forward(std::span<const CudaSegment> segments) {
+  if (prompt_needs_passes(segments)) return forward_passes(segments, nullptr);
   const int64_t rows = run(segments);
   std::vector<float> out(static_cast<size_t>(rows * cfg_.vocab_size));
   check(cudaMemcpyAsync(out.data(), scratch_->logits, out.size() * sizeof(float), cudaMemcpyDeviceToHost,
@@ -154,6 +177,11 @@ std::vector<float> CudaModel::forward(std::span<const CudaSegment> segments) {
 }
 
 std::vector<int32_t> CudaModel::forward_greedy(std::span<const CudaSegment> segments) {
+  if (prompt_needs_passes(segments)) {
+    std::vector<int32_t> tokens;
+    forward_passes(segments, &tokens);
+    return tokens;
+  }
   const int64_t rows = run(segments);
   argmax_rows(scratch_->logits, static_cast<int>(rows), cfg_.vocab_size, scratch_->argmax, stream_.get());
   std::vector<int32_t> out(static_cast<size_t>(rows));
@@ -170,14 +198,9 @@ void CudaModel::mixer(const Layer& L, int layer, int n, const float* x, float* y
   const cudaStream_t st = stream_.get();
   const int D = static_cast<int>(c.hidden);
   if (L.kind == LayerKind::LinearAttention) {
-    op("deltanet qkv");
+    op("deltanet qkv|z|b|a");
     const int64_t cd = c.linear_conv_dim(), vd = c.linear_value_dim(), nv = c.lin_v_heads;
-    wx(L.qkv, x, D, n, s.mixed, cd, st);
-    op("deltanet z");
-    wx(L.z, x, D, n, s.z, vd, st);
-    op("deltanet b a");
-    wx(L.b, x, D, n, s.b, nv, st);
-    wx(L.a, x, D, n, s.a, nv, st);
+    wx(L.qkvzba, x, D, n, s.mixed, st);
     op("deltanet core");
     const DeltaNetShape shape{static_cast<int>(c.lin_k_heads),
                               static_cast<int>(nv),
@@ -188,7 +211,9 @@ void CudaModel::mixer(const Layer& L, int layer, int n, const float* x, float* y
                               c.rms_eps};
     const DeltaNetWeights w{L.conv.as<float>(), L.a_log.as<float>(), L.dt_bias.as<float>(),
                             L.dn_norm.as<float>()};
-    const DeltaNetRows rows{s.mixed, s.z, s.b, s.a, s.gates, s.core};
+    const int64_t ld = L.qkvzba.width;
+    const DeltaNetRows rows{s.mixed, s.mixed + cd, s.mixed + cd + vd, s.mixed + cd + vd + nv, s.gates, s.core,
+                            ld};
     const auto* wins = static_cast<const DeltaNetWindow*>(s.win_mixer[layer]);
     const bool fast = !opt_.generic_mixers && shape.dk == 128 && shape.dv % 32 == 0 &&
                       shape.conv_kernel >= 2 && shape.conv_kernel <= 4;
@@ -201,31 +226,36 @@ void CudaModel::mixer(const Layer& L, int layer, int n, const float* x, float* y
     return;
   }
   op("attention proj");
-  const int64_t hd = c.head_dim, qw = c.n_heads * hd * 2, kvw = c.n_kv_heads * hd;
-  wx(L.q, x, D, n, s.qg, qw, st);
-  wx(L.k, x, D, n, s.k, kvw, st);
-  wx(L.v, x, D, n, s.v, kvw, st);
+  // q|gate, k, v and the indexer's q heads|key: one joint row of JW floats.
+  const int64_t hd = c.head_dim, qw = c.n_heads * hd * 2, kvw = c.n_kv_heads * hd, JW = L.qkv_idx.width;
+  wx(L.qkv_idx, x, D, n, s.qg, st);
   const AttentionShape shape{static_cast<int>(c.n_heads), static_cast<int>(c.n_kv_heads),
                              static_cast<int>(hd), static_cast<int>(c.rotary_dim), c.rms_eps};
   const AttentionWeights w{L.q_norm.as<float>(), L.k_norm.as<float>(), inv_freq_.as<float>()};
-  const AttentionRows rows{s.qg, s.k, s.v, s.attn};
+  const AttentionRows rows{s.qg, s.qg + qw, s.qg + qw + kvw, s.attn, JW};
   const auto* wins = static_cast<const AttentionWindow*>(s.win_mixer[layer]);
   AttentionSelection sel;
   if (L.has_indexer) {
     op("indexer");
-    const int64_t ihd = c.indexer_head_dim, iw = (c.indexer_heads + 1) * ihd;
-    wx(L.idx_qk, x, D, n, s.idx, iw, st);
-    const IndexerShape is{static_cast<int>(c.indexer_heads),  static_cast<int>(ihd),
-                          static_cast<int>(c.rotary_dim),     static_cast<int>(c.indexer_ratio),
-                          static_cast<int>(c.indexer_budget), c.rms_eps};
+    const int64_t ihd = c.indexer_head_dim;
+    float* idx = s.qg + qw + 2 * kvw;
+    const IndexerShape is{static_cast<int>(c.indexer_heads),
+                          static_cast<int>(ihd),
+                          static_cast<int>(c.rotary_dim),
+                          static_cast<int>(c.indexer_ratio),
+                          static_cast<int>(c.indexer_budget),
+                          c.rms_eps,
+                          JW};
     indexer_decode(is, L.iq_norm.as<float>(), L.ik_norm.as<float>(), inv_freq_.as<float>(),
-                   static_cast<const IndexerWindow*>(s.win_indexer[layer]), s.n_windows, s.max_count, s.idx,
-                   n, s.max_blocks, s.select_mode, s.scores, s.chosen, st);
+                   static_cast<const IndexerWindow*>(s.win_indexer[layer]), s.n_windows, s.max_count, idx, n,
+                   s.max_blocks, s.select_mode, s.scores, s.chosen, st);
     sel = AttentionSelection{s.select_mode, s.chosen, s.max_blocks, static_cast<int>(c.indexer_ratio)};
   }
   op("attention core");
   const bool fast = !opt_.generic_mixers && (hd == 128 || hd == 256);
-  if (fast) {
+  if (fast && prompt_pass_ && L.has_indexer) {
+    prompt_attention(L, shape, wins, rows, n, sel);
+  } else if (fast) {
     attention_decode(shape, w, wins, s.n_windows, s.max_count, rows, n, s.attn_ws, s.attn_ws_bytes, st);
     if (L.has_indexer)
       attention_decode_generic(shape, w, wins, s.n_windows, s.max_count, rows, n, sel, true, st);
@@ -242,7 +272,9 @@ void CudaModel::ensure_scratch(int n) {
   const int64_t D = c.hidden, S = c.hc_count, SD = c.stream_width(), V = c.vocab_size;
   auto s = std::make_unique<Scratch>();
   s->capacity = n;
-  const int64_t K = std::max<int64_t>(c.experts_per_tok, 1), nv = c.lin_v_heads, vd = c.linear_value_dim();
+  // + 1: the shared expert's slot per row when it is stacked with the routed experts
+  const int64_t K = std::max<int64_t>(c.experts_per_tok, 1) + 1, nv = c.lin_v_heads,
+                vd = c.linear_value_dim();
   const int64_t maxb = c.indexer_ratio > 0 ? opt_.max_context / c.indexer_ratio : 0;
   const int64_t inter = std::max({c.moe_inter, c.dense_inter, int64_t{1}});
   const int64_t sinter = std::max({c.shared_inter, c.dense_inter, int64_t{1}});
@@ -256,23 +288,21 @@ void CudaModel::ensure_scratch(int n) {
       {(void**)&s->y, n * D * 4},
       {(void**)&s->normed, n * SD * 4},
       {(void**)&s->low, n * std::max<int64_t>(c.hc_rank, 1) * 4},
+      {(void**)&s->low_iota, n * (c.hc_rank + S) * 4},
+      {(void**)&s->rjoint, n * (c.n_experts + 2 * c.shared_inter + 1) * 4},
       {(void**)&s->mix, n * SD * 4},
       {(void**)&s->iota, n * S * 4},
-      {(void**)&s->mixed, n * c.linear_conv_dim() * 4},
-      {(void**)&s->z, n * vd * 4},
-      {(void**)&s->b, n * nv * 4},
-      {(void**)&s->a, n * nv * 4},
+      {(void**)&s->mixed, n * (c.linear_conv_dim() + vd + 2 * nv) * 4},
       {(void**)&s->gates, n * 2 * nv * 4},
       {(void**)&s->core, n * vd * 4},
-      {(void**)&s->qg, n * c.n_heads * c.head_dim * 2 * 4},
-      {(void**)&s->k, n * c.n_kv_heads * c.head_dim * 4},
-      {(void**)&s->v, n * c.n_kv_heads * c.head_dim * 4},
+      {(void**)&s->qg, n *
+                           (c.n_heads * c.head_dim * 2 + 2 * c.n_kv_heads * c.head_dim +
+                            (c.indexer_heads + 1) * c.indexer_head_dim) *
+                           4},
       {(void**)&s->attn, n * c.n_heads * c.head_dim * 4},
-      {(void**)&s->idx, n * (c.indexer_heads + 1) * c.indexer_head_dim * 4},
       {(void**)&s->select_mode, n * 4},
       {(void**)&s->scores, n * maxb * 4},
       {(void**)&s->chosen, n * maxb},
-      {(void**)&s->router, n * c.n_experts * 4},
       {(void**)&s->ids, n * K * 4},
       {(void**)&s->weights, n * K * 4},
       {(void**)&s->up_pairs, n * K * int64_t{sizeof(ExpertRow)}},
@@ -287,7 +317,6 @@ void CudaModel::ensure_scratch(int n) {
       {(void**)&s->sh, n * sinter * 4},
       {(void**)&s->attn_ws, static_cast<int64_t>(attn_ws)},
       {(void**)&s->shared, n * D * 4},
-      {(void**)&s->sgate, n * 4},
       {(void**)&s->pkey, n * SD * 4},
       {(void**)&s->pval, n * D * 4},
       {(void**)&s->qn, n * SD * 4},
@@ -312,6 +341,14 @@ void CudaModel::ensure_scratch(int n) {
 int64_t CudaModel::run(std::span<const CudaSegment> segments) {
   const ModelConfig& c = cfg_;
   if (segments.empty()) fail("CudaModel::forward: no segments");
+  prompt_pass_ = segments[0].prompt;
+  struct EndPass {  // the flag holds for this call's launches only (mtp_forward runs the same members)
+    bool& flag;
+    ~EndPass() { flag = false; }
+  } end_pass{prompt_pass_};
+  for (const CudaSegment& sg : segments)
+    if (sg.prompt != prompt_pass_)
+      fail("CudaModel::forward: a call's segments must be all prompt or all decode");
   int n = 0, max_count = 0;
   bool any_hidden = false;
   std::vector<int32_t> tokens, want;
@@ -490,7 +527,7 @@ int64_t CudaModel::run(std::span<const CudaSegment> segments) {
     copy_rows(s.x, D, reinterpret_cast<const int32_t*>(dev + off_want), n_out, static_cast<int>(D), s.xs, st);
     wx(lm_head_, s.xs, D, n_out, s.logits, V, st);
   };
-  const bool use_graph = opt_.graphs;
+  const bool use_graph = opt_.graphs && !prompt_pass_;  // prompt passes vary in shape: launched directly
   const std::vector<int64_t> key{n,
                                  nw,
                                  max_count,
@@ -501,6 +538,7 @@ int64_t CudaModel::run(std::span<const CudaSegment> segments) {
                                  reinterpret_cast<int64_t>(s.arena.data()),
                                  opt_.time_ops ? 1 : 0,
                                  opt_.expert_windows ? 1 : 0,
+                                 opt_.programmatic_launch ? 1 : 0,
                                  any_hidden ? 1 : 0};
   if (!use_graph) {
     if (graph_exec_ != nullptr) {  // its timing events would be mixed with these
@@ -533,6 +571,15 @@ int64_t CudaModel::run(std::span<const CudaSegment> segments) {
       check(cudaStreamEndCapture(st, &graph), "cudaStreamEndCapture");
       graph_nodes_ = 0;
       cudaGraphGetNodes(graph, nullptr, &graph_nodes_);
+      graph_programmatic_edges_ = 0;
+      if (opt_.programmatic_launch) {
+        try {
+          graph_programmatic_edges_ = make_kernel_edges_programmatic(graph);
+        } catch (...) {
+          cudaGraphDestroy(graph);
+          throw;
+        }
+      }
       const cudaError_t made = cudaGraphInstantiate(&graph_exec_, graph, 0);
       cudaGraphDestroy(graph);
       check(made, "cudaGraphInstantiate");

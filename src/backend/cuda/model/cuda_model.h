@@ -22,6 +22,10 @@
 
 namespace ds::cuda {
 
+struct AttentionShape;
+struct AttentionRows;
+struct AttentionSelection;
+
 struct CudaModelOptions {
   int64_t max_context = 4096;   // positions a stream's device caches hold
   bool generic_mixers = false;  // use the any-shape DeltaNet/attention kernels even where the fast ones fit
@@ -30,6 +34,13 @@ struct CudaModelOptions {
   // Routed experts as expert windows (each expert read once a step; bit-identical to the per-pair products):
   // off by default, as the per-pair products measured faster at 1-64 streams (docs/receipts/cuda-decode.md).
   bool expert_windows = false;
+  // In a graph, each kernel launches while the one before it runs (programmatic dependent launch, Hopper);
+  // changes no bits (docs/backend-cuda.md "Programmatic launch").
+  bool programmatic_launch = true;
+  // Matrices over the same activations uploaded as one matrix where they share an encoding, one product
+  // (hc down|inject, router|shared gate|up|shared gate); off: one product each, same layout, same bits.
+  bool joint_products = true;
+  int prompt_pass_rows = 2048;  // a prompt call runs in passes of at most this many rows (a multiple of 64)
 };
 
 // Encodings for random weights: MLX affine bits/group for the experts and for every other matrix (bits 0:
@@ -59,6 +70,9 @@ struct CudaSegment {
   CudaStreamState* state = nullptr;
   std::span<const int32_t> tokens;
   bool all_logits = false;
+  // A prompt pass (as ForwardSegment::prompt on the CPU): tensor-core products, experts grouped into tiles
+  // (docs/backend-cuda.md, "Prompt path"). A call's segments are all prompt or all decode.
+  bool prompt = false;
   // DEVICE memory for tokens.size() * mtp_hidden_width() floats: receives every row's H for the MTP head
   // (the streams before the final mixer), or null. It stays on the device; copy it to the host only if
   // needed.
@@ -127,9 +141,12 @@ class CudaModel {
   void set_time_ops(bool on) { opt_.time_ops = on; }
   void set_graphs(bool on) { opt_.graphs = on; }
   void set_expert_windows(bool on) { opt_.expert_windows = on; }
+  void set_programmatic_launch(bool on) { opt_.programmatic_launch = on; }
   const CudaModelOptions& options() const { return opt_; }
   // Nodes (launches, copies, timing events) of the last captured round's graph.
   size_t graph_nodes() const { return graph_nodes_; }
+  // Kernel-to-kernel edges of that graph made programmatic (0 without programmatic_launch).
+  size_t graph_programmatic_edges() const { return graph_programmatic_edges_; }
   cudaStream_t stream() const { return stream_.get(); }
 
  private:
@@ -150,6 +167,19 @@ class CudaModel {
   void hc_mix(const struct DeviceHc& hc, int n, float* H, const float* pending, float* x, float* iota);
   void op(const char* name);  // starts timing `name` (ends the previous op)
   std::vector<std::pair<int64_t, int64_t>> recurrent_ranges() const;  // (first float, floats), merged
+  // Prompt path (cuda_model_prompt.cpp). Inside the forward's members an unqualified wx(...) names this
+  // member: the decode products, or in a prompt pass the tiled tensor-core ones.
+  struct PromptScratch;
+  void wx(const DeviceMatrix& m, const float* x, int64_t ldx, int n, float* y, int64_t ldy, cudaStream_t st);
+  void wx(const JointMatrix& m, const float* x, int64_t ldx, int n, float* y, cudaStream_t st);  // each part
+  bool prompt_experts_tiled(const Layer& L) const;
+  const int32_t* prompt_experts(const Layer& L, int n, const float* x);  // returns slot_of
+  void prompt_attention(const Layer& L, const AttentionShape& shape, const void* wins,
+                        const AttentionRows& rows, int n, const AttentionSelection& sel);
+  bool prompt_needs_passes(std::span<const CudaSegment> segments) const;
+  // Runs a long prompt call in passes of at most prompt_pass_rows rows; logits, or the greedy tokens into
+  // *greedy.
+  std::vector<float> forward_passes(std::span<const CudaSegment> segments, std::vector<int32_t>* greedy);
 
   ModelConfig cfg_;
   CudaModelOptions opt_;
@@ -160,6 +190,8 @@ class CudaModel {
   DeviceMatrix lm_head_;
   std::unique_ptr<HostTables> host_;
   std::unique_ptr<Scratch> scratch_;
+  std::unique_ptr<PromptScratch> prompt_scratch_;
+  bool prompt_pass_ = false;  // this call's segments are prompt passes
   std::unique_ptr<Mtp> mtp_;  // the MTP head (its layer's cache is state slot cfg_.layers)
   size_t weight_bytes_ = 0;
   std::string encoding_;
@@ -174,6 +206,7 @@ class CudaModel {
       false;  // every layer's experts are MLX affine: the expert-window kernels take them
   std::vector<int64_t> graph_key_;
   size_t graph_nodes_ = 0;
+  size_t graph_programmatic_edges_ = 0;
 };
 
 }  // namespace ds::cuda

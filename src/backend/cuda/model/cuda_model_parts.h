@@ -11,23 +11,31 @@ namespace ds::cuda {
 
 struct DeviceHc {
   DeviceBuffer norm;
-  DeviceMatrix down, up, inject;
+  JointMatrix down_inject;  // down [R, S*D], then (a block's mix) inject [S, S*D]: one product
+  DeviceMatrix up;
 };
 
 struct CudaModel::Layer {
   LayerKind kind = LayerKind::LinearAttention;
   // Gated DeltaNet
-  DeviceMatrix qkv, z, b, a, out;
+  JointMatrix qkvzba;  // qkv [conv_dim, D], z [value_dim, D], b, a [nv, D]: one product
+  DeviceMatrix out;
   DeviceBuffer conv, a_log, dt_bias, dn_norm;
   // attention (+ QSA indexer)
-  DeviceMatrix q, k, v, o, idx_qk;
+  JointMatrix qkv_idx;  // q|gate, k, v [.., D] and with the indexer its q heads|key: one product
+  DeviceMatrix o;
   DeviceBuffer q_norm, k_norm, iq_norm, ik_norm;
   bool has_indexer = false;
   // MoE (experts stacked), shared expert, or a dense MLP in the shared slots. gate|up of one expert are one
   // [2 inter, hidden] matrix (one product); when their encodings differ, *gate_up holds gate and *up_alone
   // up.
-  DeviceMatrix router, gate_up, up_alone, down, sh_gate_up, sh_up_alone, sh_down, sh_gate_w;
+  // router_shared: the router [E, D], then with a shared expert (not stacked) its gate, up [shared_inter, D]
+  // each, then its sigmoid gate [1, D]: one product over x. The dense MLP keeps sh_gate_up (+ sh_up_alone)
+  // and sh_down.
+  JointMatrix router_shared;
+  DeviceMatrix gate_up, up_alone, down, sh_gate_up, sh_up_alone, sh_down;
   bool has_shared = false, dense = false;
+  bool shared_stacked = false;  // the shared expert is expert n_experts of gate_up/down (no sh_* matrices)
   // qwen4_exp
   DeviceHc hc_attn, hc_mlp;
   bool has_ple = false;
@@ -72,9 +80,8 @@ struct CudaModel::HostTables {
 struct CudaModel::Scratch {
   int capacity = 0;  // rows
   DeviceBuffer arena;
-  float *H, *x, *y, *normed, *low, *mix, *iota, *mixed, *z, *b, *a, *gates, *core, *qg, *k, *v, *attn, *idx;
-  float *scores, *router, *weights, *gu, *h, *slots, *sgu, *sh, *shared, *sgate, *pkey, *pval, *qn, *gated,
-      *gn;
+  float *H, *x, *y, *normed, *low, *low_iota, *mix, *iota, *rjoint, *mixed, *gates, *core, *qg, *attn;
+  float *scores, *weights, *gu, *h, *slots, *sgu, *sh, *shared, *pkey, *pval, *qn, *gated, *gn;
   float *xs, *logits;
   int32_t *select_mode, *ids, *want, *argmax, *row_ids, *slot_of;
   uint8_t* chosen;
@@ -93,6 +100,13 @@ struct CudaModel::Scratch {
   ~Scratch() {
     if (pinned) cudaFreeHost(pinned);
   }
+};
+
+// Device scratch of a prompt pass (cuda_model_prompt.cpp): the expert tiles and their grouping scratch, the
+// attention windows split at the indexer's budget.
+struct CudaModel::PromptScratch {
+  int rows = 0, windows = 0, max_tiles = 0;
+  DeviceBuffer tiles, group, split;
 };
 
 }  // namespace ds::cuda

@@ -109,11 +109,29 @@ void CudaModel::build(const ModelWeights* w, const DummySpec* spec, const MtpWei
     return random_floats(n, ++seed, lo, hi, st);
   };
   const int64_t D = c.hidden, S = c.hc_count, SD = c.stream_width(), R = c.hc_rank;
+  // Matrices over the same x as one joint product (JointMatrix), parts named with their shapes.
+  auto J = [&](const std::vector<std::pair<const MatrixWeight*, int64_t>>& parts, int64_t cols) {
+    JointMatrix j;
+    if (w) {
+      std::vector<const MatrixWeight*> ps;
+      for (const auto& [h, rows] : parts) SHAPE(h, rows, cols), ps.push_back(h);
+      j = upload_joint(ps, opt_.joint_products);
+    } else {
+      std::vector<int64_t> rows;
+      for (const auto& p : parts) rows.push_back(p.second);
+      j = random_joint(rows, cols, opt_.joint_products, spec->other_bits, spec->other_group, seed + 1, st);
+      seed += 8 * parts.size();
+    }
+    weight_bytes_ += j.bytes();
+    return j;
+  };
   auto HC = [&](const HyperConnectionWeights* h, DeviceHc& d, bool inject) {
     d.norm = V(h ? &h->norm : nullptr, SD, 0.9f, 1.1f);
-    d.down = M(h ? &h->down : nullptr, R, SD);
+    if (inject)
+      d.down_inject = J({{h ? &h->down : nullptr, R}, {h ? &h->inject : nullptr, S}}, SD);
+    else
+      d.down_inject = J({{h ? &h->down : nullptr, R}}, SD);
     d.up = M(h ? &h->up : nullptr, SD, R);
-    if (inject) d.inject = M(h ? &h->inject : nullptr, S, SD);
   };
   // gate|up joined into one [2 inter, D] matrix (one product); kept apart when their encodings differ.
   auto GATE_UP = [&](const MatrixWeight* g, const MatrixWeight* u, int64_t inter, DeviceMatrix& gu,
@@ -145,10 +163,11 @@ void CudaModel::build(const ModelWeights* w, const DummySpec* spec, const MtpWei
     if (L.kind == LayerKind::LinearAttention) {
       const DeltaNetWeights* d = lw ? &lw->deltanet : nullptr;
       const int64_t cd = c.linear_conv_dim(), vd = c.linear_value_dim(), nv = c.lin_v_heads;
-      L.qkv = M(d ? &d->qkv : nullptr, cd, D);
-      L.z = M(d ? &d->z : nullptr, vd, D);
-      L.b = M(d ? &d->b : nullptr, nv, D);
-      L.a = M(d ? &d->a : nullptr, nv, D);
+      L.qkvzba = J({{d ? &d->qkv : nullptr, cd},
+                    {d ? &d->z : nullptr, vd},
+                    {d ? &d->b : nullptr, nv},
+                    {d ? &d->a : nullptr, nv}},
+                   D);
       L.out = M(d ? &d->out : nullptr, D, vd);
       L.conv = V(d ? &d->conv : nullptr, cd * c.conv_kernel, -0.5f, 0.5f);
       L.a_log = V(d ? &d->a_log : nullptr, nv, -1.0f, 0.5f);
@@ -157,16 +176,17 @@ void CudaModel::build(const ModelWeights* w, const DummySpec* spec, const MtpWei
     } else {
       const AttentionWeights* a = lw ? &lw->attention : nullptr;
       const int64_t hd = c.head_dim;
-      L.q = M(a ? &a->q : nullptr, c.n_heads * hd * 2, D);
-      L.k = M(a ? &a->k : nullptr, c.n_kv_heads * hd, D);
-      L.v = M(a ? &a->v : nullptr, c.n_kv_heads * hd, D);
+      L.has_indexer = a ? a->has_indexer : c.indexer_heads > 0;
+      const int64_t ihd = c.indexer_head_dim;
+      std::vector<std::pair<const MatrixWeight*, int64_t>> parts = {{a ? &a->q : nullptr, c.n_heads * hd * 2},
+                                                                    {a ? &a->k : nullptr, c.n_kv_heads * hd},
+                                                                    {a ? &a->v : nullptr, c.n_kv_heads * hd}};
+      if (L.has_indexer) parts.push_back({a ? &a->indexer.qk : nullptr, (c.indexer_heads + 1) * ihd});
+      L.qkv_idx = J(parts, D);
       L.o = M(a ? &a->o : nullptr, D, c.n_heads * hd);
       L.q_norm = V(a ? &a->q_norm : nullptr, hd, 0.9f, 1.1f);
       L.k_norm = V(a ? &a->k_norm : nullptr, hd, 0.9f, 1.1f);
-      L.has_indexer = a ? a->has_indexer : c.indexer_heads > 0;
       if (L.has_indexer) {
-        const int64_t ihd = c.indexer_head_dim;
-        L.idx_qk = M(a ? &a->indexer.qk : nullptr, (c.indexer_heads + 1) * ihd, D);
         L.iq_norm = V(a ? &a->indexer.q_norm : nullptr, ihd, 0.9f, 1.1f);
         L.ik_norm = V(a ? &a->indexer.k_norm : nullptr, ihd, 0.9f, 1.1f);
       }
@@ -176,25 +196,46 @@ void CudaModel::build(const ModelWeights* w, const DummySpec* spec, const MtpWei
     if (L.dense) {
       MLP(mo ? &mo->dense_mlp : nullptr, c.dense_inter, L.sh_gate_up, L.sh_up_alone, L.sh_down);
     } else {
-      const int64_t E = c.n_experts;
-      L.router = M(mo ? &mo->router : nullptr, E, D);
+      const int64_t E = c.n_experts, SI = c.shared_inter;
+      L.has_shared = mo ? mo->has_shared : SI > 0;
+      // The shared expert as expert E of the stacks (its gate|up and down ride in the routed experts'
+      // launches) where it has their shape and a fast affine encoding, so its products keep their bits.
+      const auto like = [](const MatrixWeight& a, const MatrixWeight& b) {
+        return a.rows == b.rows && same_encoding(a, b) && fast_affine(a);
+      };
+      L.shared_stacked =
+          opt_.joint_products && L.has_shared && SI == c.moe_inter &&
+          (w ? !mo->experts.empty() && like(mo->shared.gate, mo->experts[0].gate) &&
+                   like(mo->shared.up, mo->experts[0].up) && like(mo->shared.down, mo->experts[0].down)
+             : spec->expert_bits != 0);
+      const int64_t stack = E + (L.shared_stacked ? 1 : 0);
       if (w) {
         std::vector<const MatrixWeight*> g, u, dn;
         for (const auto& e : mo->experts) g.push_back(&e.gate), u.push_back(&e.up), dn.push_back(&e.down);
+        if (L.shared_stacked)
+          g.push_back(&mo->shared.gate), u.push_back(&mo->shared.up), dn.push_back(&mo->shared.down);
         if (!upload_joined(g, u, L.gate_up)) L.gate_up = upload_matrix(g), L.up_alone = upload_matrix(u);
         L.down = upload_matrix(dn);
       } else {
-        L.gate_up = random_matrix(2 * c.moe_inter, D, E, spec->expert_bits, spec->expert_group, ++seed, st);
-        L.down = random_matrix(D, c.moe_inter, E, spec->expert_bits, spec->expert_group, ++seed, st);
+        L.gate_up =
+            random_matrix(2 * c.moe_inter, D, stack, spec->expert_bits, spec->expert_group, ++seed, st);
+        L.down = random_matrix(D, c.moe_inter, stack, spec->expert_bits, spec->expert_group, ++seed, st);
       }
       weight_bytes_ += L.gate_up.storage.bytes() + L.up_alone.storage.bytes() + L.down.storage.bytes();
       const auto affine = [](const DeviceMatrix& m) { return m.kind == DeviceMatrix::Kind::Affine; };
       experts_windowed_ = experts_windowed_ && affine(L.gate_up) && affine(L.down) &&
                           (!L.up_alone.valid() || affine(L.up_alone));
-      L.has_shared = mo ? mo->has_shared : c.shared_inter > 0;
-      if (L.has_shared) {
-        MLP(mo ? &mo->shared : nullptr, c.shared_inter, L.sh_gate_up, L.sh_up_alone, L.sh_down);
-        L.sh_gate_w = M(mo ? &mo->shared_gate : nullptr, 1, D);
+      if (L.shared_stacked) {
+        L.router_shared = J({{mo ? &mo->router : nullptr, E}, {mo ? &mo->shared_gate : nullptr, 1}}, D);
+      } else if (L.has_shared) {
+        L.router_shared = J({{mo ? &mo->router : nullptr, E},
+                             {mo ? &mo->shared.gate : nullptr, SI},
+                             {mo ? &mo->shared.up : nullptr, SI},
+                             {mo ? &mo->shared_gate : nullptr, 1}},
+                            D);
+        L.sh_down = M(mo ? &mo->shared.down : nullptr, D, SI);
+      } else {
+        L.router_shared = J({{mo ? &mo->router : nullptr, E}}, D);
       }
     }
     if (c.family == ModelFamily::Qwen4Exp) {
@@ -315,17 +356,19 @@ CudaStreamState CudaModel::new_state() const {
 }
 
 static size_t hc_bytes(const DeviceHc& h) {
-  return h.down.storage.bytes() + h.up.storage.bytes() + h.inject.storage.bytes();
+  return h.down_inject.bytes() + h.up.storage.bytes();
 }
 
 size_t CudaModel::layer_bytes_per_token(const Layer& L) const {
   size_t n = hc_bytes(L.hc_attn) + hc_bytes(L.hc_mlp);
   for (const DeviceMatrix* m :
-       {&L.qkv, &L.z, &L.b, &L.a, &L.out, &L.q, &L.k, &L.v, &L.o, &L.idx_qk, &L.router, &L.sh_gate_up,
-        &L.sh_up_alone, &L.sh_down, &L.sh_gate_w, &L.ple_key, &L.ple_value})
+       {&L.out, &L.o, &L.sh_gate_up, &L.sh_up_alone, &L.sh_down, &L.ple_key, &L.ple_value})
     n += m->storage.bytes();
+  n += L.router_shared.bytes() + L.qkvzba.bytes() + L.qkv_idx.bytes();
+  // The shared expert, when stacked, is one more expert read per token.
   for (const DeviceMatrix* m : {&L.gate_up, &L.up_alone, &L.down})
-    if (m->valid()) n += m->expert_bytes() * static_cast<size_t>(cfg_.experts_per_tok);
+    if (m->valid())
+      n += m->expert_bytes() * static_cast<size_t>(cfg_.experts_per_tok + (L.shared_stacked ? 1 : 0));
   return n;
 }
 

@@ -44,7 +44,7 @@ size_t CudaModel::mtp_bytes_per_row() const {
   if (!mtp_) return 0;
   const Mtp& h = *mtp_;
   return h.fc_embedding.storage.bytes() + h.fc_hidden.storage.bytes() + layer_bytes_per_token(h.layer) +
-         h.mixer.down.storage.bytes() + h.mixer.up.storage.bytes() + lm_head_.storage.bytes();
+         h.mixer.down_inject.bytes() + h.mixer.up.storage.bytes() + lm_head_.storage.bytes();
 }
 
 std::vector<float> CudaModel::mtp_forward(std::span<const CudaMtpSegment> segments) {

@@ -15,76 +15,102 @@ size_t align16(size_t n) {
   return (n + 15) / 16 * 16;
 }
 
+}  // namespace
+
 bool fast_affine(const MatrixWeight& w) {
   const bool bits_ok = w.bits == 2 || w.bits == 3 || w.bits == 4 || w.bits == 5 || w.bits == 6 || w.bits == 8;
   const bool group_ok = w.group == 32 || w.group == 64 || w.group == 128;
   return w.encoding == MatrixEncoding::Affine && w.scale_dtype == DType::BF16 && bits_ok && group_ok;
 }
 
-}  // namespace
+namespace {
 
-DeviceMatrix upload_matrix(const std::vector<const MatrixWeight*>& parts) {
-  if (parts.empty() || parts[0] == nullptr || !parts[0]->valid()) fail("upload_matrix: no matrix to upload");
+// The parts' rows one after another as one matrix (rows = the sum, one expert): the layout of a stack of
+// experts, of gate|up joined, and of a joint matrix alike. The parts share cols and encoding.
+DeviceMatrix upload_rows(const std::vector<const MatrixWeight*>& parts) {
   const MatrixWeight& w0 = *parts[0];
-  for (const MatrixWeight* p : parts)
-    if (p->rows != w0.rows || p->cols != w0.cols || p->encoding != w0.encoding || p->bits != w0.bits ||
-        p->group != w0.group || p->scale_dtype != w0.scale_dtype)
-      fail("upload_matrix: '{}' differs in shape or encoding from '{}', so they cannot be stacked", p->name,
-           w0.name);
   DeviceMatrix m;
-  m.rows = w0.rows;
   m.cols = w0.cols;
-  m.n_experts = static_cast<int64_t>(parts.size());
-  const int64_t E = m.n_experts;
+  for (const MatrixWeight* p : parts) m.rows += p->rows;
   if (fast_affine(w0)) {
     m.kind = DeviceMatrix::Kind::Affine;
-    const size_t code_bytes = static_cast<size_t>(w0.rows * w0.row_bytes());
-    const size_t scale_bytes = static_cast<size_t>(w0.rows * (w0.cols / w0.group)) * 2;
-    const size_t codes_total = align16(code_bytes * E), scales_total = align16(scale_bytes * E);
+    const size_t code_bytes = static_cast<size_t>(m.rows * w0.row_bytes());
+    const size_t scale_bytes = static_cast<size_t>(m.rows * (w0.cols / w0.group)) * 2;
+    const size_t codes_total = align16(code_bytes), scales_total = align16(scale_bytes);
     m.storage = DeviceBuffer(codes_total + 2 * scales_total);
     auto* base = m.storage.as<uint8_t>();
-    for (int64_t e = 0; e < E; ++e) {
-      check(cudaMemcpy(base + e * code_bytes, parts[e]->data, code_bytes, cudaMemcpyHostToDevice),
-            "upload codes");
-      check(cudaMemcpy(base + codes_total + e * scale_bytes, parts[e]->scales, scale_bytes,
-                       cudaMemcpyHostToDevice),
+    size_t at_codes = 0, at_scales = 0;
+    for (const MatrixWeight* p : parts) {
+      const size_t c = static_cast<size_t>(p->rows * p->row_bytes());
+      const size_t sc = static_cast<size_t>(p->rows * (p->cols / p->group)) * 2;
+      check(cudaMemcpy(base + at_codes, p->data, c, cudaMemcpyHostToDevice), "upload codes");
+      check(cudaMemcpy(base + codes_total + at_scales, p->scales, sc, cudaMemcpyHostToDevice),
             "upload scales");
-      check(cudaMemcpy(base + codes_total + scales_total + e * scale_bytes, parts[e]->biases, scale_bytes,
-                       cudaMemcpyHostToDevice),
+      check(cudaMemcpy(base + codes_total + scales_total + at_scales, p->biases, sc, cudaMemcpyHostToDevice),
             "upload biases");
+      at_codes += c, at_scales += sc;
     }
     m.affine = AffineWeight{reinterpret_cast<const uint32_t*>(base),
                             reinterpret_cast<const uint16_t*>(base + codes_total),
                             reinterpret_cast<const uint16_t*>(base + codes_total + scales_total),
-                            w0.rows,
-                            w0.cols,
+                            m.rows,
+                            m.cols,
                             w0.bits,
                             w0.group,
-                            E};
+                            1};
     return m;
   }
   if (w0.encoding == MatrixEncoding::BF16 || w0.encoding == MatrixEncoding::F32) {
-    const size_t bytes = static_cast<size_t>(w0.rows * w0.row_bytes());
     m.kind = w0.encoding == MatrixEncoding::BF16 ? DeviceMatrix::Kind::Bf16 : DeviceMatrix::Kind::F32;
-    m.storage = DeviceBuffer(bytes * E);
-    for (int64_t e = 0; e < E; ++e)
-      check(cudaMemcpy(m.storage.as<uint8_t>() + e * bytes, parts[e]->data, bytes, cudaMemcpyHostToDevice),
-            "upload dense");
+    m.storage = DeviceBuffer(static_cast<size_t>(m.rows * w0.row_bytes()));
+    size_t at = 0;
+    for (const MatrixWeight* p : parts) {
+      const size_t bytes = static_cast<size_t>(p->rows * p->row_bytes());
+      check(cudaMemcpy(m.storage.as<uint8_t>() + at, p->data, bytes, cudaMemcpyHostToDevice), "upload dense");
+      at += bytes;
+    }
     m.dense = m.storage.data();
     return m;
   }
   // f16, or affine the fast kernel does not take: dequantized to f32 by the reference (exact values).
   m.kind = DeviceMatrix::Kind::F32;
-  std::vector<float> rows(static_cast<size_t>(w0.rows * w0.cols));
-  m.storage = DeviceBuffer(rows.size() * 4 * E);
-  for (int64_t e = 0; e < E; ++e) {
-    for (int64_t r = 0; r < w0.rows; ++r) dequantize_row_reference(*parts[e], r, rows.data() + r * w0.cols);
-    check(cudaMemcpy(m.storage.as<float>() + e * rows.size(), rows.data(), rows.size() * 4,
+  m.storage = DeviceBuffer(static_cast<size_t>(m.rows * m.cols) * 4);
+  int64_t row0 = 0;
+  for (const MatrixWeight* p : parts) {
+    std::vector<float> rows(static_cast<size_t>(p->rows * p->cols));
+    for (int64_t r = 0; r < p->rows; ++r) dequantize_row_reference(*p, r, rows.data() + r * p->cols);
+    check(cudaMemcpy(m.storage.as<float>() + row0 * m.cols, rows.data(), rows.size() * 4,
                      cudaMemcpyHostToDevice),
           "upload dequantized");
+    row0 += p->rows;
   }
   m.dense = m.storage.data();
   return m;
+}
+
+// A stack of `experts` matrices of `rows` rows each, from the parts' rows in order.
+DeviceMatrix as_stack(DeviceMatrix m, int64_t rows, int64_t experts) {
+  m.rows = rows;
+  m.n_experts = experts;
+  if (m.kind == DeviceMatrix::Kind::Affine) m.affine.rows = rows, m.affine.n_experts = experts;
+  return m;
+}
+
+}  // namespace
+
+bool same_encoding(const MatrixWeight& a, const MatrixWeight& b) {
+  return a.cols == b.cols && a.encoding == b.encoding && a.bits == b.bits && a.group == b.group &&
+         a.scale_dtype == b.scale_dtype;
+}
+
+DeviceMatrix upload_matrix(const std::vector<const MatrixWeight*>& parts) {
+  if (parts.empty() || parts[0] == nullptr || !parts[0]->valid()) fail("upload_matrix: no matrix to upload");
+  const MatrixWeight& w0 = *parts[0];
+  for (const MatrixWeight* p : parts)
+    if (p->rows != w0.rows || !same_encoding(*p, w0))
+      fail("upload_matrix: '{}' differs in shape or encoding from '{}', so they cannot be stacked", p->name,
+           w0.name);
+  return as_stack(upload_rows(parts), w0.rows, static_cast<int64_t>(parts.size()));
 }
 
 bool upload_joined(const std::vector<const MatrixWeight*>& gate, const std::vector<const MatrixWeight*>& up,
@@ -100,15 +126,44 @@ bool upload_joined(const std::vector<const MatrixWeight*>& gate, const std::vect
   }
   const MatrixWeight& w0 = *parts[0];
   for (const MatrixWeight* p : parts)
-    if (p->rows != w0.rows || p->cols != w0.cols || p->encoding != w0.encoding || p->bits != w0.bits ||
-        p->group != w0.group || p->scale_dtype != w0.scale_dtype)
-      return false;
-  m = upload_matrix(parts);
-  m.rows *= 2;
-  m.n_experts /= 2;
-  m.affine.rows = m.rows;
-  m.affine.n_experts = m.n_experts;
+    if (p->rows != w0.rows || !same_encoding(*p, w0)) return false;
+  m = as_stack(upload_rows(parts), 2 * w0.rows, static_cast<int64_t>(gate.size()));
   return true;
+}
+
+JointMatrix upload_joint(const std::vector<const MatrixWeight*>& parts, bool join) {
+  JointMatrix j;
+  bool same = join;
+  for (const MatrixWeight* p : parts) {
+    if (p == nullptr || !p->valid()) fail("upload_joint: a part is missing");
+    same = same && same_encoding(*p, *parts[0]);
+    j.offset.push_back(j.width);
+    j.width += p->rows;
+  }
+  if (same) {
+    j.joined = upload_rows(parts);
+  } else {
+    for (const MatrixWeight* p : parts) j.parts.push_back(upload_matrix({p}));
+  }
+  return j;
+}
+
+JointMatrix random_joint(const std::vector<int64_t>& rows, int64_t cols, bool join, int bits, int group,
+                         uint64_t seed, cudaStream_t stream) {
+  JointMatrix j;
+  for (int64_t r : rows) {
+    j.offset.push_back(j.width);
+    j.width += r;
+    if (!join) j.parts.push_back(random_matrix(r, cols, 1, bits, group, seed++, stream));
+  }
+  if (join) j.joined = random_matrix(j.width, cols, 1, bits, group, seed, stream);
+  return j;
+}
+
+size_t JointMatrix::bytes() const {
+  size_t n = joined.storage.bytes();
+  for (const DeviceMatrix& p : parts) n += p.storage.bytes();
+  return n;
 }
 
 DeviceMatrix random_matrix(int64_t rows, int64_t cols, int64_t n_experts, int bits, int group, uint64_t seed,
@@ -180,6 +235,15 @@ void wx(const DeviceMatrix& m, const float* x, int64_t ldx, int n_rows, float* y
         fail("wx: the matrix was not uploaded");
     }
   }
+}
+
+void wx(const JointMatrix& m, const float* x, int64_t ldx, int n_rows, float* y, cudaStream_t stream) {
+  if (m.joined.valid()) {
+    wx(m.joined, x, ldx, n_rows, y, m.width, stream);
+    return;
+  }
+  for (size_t i = 0; i < m.parts.size(); ++i)
+    wx(m.parts[i], x, ldx, n_rows, y + m.offset[i], m.width, stream);
 }
 
 void wx_grouped(const DeviceMatrix& m, const ExpertRow* pairs, int n_pairs, const float* x, int64_t ldx,

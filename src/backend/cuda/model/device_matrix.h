@@ -26,6 +26,11 @@ struct DeviceMatrix {
   size_t expert_bytes() const { return storage.bytes() / static_cast<size_t>(n_experts); }
 };
 
+// Whether `w` runs on the fast affine kernels (MLX affine, bf16 scales, bits 2-6 or 8, group 32-128).
+bool fast_affine(const MatrixWeight& w);
+// Same cols and encoding (bits, group, scale type): their rows can share one device matrix.
+bool same_encoding(const MatrixWeight& a, const MatrixWeight& b);
+
 // Uploads one matrix, or the experts' matrices stacked (all the same shape and encoding); names the tensor
 // on a mismatch. Refuses a MatrixWeight the CPU has repacked for its own kernels.
 DeviceMatrix upload_matrix(const std::vector<const MatrixWeight*>& parts);
@@ -34,6 +39,24 @@ DeviceMatrix upload_matrix(const std::vector<const MatrixWeight*>& parts);
 // differ in shape or encoding.
 bool upload_joined(const std::vector<const MatrixWeight*>& gate, const std::vector<const MatrixWeight*>& up,
                    DeviceMatrix& m);
+// Several matrices over the same x as one product: their rows one after another in one matrix (`joined`),
+// uploaded so when the parts share cols and encoding, else one product per part (`parts`). Output rows are
+// `width` floats, part i at column offset[i]. A joined output equals its part's product bit for bit (a
+// product's chain for an output depends on the encoding and cols alone, docs/backend-cuda.md).
+struct JointMatrix {
+  DeviceMatrix joined;
+  std::vector<DeviceMatrix> parts;
+  std::vector<int64_t> offset;
+  int64_t width = 0;
+  bool valid() const { return joined.valid() || !parts.empty(); }
+  size_t bytes() const;
+};
+// join false: always one product per part.
+JointMatrix upload_joint(const std::vector<const MatrixWeight*>& parts, bool join);
+// Random weights for a joint matrix of parts of `rows` rows each (one random matrix when joined).
+JointMatrix random_joint(const std::vector<int64_t>& rows, int64_t cols, bool join, int bits, int group,
+                         uint64_t seed, cudaStream_t stream);
+
 // Random weights made on the GPU: MLX affine `bits`/`group` (bits 0: dense bf16). Values depend on `seed`.
 DeviceMatrix random_matrix(int64_t rows, int64_t cols, int64_t n_experts, int bits, int group, uint64_t seed,
                            cudaStream_t stream);
@@ -41,6 +64,8 @@ DeviceMatrix random_matrix(int64_t rows, int64_t cols, int64_t n_experts, int bi
 // y[r*ldy + o] = W x[r] for n_rows rows of fp32 x (ldx a multiple of 8), in launches of at most 16 rows.
 void wx(const DeviceMatrix& m, const float* x, int64_t ldx, int n_rows, float* y, int64_t ldy,
         cudaStream_t stream);
+// y[r*width + offset[i] + o] = part i of W times x[r] for every part: one launch when joined.
+void wx(const JointMatrix& m, const float* x, int64_t ldx, int n_rows, float* y, cudaStream_t stream);
 // Grouped expert products: y row p = expert pairs[p].expert on x row pairs[p].row (pairs in device memory).
 void wx_grouped(const DeviceMatrix& m, const ExpertRow* pairs, int n_pairs, const float* x, int64_t ldx,
                 int n_x_rows, float* y, int64_t ldy, cudaStream_t stream);

@@ -1,4 +1,5 @@
 #include "backend/cuda/cuda_error.h"
+#include "backend/cuda/grid_dependency.cuh"
 #include "backend/cuda/model/device_math.cuh"
 #include "backend/cuda/model/generic_mixers.h"
 
@@ -11,8 +12,9 @@ constexpr int kMaxConvKernel = 8;
 
 // One thread per (window, channel): the last K-1 raw inputs stay in registers, so rows are overwritten in
 // place.
-__global__ void conv_silu_generic(DeltaNetShape s, const DeltaNetWindow* wins, float* mixed,
+__global__ void conv_silu_generic(DeltaNetShape s, const DeltaNetWindow* wins, float* mixed, int64_t lm,
                                   const float* taps) {
+  dev::grid_dependency_wait();
   const DeltaNetWindow win = wins[blockIdx.y];
   const int64_t cd = s.conv_dim(), ch = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
   if (ch >= cd || win.count <= 0) return;
@@ -20,7 +22,7 @@ __global__ void conv_silu_generic(DeltaNetShape s, const DeltaNetWindow* wins, f
   float hist[kMaxConvKernel];
   for (int k = 0; k < K - 1; ++k) hist[k] = win.conv_state[k * cd + ch];
   for (int t = 0; t < win.count; ++t) {
-    float* row = mixed + int64_t{win.row0 + t} * cd;
+    float* row = mixed + int64_t{win.row0 + t} * lm;
     const float raw = row[ch];
     float acc = 0.0f;
     for (int k = 0; k < K - 1; ++k) acc = __fadd_rn(acc, __fmul_rn(taps[ch * K + k], hist[k]));
@@ -33,11 +35,12 @@ __global__ void conv_silu_generic(DeltaNetShape s, const DeltaNetWindow* wins, f
 }
 
 // One block per row: warps over the key heads (q and k L2 norm, q times dk^-0.5), then beta and g.
-__global__ void qk_gates_generic(DeltaNetShape s, float* mixed, const float* b, const float* a,
-                                 const float* a_log, const float* dt_bias, float* gates) {
+__global__ void qk_gates_generic(DeltaNetShape s, float* mixed, int64_t lm, const float* b, const float* a,
+                                 int64_t lba, const float* a_log, const float* dt_bias, float* gates) {
+  dev::grid_dependency_wait();
   const int r = blockIdx.x, warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp,
             n_warps = blockDim.x / kWarp;
-  float* m = mixed + int64_t{r} * s.conv_dim();
+  float* m = mixed + int64_t{r} * lm;
   const float q_scale = __fdiv_rn(1.0f, sqrtf(static_cast<float>(s.dk)));
   for (int h = warp; h < 2 * s.nk; h += n_warps) {
     float* x = m + int64_t{h} * s.dk;  // q heads then k heads: both at h * dk
@@ -52,7 +55,7 @@ __global__ void qk_gates_generic(DeltaNetShape s, float* mixed, const float* b, 
     }
   }
   for (int h = threadIdx.x; h < s.nv; h += blockDim.x) {
-    const int64_t i = int64_t{r} * s.nv + h;
+    const int64_t i = int64_t{r} * lba + h;
     gates[int64_t{r} * 2 * s.nv + h] = dev::sigmoid(b[i]);
     gates[int64_t{r} * 2 * s.nv + s.nv + h] =
         __fmul_rn(-expf(a_log[h]), dev::softplus(__fadd_rn(a[i], dt_bias[h])));
@@ -62,18 +65,19 @@ __global__ void qk_gates_generic(DeltaNetShape s, float* mixed, const float* b, 
 // One block per (window, value head), one thread per value column: the per-token delta rule in the CPU's
 // order (decay, k^T S, the update, q^T S), the state column in global memory.
 __global__ void delta_rule_generic(DeltaNetShape s, const DeltaNetWindow* wins, const float* mixed,
-                                   const float* gates, float* core) {
+                                   int64_t lm, const float* gates, float* core) {
+  dev::grid_dependency_wait();
   const DeltaNetWindow win = wins[blockIdx.y];
   const int h = blockIdx.x, j = threadIdx.x;
   if (j >= s.dv || win.count <= 0) return;
   const int kh = h / (s.nv / s.nk);
-  const int64_t cd = s.conv_dim(), kd = s.key_dim();
+  const int64_t kd = s.key_dim();
   float* S = win.state + int64_t{h} * s.dk * s.dv;
   for (int t = 0; t < win.count; ++t) {
     const int64_t r = win.row0 + t;
-    const float* q = mixed + r * cd + int64_t{kh} * s.dk;
-    const float* k = mixed + r * cd + kd + int64_t{kh} * s.dk;
-    const float v = mixed[r * cd + 2 * kd + int64_t{h} * s.dv + j];
+    const float* q = mixed + r * lm + int64_t{kh} * s.dk;
+    const float* k = mixed + r * lm + kd + int64_t{kh} * s.dk;
+    const float v = mixed[r * lm + 2 * kd + int64_t{h} * s.dv + j];
     const float beta = gates[r * 2 * s.nv + h], decay = expf(gates[r * 2 * s.nv + s.nv + h]);
     float u = 0.0f;
     for (int i = 0; i < s.dk; ++i) {
@@ -93,12 +97,14 @@ __global__ void delta_rule_generic(DeltaNetShape s, const DeltaNetWindow* wins, 
 }
 
 // One block per row, warps over value heads: RMSNorm with the stored weight, times the output gate of z.
-__global__ void gated_norm_generic(DeltaNetShape s, float* core, const float* z, const float* norm) {
+__global__ void gated_norm_generic(DeltaNetShape s, float* core, const float* z, int64_t lz,
+                                   const float* norm) {
+  dev::grid_dependency_wait();
   const int r = blockIdx.x, warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp,
             n_warps = blockDim.x / kWarp;
   for (int h = warp; h < s.nv; h += n_warps) {
     float* o = core + int64_t{r} * s.value_dim() + int64_t{h} * s.dv;
-    const float* zz = z + int64_t{r} * s.value_dim() + int64_t{h} * s.dv;
+    const float* zz = z + int64_t{r} * lz + int64_t{h} * s.dv;
     double ss = 0;
     for (int i = lane; i < s.dv; i += kWarp) ss = __dadd_rn(ss, __dmul_rn(o[i], o[i]));
     const float inv = dev::inv_rms(dev::warp_sum(ss), s.dv, s.rms_eps);
@@ -118,6 +124,7 @@ __device__ inline bool attention_window_ok(const AttentionWindow& w, int n_rows)
 // the cache at the token's position.
 __global__ void norm_rope_append_generic(AttentionShape s, AttentionWindow const* wins, AttentionRows rows,
                                          AttentionWeights w, int n_rows) {
+  dev::grid_dependency_wait();
   extern __shared__ float scratch[];  // hd floats per warp
   const AttentionWindow win = wins[blockIdx.y];
   const int t = blockIdx.x;
@@ -127,8 +134,8 @@ __global__ void norm_rope_append_generic(AttentionShape s, AttentionWindow const
   float* x = scratch + warp * s.hd;
   for (int h = warp; h < s.nh + s.nkv; h += n_warps) {
     const bool is_q = h < s.nh;
-    const float* src = is_q ? rows.qg + row * s.q_width() + int64_t{h} * 2 * s.hd
-                            : rows.k + row * kvw + int64_t{h - s.nh} * s.hd;
+    const float* src = is_q ? rows.qg + row * rows.ld_qg(s) + int64_t{h} * 2 * s.hd
+                            : rows.k + row * rows.ld_kv(s) + int64_t{h - s.nh} * s.hd;
     const float* mult = is_q ? w.q_norm : w.k_norm;
     double ss = 0;
     for (int i = lane; i < s.hd; i += kWarp) ss = __dadd_rn(ss, __dmul_rn(src[i], src[i]));
@@ -136,12 +143,13 @@ __global__ void norm_rope_append_generic(AttentionShape s, AttentionWindow const
     for (int i = lane; i < s.hd; i += kWarp) x[i] = __fmul_rn(__fmul_rn(src[i], inv), mult[i]);
     __syncwarp();
     dev::rope_shared(x, s.rotary_dim, pos, w.inv_freq, lane);
-    float* dst = is_q ? rows.qg + row * s.q_width() + int64_t{h} * 2 * s.hd
+    float* dst = is_q ? rows.qg + row * rows.ld_qg(s) + int64_t{h} * 2 * s.hd
                       : win.keys + pos * kvw + int64_t{h - s.nh} * s.hd;
     for (int i = lane; i < s.hd; i += kWarp) dst[i] = x[i];
     __syncwarp();
   }
-  for (int64_t i = threadIdx.x; i < kvw; i += blockDim.x) win.values[pos * kvw + i] = rows.v[row * kvw + i];
+  for (int64_t i = threadIdx.x; i < kvw; i += blockDim.x)
+    win.values[pos * kvw + i] = rows.v[row * rows.ld_kv(s) + i];
 }
 
 constexpr int kMaxDimsPerLane = 8;  // hd <= 256
@@ -150,6 +158,7 @@ constexpr int kMaxDimsPerLane = 8;  // hd <= 256
 // and sum, each lane holding hd/32 dims of the output.
 __global__ void attend_generic(AttentionShape s, const AttentionWindow* wins, AttentionRows rows, int n_rows,
                                AttentionSelection sel, bool only_selected) {
+  dev::grid_dependency_wait();
   const AttentionWindow win = wins[blockIdx.z];
   const int h = blockIdx.x, t = blockIdx.y, lane = threadIdx.x;
   if (!attention_window_ok(win, n_rows) || t >= win.count) return;
@@ -157,7 +166,7 @@ __global__ void attend_generic(AttentionShape s, const AttentionWindow* wins, At
   const int mode = sel.select_mode != nullptr ? sel.select_mode[row] : -1;
   if (only_selected && mode < 0) return;
   const int per_lane = s.hd / kWarp, kvh = h / (s.nh / s.nkv);
-  const float* q = rows.qg + row * s.q_width() + int64_t{h} * 2 * s.hd;
+  const float* q = rows.qg + row * rows.ld_qg(s) + int64_t{h} * 2 * s.hd;
   const float* gate = q + s.hd;
   float qv[kMaxDimsPerLane], acc[kMaxDimsPerLane];
   for (int j = 0; j < per_lane; ++j) qv[j] = q[lane + j * kWarp], acc[j] = 0.0f;
@@ -199,17 +208,20 @@ void deltanet_decode_generic(const DeltaNetShape& s, const DeltaNetWeights& w, c
   if (s.conv_kernel < 2 || s.conv_kernel > kMaxConvKernel || s.dv > 1024 || s.nk <= 0 || s.nv % s.nk != 0)
     throw ArgumentError("deltanet_decode_generic: conv_kernel must be 2..8, dv <= 1024, nv a multiple of nk");
   if (n_windows <= 0 || n_rows <= 0) return;
-  const int64_t cd = s.conv_dim();
+  const int64_t cd = s.conv_dim(), lm = rows.ld_mixed(s);
+  if (lm < cd || rows.ld_z(s) < s.value_dim() || rows.ld_gates_in(s) < s.nv)
+    throw ArgumentError("deltanet_decode_generic: ld is shorter than a part");
   conv_silu_generic<<<dim3(static_cast<unsigned>((cd + 127) / 128), n_windows), 128, 0, stream>>>(
-      s, windows, rows.mixed, w.conv_taps);
+      s, windows, rows.mixed, lm, w.conv_taps);
   check_launch("deltanet_decode_generic: conv");
-  qk_gates_generic<<<n_rows, 256, 0, stream>>>(s, rows.mixed, rows.b, rows.a, w.a_log, w.dt_bias, rows.gates);
+  qk_gates_generic<<<n_rows, 256, 0, stream>>>(s, rows.mixed, lm, rows.b, rows.a, rows.ld_gates_in(s),
+                                               w.a_log, w.dt_bias, rows.gates);
   check_launch("deltanet_decode_generic: gates");
   const int threads = (s.dv + kWarp - 1) / kWarp * kWarp;
-  delta_rule_generic<<<dim3(s.nv, n_windows), threads, 0, stream>>>(s, windows, rows.mixed, rows.gates,
+  delta_rule_generic<<<dim3(s.nv, n_windows), threads, 0, stream>>>(s, windows, rows.mixed, lm, rows.gates,
                                                                     rows.core);
   check_launch("deltanet_decode_generic: delta rule");
-  gated_norm_generic<<<n_rows, 256, 0, stream>>>(s, rows.core, rows.z, w.norm);
+  gated_norm_generic<<<n_rows, 256, 0, stream>>>(s, rows.core, rows.z, rows.ld_z(s), w.norm);
   check_launch("deltanet_decode_generic: gated norm");
 }
 

@@ -1,4 +1,5 @@
 #include "backend/cuda/cuda_error.h"
+#include "backend/cuda/grid_dependency.cuh"
 #include "backend/cuda/model/device_math.cuh"
 #include "backend/cuda/model/glue_kernels.h"
 
@@ -21,6 +22,7 @@ constexpr int kNormThreads = 256;
 template <bool kAdd>
 __global__ void rms_norm_kernel(float* x, int64_t ldx, const float* add_scale, const float* add,
                                 const float* mult, int width, float eps, float* y, int64_t ldy) {
+  dev::grid_dependency_wait();
   __shared__ double part[kNormThreads / kWarp];
   __shared__ float inv_shared;
   const int r = blockIdx.x, g = blockIdx.y, lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
@@ -51,7 +53,67 @@ __global__ void rms_norm_kernel(float* x, int64_t ldx, const float* add_scale, c
   for (int i = threadIdx.x; i < width; i += kNormThreads) yr[i] = __fmul_rn(__fmul_rn(xr[i], inv), m[i]);
 }
 
+// The same norm with a group's values held in registers (width <= kNormItems * kNormThreads): one round trip
+// to memory instead of three, and the norm weights loaded before waiting for the previous kernel (they never
+// change during a round). The same operations in the same order as rms_norm_kernel: the same bits.
+constexpr int kNormItems = 16;
+
+template <bool kAdd>
+__global__ void rms_norm_reg_kernel(float* x, int64_t ldx, const float* add_scale, const float* add,
+                                    const float* mult, int width, float eps, float* y, int64_t ldy) {
+  __shared__ double part[kNormThreads / kWarp];
+  __shared__ float inv_shared;
+  const int r = blockIdx.x, g = blockIdx.y, lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+  const float* m = mult + int64_t{g} * width;
+  float v[kNormItems], mv[kNormItems];
+#pragma unroll
+  for (int k = 0; k < kNormItems; ++k) {
+    const int i = threadIdx.x + k * kNormThreads;
+    if (i < width) mv[k] = m[i];
+  }
+  dev::grid_dependency_wait();
+  float* xr = x + r * ldx + int64_t{g} * width;
+#pragma unroll
+  for (int k = 0; k < kNormItems; ++k) {
+    const int i = threadIdx.x + k * kNormThreads;
+    if (i < width) v[k] = xr[i];
+  }
+  if constexpr (kAdd) {
+    const float* ar = add + int64_t{r} * width;
+    const float a = add_scale != nullptr ? add_scale[int64_t{r} * gridDim.y + g] : 1.0f;
+#pragma unroll
+    for (int k = 0; k < kNormItems; ++k) {
+      const int i = threadIdx.x + k * kNormThreads;
+      if (i < width) {
+        v[k] = add_scale != nullptr ? __fadd_rn(v[k], __fmul_rn(a, ar[i])) : __fadd_rn(v[k], ar[i]);
+        xr[i] = v[k];
+      }
+    }
+  }
+  double ss = 0;
+#pragma unroll
+  for (int k = 0; k < kNormItems; ++k)
+    if (threadIdx.x + k * kNormThreads < width) ss = __dadd_rn(ss, __dmul_rn(v[k], v[k]));
+  ss = dev::warp_sum(ss);
+  if (lane == 0) part[warp] = ss;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    double total = 0;
+    for (int w = 0; w < kNormThreads / kWarp; ++w) total = __dadd_rn(total, part[w]);
+    inv_shared = dev::inv_rms(total, width, eps);
+  }
+  __syncthreads();
+  const float inv = inv_shared;
+  float* yr = y + r * ldy + int64_t{g} * width;
+#pragma unroll
+  for (int k = 0; k < kNormItems; ++k) {
+    const int i = threadIdx.x + k * kNormThreads;
+    if (i < width) yr[i] = __fmul_rn(__fmul_rn(v[k], inv), mv[k]);
+  }
+}
+
 __global__ void hc_expand_kernel(const float* e, int n_rows, int S, int D, float* H) {
+  dev::grid_dependency_wait();
   const int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
   if (i >= int64_t{n_rows} * S * D) return;
   const int64_t d = i % D, r = i / (int64_t{S} * D);
@@ -59,6 +121,7 @@ __global__ void hc_expand_kernel(const float* e, int n_rows, int S, int D, float
 }
 
 __global__ void hc_combine_kernel(const float* mix, const float* normed, int n_rows, int S, int D, float* x) {
+  dev::grid_dependency_wait();
   const int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
   if (i >= int64_t{n_rows} * D) return;
   const int64_t r = i / D, d = i % D, SD = int64_t{S} * D;
@@ -68,31 +131,31 @@ __global__ void hc_combine_kernel(const float* mix, const float* normed, int n_r
   x[i] = __fmul_rn(s, __fdiv_rn(1.0f, static_cast<float>(S)));
 }
 
-__global__ void hc_activations_kernel(float* low, int64_t n_low, float* iota, int64_t n_iota, float inv_s) {
+__global__ void hc_activations_kernel(const float* joint, int n_rows, int64_t width, int R, int S,
+                                      float inv_s, float* low, float* iota) {
+  dev::grid_dependency_wait();
   const int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
-  if (i < n_low)
-    low[i] = dev::silu(__fmul_rn(low[i], inv_s));
-  else if (i - n_low < n_iota)
-    iota[i - n_low] = __fmul_rn(2.0f, dev::sigmoid(__fmul_rn(iota[i - n_low], inv_s)));
+  if (i >= int64_t{n_rows} * (R + S)) return;
+  const int64_t r = i / (R + S), c = i % (R + S);
+  const float v = __fmul_rn(joint[r * width + c], inv_s);
+  if (c < R)
+    low[r * R + c] = dev::silu(v);
+  else
+    iota[r * S + c - R] = __fmul_rn(2.0f, dev::sigmoid(v));
 }
 
-__global__ void silu_mul_halves_kernel(const float* gu, int n_rows, int I, float* h) {
+__global__ void silu_mul_halves_kernel(const float* gu, int64_t ld, int n_rows, int I, float* h) {
+  dev::grid_dependency_wait();
   const int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
   if (i >= int64_t{n_rows} * I) return;
   const int64_t r = i / I, c = i % I;
-  h[i] = __fmul_rn(dev::silu(gu[r * 2 * I + c]), gu[r * 2 * I + I + c]);
-}
-
-__global__ void moe_pairs_kernel(const int32_t* ids, int n, int K, ExpertRow* up, ExpertRow* down) {
-  const int i = blockIdx.x * blockDim.x + threadIdx.x;
-  if (i >= n) return;
-  up[i] = ExpertRow{ids[i], i / K};
-  down[i] = ExpertRow{ids[i], i};
+  h[i] = __fmul_rn(dev::silu(gu[r * ld + c]), gu[r * ld + I + c]);
 }
 
 __global__ void moe_combine_kernel(const float* weights, const float* slots, const int32_t* slot_of,
                                    int n_rows, int K, int D, const float* shared, const float* shared_gate,
-                                   float* out) {
+                                   int64_t ld_gate, float* out) {
+  dev::grid_dependency_wait();
   const int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
   if (i >= int64_t{n_rows} * D) return;
   const int64_t r = i / D, d = i % D;
@@ -102,11 +165,12 @@ __global__ void moe_combine_kernel(const float* weights, const float* slots, con
     const float v = p < 0 ? __int_as_float(0x7FC00000) : slots[p * D + d];
     s = __fadd_rn(s, __fmul_rn(weights[r * K + k], v));
   }
-  if (shared != nullptr) s = __fadd_rn(s, __fmul_rn(dev::sigmoid(shared_gate[r]), shared[i]));
+  if (shared != nullptr) s = __fadd_rn(s, __fmul_rn(dev::sigmoid(shared_gate[r * ld_gate]), shared[i]));
   out[i] = s;
 }
 
 __global__ void copy_rows_kernel(const float* src, int64_t ld, const int32_t* rows, int width, float* dst) {
+  dev::grid_dependency_wait();
   const int j = blockIdx.y;
   const float* s = src + int64_t{rows[j]} * ld;
   for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < width; i += gridDim.x * blockDim.x)
@@ -114,6 +178,7 @@ __global__ void copy_rows_kernel(const float* src, int64_t ld, const int32_t* ro
 }
 
 __global__ void argmax_kernel(const float* logits, int64_t V, int32_t* ids) {
+  dev::grid_dependency_wait();
   __shared__ float best_v[256];
   __shared__ int64_t best_i[256];
   const float* row = logits + int64_t{blockIdx.x} * V;
@@ -144,6 +209,7 @@ __device__ inline float load_weight(const void* w, bool bf16, int64_t i) {
 __global__ void plain_wx_kernel(const void* w, bool bf16, int64_t rows, int64_t cols, int64_t stride,
                                 int n_experts, const ExpertRow* pairs, const float* x, int64_t ldx, float* y,
                                 int64_t ldy) {
+  dev::grid_dependency_wait();
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   const int64_t o = int64_t{blockIdx.x} * (blockDim.x / kWarp) + warp;
   const int p = blockIdx.y;
@@ -175,16 +241,19 @@ __device__ inline float uniform(uint64_t seed, int64_t i, float lo, float hi) {
 }
 
 __global__ void fill_words_kernel(uint32_t* p, int64_t n, uint64_t seed) {
+  dev::grid_dependency_wait();
   for (int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < n;
        i += int64_t{gridDim.x} * blockDim.x)
     p[i] = static_cast<uint32_t>(mix64(seed * 0x9e3779b97f4a7c15ull + static_cast<uint64_t>(i)));
 }
 __global__ void fill_bf16_kernel(uint16_t* p, int64_t n, uint64_t seed, float lo, float hi) {
+  dev::grid_dependency_wait();
   for (int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < n;
        i += int64_t{gridDim.x} * blockDim.x)
     p[i] = static_cast<uint16_t>(__float_as_uint(uniform(seed, i, lo, hi)) >> 16);
 }
 __global__ void fill_f32_kernel(float* p, int64_t n, uint64_t seed, float lo, float hi) {
+  dev::grid_dependency_wait();
   for (int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < n;
        i += int64_t{gridDim.x} * blockDim.x)
     p[i] = uniform(seed, i, lo, hi);
@@ -197,8 +266,12 @@ constexpr int kThreads = 256;
 void rms_norm_rows(const float* x, int64_t ldx, const float* mult, int groups, int width, float eps, float* y,
                    int64_t ldy, int n_rows, cudaStream_t stream) {
   if (n_rows <= 0) return;
-  rms_norm_kernel<false><<<dim3(n_rows, groups), kNormThreads, 0, stream>>>(
-      const_cast<float*>(x), ldx, nullptr, nullptr, mult, width, eps, y, ldy);
+  if (width <= kNormItems * kNormThreads)
+    rms_norm_reg_kernel<false><<<dim3(n_rows, groups), kNormThreads, 0, stream>>>(
+        const_cast<float*>(x), ldx, nullptr, nullptr, mult, width, eps, y, ldy);
+  else
+    rms_norm_kernel<false><<<dim3(n_rows, groups), kNormThreads, 0, stream>>>(
+        const_cast<float*>(x), ldx, nullptr, nullptr, mult, width, eps, y, ldy);
   check_launch("rms_norm_rows");
 }
 
@@ -206,8 +279,12 @@ void add_rms_norm_rows(float* x, int64_t ldx, const float* add_scale, const floa
                        int groups, int width, float eps, float* y, int64_t ldy, int n_rows,
                        cudaStream_t stream) {
   if (n_rows <= 0) return;
-  rms_norm_kernel<true>
-      <<<dim3(n_rows, groups), kNormThreads, 0, stream>>>(x, ldx, add_scale, add, mult, width, eps, y, ldy);
+  if (width <= kNormItems * kNormThreads)
+    rms_norm_reg_kernel<true>
+        <<<dim3(n_rows, groups), kNormThreads, 0, stream>>>(x, ldx, add_scale, add, mult, width, eps, y, ldy);
+  else
+    rms_norm_kernel<true>
+        <<<dim3(n_rows, groups), kNormThreads, 0, stream>>>(x, ldx, add_scale, add, mult, width, eps, y, ldy);
   check_launch("add_rms_norm_rows");
 }
 
@@ -224,32 +301,28 @@ void hc_combine(const float* mix, const float* normed, int n_rows, int S, int D,
   check_launch("hc_combine");
 }
 
-void hc_activations(float* low, int64_t n_low, float* iota, int64_t n_iota, float inv_s,
-                    cudaStream_t stream) {
-  if (iota == nullptr) n_iota = 0;
-  hc_activations_kernel<<<blocks_for(n_low + n_iota, kThreads), kThreads, 0, stream>>>(low, n_low, iota,
-                                                                                       n_iota, inv_s);
+void hc_activations(const float* joint, int n_rows, int64_t width, int R, int S, float inv_s, float* low,
+                    float* iota, cudaStream_t stream) {
+  if (iota == nullptr) S = 0;
+  const int64_t n = int64_t{n_rows} * (R + S);
+  hc_activations_kernel<<<blocks_for(n, kThreads), kThreads, 0, stream>>>(joint, n_rows, width, R, S, inv_s,
+                                                                          low, iota);
   check_launch("hc_activations");
 }
 
-void silu_mul_halves(const float* gu, int n_rows, int I, float* h, cudaStream_t stream) {
+void silu_mul_halves(const float* gu, int n_rows, int I, float* h, cudaStream_t stream, int64_t ld_gu) {
   if (n_rows <= 0) return;
-  silu_mul_halves_kernel<<<blocks_for(int64_t{n_rows} * I, kThreads), kThreads, 0, stream>>>(gu, n_rows, I,
-                                                                                             h);
+  if (ld_gu == 0) ld_gu = 2 * int64_t{I};
+  silu_mul_halves_kernel<<<blocks_for(int64_t{n_rows} * I, kThreads), kThreads, 0, stream>>>(gu, ld_gu,
+                                                                                             n_rows, I, h);
   check_launch("silu_mul_halves");
 }
 
-void moe_pairs(const int32_t* ids, int n_rows, int K, ExpertRow* up_pairs, ExpertRow* down_pairs,
-               cudaStream_t stream) {
-  const int n = n_rows * K;
-  moe_pairs_kernel<<<blocks_for(n, kThreads), kThreads, 0, stream>>>(ids, n, K, up_pairs, down_pairs);
-  check_launch("moe_pairs");
-}
-
 void moe_combine(const float* weights, const float* slots, const int32_t* slot_of, int n_rows, int K, int D,
-                 const float* shared, const float* shared_gate, float* out, cudaStream_t stream) {
+                 const float* shared, const float* shared_gate, float* out, cudaStream_t stream,
+                 int64_t ld_gate) {
   moe_combine_kernel<<<blocks_for(int64_t{n_rows} * D, kThreads), kThreads, 0, stream>>>(
-      weights, slots, slot_of, n_rows, K, D, shared, shared_gate, out);
+      weights, slots, slot_of, n_rows, K, D, shared, shared_gate, ld_gate, out);
   check_launch("moe_combine");
 }
 

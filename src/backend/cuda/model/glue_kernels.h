@@ -27,21 +27,21 @@ void hc_expand(const float* e, int n_rows, int S, int D, float* H, cudaStream_t 
 // x[r, d] = (sum_k sigmoid(mix[r, k, d]) * normed[r, k, d]) * inv_s, k in order.
 void hc_combine(const float* mix, const float* normed, int n_rows, int S, int D, float* x,
                 cudaStream_t stream);
-// low = silu(low * inv_s) [n_low] and iota = 2 * sigmoid(iota * inv_s) [n_iota] in one launch (iota may be
-// null).
-void hc_activations(float* low, int64_t n_low, float* iota, int64_t n_iota, float inv_s, cudaStream_t stream);
-// h[r, i] = silu(gu[r, i]) * gu[r, I + i] for i < I: the halves of a joined gate|up product [n_rows, 2I].
-void silu_mul_halves(const float* gu, int n_rows, int I, float* h, cudaStream_t stream);
+// From a joint product's rows [n_rows, width] (the hc down product's R values, then the inject's S):
+// low[r, :] = silu(joint[r, 0..R) * inv_s) and iota[r, :] = 2 * sigmoid(joint[r, R..R+S) * inv_s), in one
+// launch (iota null: low only).
+void hc_activations(const float* joint, int n_rows, int64_t width, int R, int S, float inv_s, float* low,
+                    float* iota, cudaStream_t stream);
+// h[r, i] = silu(gu[r, i]) * gu[r, I + i] for i < I: the halves of a joined gate|up product, row r of gu at
+// gu + r * ld_gu (0: 2I).
+void silu_mul_halves(const float* gu, int n_rows, int I, float* h, cudaStream_t stream, int64_t ld_gu = 0);
 
-// From the routed ids [n_rows, K]: up_pairs[i] = (ids[i], i / K) (expert on the token's row), down_pairs[i] =
-// (ids[i], i) (expert on the slot's hidden row).
-void moe_pairs(const int32_t* ids, int n_rows, int K, ExpertRow* up_pairs, ExpertRow* down_pairs,
-               cudaStream_t stream);
 // out[r, d] = sum_i weights[r, i] * slots[p(r, i), d] (+ sigmoid(shared_gate[r]) * shared[r, d]), in rank
 // order; p(r, i) = slot_of[r*K + i] (moe_expert_windows' order; -1 gives NaN), or r*K + i when slot_of is
-// null. shared and shared_gate may be null.
+// null. shared and shared_gate may be null; row r's gate is shared_gate[r * ld_gate].
 void moe_combine(const float* weights, const float* slots, const int32_t* slot_of, int n_rows, int K, int D,
-                 const float* shared, const float* shared_gate, float* out, cudaStream_t stream);
+                 const float* shared, const float* shared_gate, float* out, cudaStream_t stream,
+                 int64_t ld_gate = 1);
 
 // dst[j, :] = src[rows[j], :] for j < n (rows in device memory), width floats a row.
 void copy_rows(const float* src, int64_t ld_src, const int32_t* rows, int n, int width, float* dst,

@@ -1,4 +1,5 @@
 #include "backend/cuda/cuda_error.h"
+#include "backend/cuda/grid_dependency.cuh"
 #include "backend/cuda/model/device_math.cuh"
 #include "backend/cuda/model/indexer_kernels.h"
 
@@ -29,13 +30,14 @@ __device__ void norm_rope(const IndexerShape& s, const float* src, const float* 
 // Per (window, token): warp h < heads normalises and rotates q head h; warp `heads` caches the raw key.
 __global__ void prepare_kernel(IndexerShape s, const IndexerWindow* wins, float* idx, int n_rows,
                                const float* q_norm, const float* inv_freq) {
+  dev::grid_dependency_wait();
   extern __shared__ float scratch[];
   const IndexerWindow win = wins[blockIdx.y];
   const int t = blockIdx.x;
   if (!window_ok(win, n_rows) || t >= win.count) return;
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
-  const int64_t row = win.row0 + t, pos = win.pos0 + t, width = int64_t{s.heads + 1} * s.head_dim;
-  float* r = idx + row * width;
+  const int64_t row = win.row0 + t, pos = win.pos0 + t;
+  float* r = idx + row * s.ld_idx();
   if (warp < s.heads) {
     float* q = r + int64_t{warp} * s.head_dim;
     norm_rope(s, q, q_norm, inv_freq, pos, scratch + warp * s.head_dim, q, lane);
@@ -48,6 +50,7 @@ __global__ void prepare_kernel(IndexerShape s, const IndexerWindow* wins, float*
 // One warp per window: the blocks whose last token the window cached, pooled in token order.
 __global__ void blocks_kernel(IndexerShape s, const IndexerWindow* wins, int n_rows, const float* k_norm,
                               const float* inv_freq) {
+  dev::grid_dependency_wait();
   extern __shared__ float scratch[];
   const IndexerWindow win = wins[blockIdx.x];
   if (!window_ok(win, n_rows)) return;
@@ -66,10 +69,61 @@ __global__ void blocks_kernel(IndexerShape s, const IndexerWindow* wins, int n_r
   }
 }
 
-// One block per row: scores of the complete blocks, then each block's rank under "higher score, then earlier
-// block"; the top budget/ratio are chosen.
+constexpr int kSelectThreads = 256;
+
+// The top `top` of sc[0..n) under "higher score, then earlier block" (the CPU's rank < top), without ranking
+// every block against every other: the scores are >= 0, so their bits order as unsigned integers; an
+// MSB-first radix select (4 passes of 8 bits, integer counts in shared memory: exact whatever their order)
+// finds the top-th largest value T and how many of the blocks equal to T are taken; those are the earliest
+// ones, found by an ordered block-wide prefix count.
+__device__ void select_top(const float* sc, int64_t n, int64_t top, uint8_t* ch) {
+  __shared__ int hist[256];
+  __shared__ uint32_t prefix_s, mask_s;
+  __shared__ int64_t need_s;
+  __shared__ int warp_total[kSelectThreads / 32];
+  if (threadIdx.x == 0) prefix_s = 0, mask_s = 0, need_s = top;
+  for (int shift = 24; shift >= 0; shift -= 8) {
+    for (int i = threadIdx.x; i < 256; i += blockDim.x) hist[i] = 0;
+    __syncthreads();
+    const uint32_t prefix = prefix_s, mask = mask_s;
+    for (int64_t b = threadIdx.x; b < n; b += blockDim.x) {
+      const uint32_t u = __float_as_uint(sc[b]);
+      if ((u & mask) == prefix) atomicAdd(&hist[(u >> shift) & 255u], 1);
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      int64_t above = 0, need = need_s;
+      int d = 255;
+      for (; d > 0 && above + hist[d] < need; --d) above += hist[d];
+      need_s = need - above;
+      prefix_s = prefix | (uint32_t(d) << shift);
+      mask_s = mask | (255u << shift);
+    }
+    __syncthreads();
+  }
+  const uint32_t T = prefix_s;
+  const int64_t take_equal = need_s;  // of the blocks equal to T, the earliest take_equal are chosen
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  int64_t equal_before = 0;
+  for (int64_t b0 = 0; b0 < n; b0 += blockDim.x) {
+    const int64_t b = b0 + threadIdx.x;
+    const uint32_t u = b < n ? __float_as_uint(sc[b]) : 0u;
+    const bool eq = b < n && u == T;
+    const unsigned ballot = __ballot_sync(0xFFFFFFFFu, eq);
+    if (lane == 0) warp_total[warp] = __popc(ballot);
+    __syncthreads();
+    int64_t rank = equal_before + __popc(ballot & ((1u << lane) - 1u));
+    for (int w = 0; w < warp; ++w) rank += warp_total[w];
+    if (b < n) ch[b] = (u > T || (eq && rank < take_equal)) ? 1 : 0;
+    for (int w = 0; w < static_cast<int>(blockDim.x / 32); ++w) equal_before += warp_total[w];
+    __syncthreads();
+  }
+}
+
+// One block per row: scores of the complete blocks, then the top budget/ratio by select_top.
 __global__ void select_kernel(IndexerShape s, const IndexerWindow* wins, const float* idx, int n_rows,
                               int max_blocks, int32_t* select_mode, float* scores, uint8_t* chosen) {
+  dev::grid_dependency_wait();
   const IndexerWindow win = wins[blockIdx.y];
   const int t = blockIdx.x;
   if (!window_ok(win, n_rows) || t >= win.count) return;
@@ -79,7 +133,7 @@ __global__ void select_kernel(IndexerShape s, const IndexerWindow* wins, const f
     if (threadIdx.x == 0) select_mode[row] = complete <= top ? -1 : -2;  // -2: past the scratch (refused)
     return;
   }
-  const float* q = idx + row * int64_t{s.heads + 1} * s.head_dim;
+  const float* q = idx + row * s.ld_idx();
   float* sc = scores + row * max_blocks;
   const double root = sqrt(static_cast<double>(s.head_dim));
   for (int64_t b = threadIdx.x; b < complete; b += blockDim.x) {
@@ -93,13 +147,7 @@ __global__ void select_kernel(IndexerShape s, const IndexerWindow* wins, const f
     sc[b] = static_cast<float>(sum / root);
   }
   __syncthreads();
-  uint8_t* ch = chosen + row * max_blocks;
-  for (int64_t b = threadIdx.x; b < complete; b += blockDim.x) {
-    const float v = sc[b];
-    int64_t rank = 0;
-    for (int64_t c = 0; c < complete; ++c) rank += (sc[c] > v || (sc[c] == v && c < b)) ? 1 : 0;
-    ch[b] = rank < top ? 1 : 0;
-  }
+  select_top(sc, complete, top, chosen + row * max_blocks);
   if (threadIdx.x == 0) select_mode[row] = static_cast<int32_t>(complete);
 }
 
@@ -119,8 +167,8 @@ void indexer_decode(const IndexerShape& s, const float* q_norm, const float* k_n
   blocks_kernel<<<n_windows, kWarp, 2 * sizeof(float) * s.head_dim, stream>>>(s, windows, n_rows, k_norm,
                                                                               inv_freq);
   check_launch("indexer_decode: blocks");
-  select_kernel<<<dim3(max_count, n_windows), 256, 0, stream>>>(s, windows, idx, n_rows, max_blocks,
-                                                                select_mode, scores, chosen);
+  select_kernel<<<dim3(max_count, n_windows), kSelectThreads, 0, stream>>>(
+      s, windows, idx, n_rows, max_blocks, select_mode, scores, chosen);
   check_launch("indexer_decode: select");
 }
 

@@ -13,6 +13,8 @@ namespace ds::cuda {
 struct IndexerShape {
   int heads = 4, head_dim = 128, rotary_dim = 64, ratio = 4, budget = 2048;
   float rms_eps = 1e-6f;
+  int64_t ld = 0;  // row stride of idx when it is part of a joint row; 0: (heads + 1) * head_dim
+  __host__ __device__ int64_t ld_idx() const { return ld ? ld : int64_t{heads + 1} * head_dim; }
 };
 
 // One stream's window; index_keys [capacity, head_dim] raw keys, index_blocks [capacity / ratio, head_dim].

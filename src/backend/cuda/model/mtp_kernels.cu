@@ -1,4 +1,5 @@
 #include "backend/cuda/cuda_error.h"
+#include "backend/cuda/grid_dependency.cuh"
 #include "backend/cuda/model/mtp_kernels.h"
 
 namespace ds::cuda {
@@ -9,6 +10,7 @@ constexpr int kThreads = 256;
 
 // One block row (blockIdx.y) per hidden row, threads striding over its floats.
 __global__ void scatter_rows_kernel(const float* src, int64_t width, float* const* dst_rows) {
+  dev::grid_dependency_wait();
   float* dst = dst_rows[blockIdx.y];
   if (dst == nullptr) return;
   const float* row = src + blockIdx.y * width;
@@ -18,6 +20,7 @@ __global__ void scatter_rows_kernel(const float* src, int64_t width, float* cons
 }
 
 __global__ void gather_rows_from_kernel(const float* const* src_rows, int64_t width, float* dst) {
+  dev::grid_dependency_wait();
   const float* row = src_rows[blockIdx.y];
   float* out = dst + blockIdx.y * width;
   for (int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < width;
@@ -26,6 +29,7 @@ __global__ void gather_rows_from_kernel(const float* const* src_rows, int64_t wi
 }
 
 __global__ void add_to_streams_kernel(float* H, const float* e, int n, int S, int D) {
+  dev::grid_dependency_wait();
   const int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
   if (i >= int64_t{n} * S * D) return;
   const int64_t d = i % D, r = i / (int64_t{S} * D);

@@ -1,4 +1,5 @@
 #include "backend/cuda/cuda_error.h"
+#include "backend/cuda/grid_dependency.cuh"
 #include "backend/cuda/model/device_math.cuh"
 #include "backend/cuda/model/ple_kernels.h"
 
@@ -10,6 +11,7 @@ using dev::kWarp;
 
 __global__ void gate_kernel(const float* key, const float* query, const float* value, int S, int D,
                             float* gated) {
+  dev::grid_dependency_wait();
   const int r = blockIdx.x, s = blockIdx.y, lane = threadIdx.x;
   const int64_t SD = int64_t{S} * D, off = r * SD + int64_t{s} * D;
   double d = 0;
@@ -22,6 +24,7 @@ __global__ void gate_kernel(const float* key, const float* query, const float* v
 
 __global__ void conv_kernel(const PleWindow* wins, const float* normed, const float* gated, const float* taps,
                             int K, int dil, int64_t SD, float* H) {
+  dev::grid_dependency_wait();
   const PleWindow win = wins[blockIdx.y];
   const int64_t ch = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
   if (ch >= SD || win.count <= 0) return;

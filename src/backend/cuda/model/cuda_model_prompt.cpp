@@ -1,0 +1,208 @@
+// The prompt path of CudaModel (docs/backend-cuda.md, "Prompt path"): in a prompt pass every product runs on
+// the tensor cores (tc_products.h), the routed experts grouped into tiles of one expert's rows, the attention
+// of rows past the indexer's budget only over their chosen blocks, and a long prompt call runs in passes cut
+// at multiples of 64 positions. Each choice depends on a matrix's shape or a row's position alone, so a row's
+// bits do not depend on the other rows, streams or passes.
+#include <algorithm>
+
+#include "backend/cuda/attention_decode.h"
+#include "backend/cuda/model/cuda_model_parts.h"
+#include "backend/cuda/model/generic_mixers.h"
+#include "backend/cuda/model/glue_kernels.h"
+#include "backend/cuda/model/prompt_kernels.h"
+#include "backend/cuda/tc_products.h"
+#include "core/error.h"
+
+namespace ds::cuda {
+
+namespace {
+
+constexpr int64_t kPassAlign = 64;  // passes are cut at multiples of this many positions
+
+// The tiled products' view of a device matrix; false where they do not take it (f32, odd shapes).
+bool tiled_view(const DeviceMatrix& m, TiledWeight& t) {
+  t = TiledWeight{};
+  t.rows = m.rows;
+  t.cols = m.cols;
+  t.n_experts = m.n_experts;
+  if (m.kind == DeviceMatrix::Kind::Affine)
+    t.affine = m.affine;
+  else if (m.kind == DeviceMatrix::Kind::Bf16)
+    t.dense = static_cast<const uint16_t*>(m.dense);
+  else
+    return false;
+  return tiled_supported(t);
+}
+
+// Expert `e` of a stacked tiled view as a one-matrix view (the stacks store the experts one after another).
+TiledWeight expert_slice(const TiledWeight& t, int64_t e) {
+  TiledWeight one = t;
+  one.n_experts = 1;
+  if (t.dense) {
+    one.dense = t.dense + e * t.rows * t.cols;
+  } else {
+    one.affine.n_experts = 1;
+    one.affine.codes += e * t.rows * (t.cols / 32 * t.affine.bits);
+    one.affine.scales += e * t.rows * (t.cols / t.affine.group);
+    one.affine.biases += e * t.rows * (t.cols / t.affine.group);
+  }
+  return one;
+}
+
+void grow(DeviceBuffer& b, size_t bytes) {
+  if (b.bytes() < bytes) b = DeviceBuffer(bytes);
+}
+
+}  // namespace
+
+void CudaModel::wx(const DeviceMatrix& m, const float* x, int64_t ldx, int n, float* y, int64_t ldy,
+                   cudaStream_t st) {
+  TiledWeight t;
+  if (prompt_pass_ && m.n_experts == 1 && tiled_view(m, t) && ldx % 4 == 0 &&
+      reinterpret_cast<uintptr_t>(x) % 16 == 0)
+    tiled_wx(t, x, ldx, n, y, ldy, st);
+  else
+    ds::cuda::wx(m, x, ldx, n, y, ldy, st);
+}
+
+void CudaModel::wx(const JointMatrix& m, const float* x, int64_t ldx, int n, float* y, cudaStream_t st) {
+  if (m.joined.valid()) return wx(m.joined, x, ldx, n, y, m.width, st);
+  for (size_t i = 0; i < m.parts.size(); ++i) wx(m.parts[i], x, ldx, n, y + m.offset[i], m.width, st);
+}
+
+bool CudaModel::prompt_experts_tiled(const Layer& L) const {
+  TiledWeight t;
+  return tiled_view(L.gate_up, t) && tiled_view(L.down, t) &&
+         (!L.up_alone.valid() || tiled_view(L.up_alone, t));
+}
+
+const int32_t* CudaModel::prompt_experts(const Layer& L, int n, const float* x) {
+  Scratch& s = *scratch_;
+  if (!prompt_scratch_) prompt_scratch_ = std::make_unique<PromptScratch>();
+  PromptScratch& ps = *prompt_scratch_;
+  const cudaStream_t st = stream_.get();
+  const int K = static_cast<int>(cfg_.experts_per_tok), E = static_cast<int>(cfg_.n_experts),
+            I = static_cast<int>(cfg_.moe_inter);
+  const int64_t D = cfg_.hidden;
+  const int max_tiles = max_expert_tiles(n, K, E);
+  grow(ps.tiles, static_cast<size_t>(max_tiles) * sizeof(ExpertWindow));
+  grow(ps.group, expert_tiles_scratch_bytes(E));
+  auto* tiles = ps.tiles.as<ExpertWindow>();
+  op("moe expert gate|up");
+  moe_expert_tiles(s.ids, n, K, E, tiles, max_tiles, s.row_ids, s.slot_of, ps.group.data(), st);
+  TiledWeight t;
+  tiled_view(L.gate_up, t);
+  tiled_wx_experts(t, tiles, max_tiles, s.row_ids, x, D, n, s.gu, 2 * I, st);
+  // The shared expert stacked as expert E (joint products): every row, in the slots after the routed ones,
+  // where moe() and the combine expect it.
+  const int routed = n * K, all = routed + (L.shared_stacked ? n : 0);
+  if (L.shared_stacked) tiled_wx(expert_slice(t, E), x, D, n, s.gu + int64_t{routed} * 2 * I, 2 * I, st);
+  if (L.up_alone.valid()) {
+    tiled_view(L.up_alone, t);
+    tiled_wx_experts(t, tiles, max_tiles, s.row_ids, x, D, n, s.gu + I, 2 * I, st);
+    if (L.shared_stacked)
+      tiled_wx(expert_slice(t, E), x, D, n, s.gu + int64_t{routed} * 2 * I + I, 2 * I, st);
+  }
+  silu_mul_halves(s.gu, all, I, s.h, st);
+  op("moe expert down");
+  tiled_view(L.down, t);
+  tiled_wx_experts(t, tiles, max_tiles, nullptr, s.h, I, routed, s.slots, D, st);
+  if (L.shared_stacked)
+    tiled_wx(expert_slice(t, E), s.h + int64_t{routed} * I, I, n, s.slots + int64_t{routed} * D, D, st);
+  return s.slot_of;
+}
+
+void CudaModel::prompt_attention(const Layer& L, const AttentionShape& shape, const void* wins,
+                                 const AttentionRows& rows, int n, const AttentionSelection& sel) {
+  const AttentionWeights w{L.q_norm.as<float>(), L.k_norm.as<float>(), inv_freq_.as<float>()};
+  Scratch& s = *scratch_;
+  if (!prompt_scratch_) prompt_scratch_ = std::make_unique<PromptScratch>();
+  PromptScratch& ps = *prompt_scratch_;
+  const cudaStream_t st = stream_.get();
+  const int nw = s.n_windows;
+  grow(ps.split, 2 * static_cast<size_t>(nw) * sizeof(AttentionWindow));
+  auto* prefix = ps.split.as<AttentionWindow>();
+  AttentionWindow* suffix = prefix + nw;
+  // Rows before this position see every key (select_mode -1: complete blocks <= budget / ratio): the fast
+  // kernel; the rows from it attend over their chosen blocks only (the any-shape kernel), so no row pays
+  // for the full attention it would then discard.
+  const int64_t top = cfg_.indexer_budget / cfg_.indexer_ratio;
+  const int threshold = static_cast<int>(std::min<int64_t>((top + 1) * cfg_.indexer_ratio - 1, INT32_MAX));
+  split_windows(static_cast<const AttentionWindow*>(wins), nw, threshold, prefix, suffix, st);
+  attention_decode(shape, w, prefix, nw, s.max_count, rows, n, s.attn_ws, s.attn_ws_bytes, st);
+  attention_decode_generic(shape, w, suffix, nw, s.max_count, rows, n, sel, false, st);
+}
+
+bool CudaModel::prompt_needs_passes(std::span<const CudaSegment> segments) const {
+  if (segments.empty() || !segments[0].prompt) return false;
+  int64_t rows = 0;
+  for (const CudaSegment& sg : segments) rows += static_cast<int64_t>(sg.tokens.size());
+  return rows > opt_.prompt_pass_rows;
+}
+
+std::vector<float> CudaModel::forward_passes(std::span<const CudaSegment> segments,
+                                             std::vector<int32_t>* greedy) {
+  const int64_t P = opt_.prompt_pass_rows;
+  if (P < kPassAlign || P % kPassAlign != 0)
+    fail("CudaModelOptions::prompt_pass_rows must be a positive multiple of {} (got {})", kPassAlign, P);
+  struct Piece {
+    size_t seg, begin, count;
+  };
+  std::vector<std::vector<Piece>> passes(1);
+  int64_t room = P;
+  for (size_t i = 0; i < segments.size(); ++i) {
+    const CudaSegment& sg = segments[i];
+    if (!sg.prompt) fail("CudaModel::forward: a call's segments must be all prompt or all decode");
+    if (sg.state == nullptr || sg.tokens.empty())
+      fail("CudaModel::forward: a segment has no state or tokens");
+    const size_t total = sg.tokens.size();
+    int64_t pos = sg.state->position;
+    for (size_t done = 0; done < total;) {
+      int64_t take = std::min<int64_t>(static_cast<int64_t>(total - done), room);
+      if (take < static_cast<int64_t>(total - done))
+        take = (pos + take) / kPassAlign * kPassAlign - pos;  // cut at a multiple of 64 positions
+      if (take <= 0 || room == 0) {
+        passes.emplace_back();
+        room = P;
+        continue;
+      }
+      passes.back().push_back({i, done, static_cast<size_t>(take)});
+      done += static_cast<size_t>(take), pos += take, room -= take;
+    }
+  }
+  std::vector<float> logits;
+  const size_t V = static_cast<size_t>(cfg_.vocab_size);
+  for (const std::vector<Piece>& pass : passes) {
+    if (pass.empty()) continue;
+    std::vector<CudaSegment> segs;
+    for (const Piece& p : pass) {
+      const CudaSegment& sg = segments[p.seg];
+      float* hidden = sg.hidden != nullptr ? sg.hidden + p.begin * cfg_.stream_width() : nullptr;
+      segs.push_back({sg.state, sg.tokens.subspan(p.begin, p.count), sg.all_logits, true, hidden});
+    }
+    std::vector<float> pass_logits;
+    std::vector<int32_t> pass_tokens;
+    if (greedy != nullptr)
+      pass_tokens = forward_greedy(segs);
+    else
+      pass_logits = forward(segs);
+    // A piece gives one row (its last), or all of its rows with all_logits; the last row of a piece that
+    // does not end its segment is not one the caller asked for.
+    size_t row = 0;
+    for (const Piece& p : pass) {
+      const CudaSegment& sg = segments[p.seg];
+      const size_t rows = sg.all_logits ? p.count : 1;
+      const bool keep = sg.all_logits || p.begin + p.count == sg.tokens.size();
+      if (keep) {
+        if (greedy != nullptr)
+          greedy->insert(greedy->end(), pass_tokens.begin() + row, pass_tokens.begin() + row + rows);
+        else
+          logits.insert(logits.end(), pass_logits.begin() + row * V, pass_logits.begin() + (row + rows) * V);
+      }
+      row += rows;
+    }
+  }
+  return logits;
+}
+
+}  // namespace ds::cuda

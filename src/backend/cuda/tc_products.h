@@ -1,0 +1,69 @@
+#pragma once
+// Tensor-core weight products for prompt passes (docs/backend-cuda.md, "Prompt path"): y = x W^T for many
+// rows of fp32 x, W MLX affine (bits 2-8, group 32/64/128, bf16 scales/biases) or dense bf16, on fixed tiles
+// of 64 rows x 64 outputs x 32 columns with `mma.sync` m16n8k16 (bf16 in, fp32 accumulate). Row invariant by
+// construction: a row's result is the same sequence of MMAs over its own x row whatever the other rows of the
+// tile (rows past the count are zeros), and the column order is fixed by the weight's shape.
+//
+// Arithmetic per (row r, output o), tile by tile of 32 columns (a tile lies inside one affine group):
+// x is split exactly into three bf16 terms (x = x0 + x1 + x2), the codes q (integers < 256) are exact in
+// bf16, so each MMA product is exact and the tile's dot d = x . q is an fp32 sum of exact products; then y =
+// fma(bias, sum(x), fma(scale, d, y)) with sum(x) of the tile's 32 values in a fixed order (the CPU's scale *
+// (x . q) + bias * sum(x) form). Dense bf16 weights: the same MMAs on the values, summed over the row.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "backend/cuda/wx_products.h"
+
+namespace ds::cuda {
+
+constexpr int kTileRows = 64;     // rows of x per tile (padded with zeros)
+constexpr int kTileOutputs = 64;  // outputs per tile
+constexpr int kTileCols = 32;     // columns per k step
+
+// A weight the tiled products take: MLX affine (affine.codes set) or dense bf16 (dense set), possibly stacked
+// experts ([n_experts, rows, cols]).
+struct TiledWeight {
+  AffineWeight affine;              // used when dense == nullptr
+  const uint16_t* dense = nullptr;  // bf16 [n_experts, rows, cols]
+  int64_t rows = 0, cols = 0, n_experts = 1;
+};
+
+// Whether the tiled products take this shape/encoding (cols a multiple of 32; affine bits 2-6 or 8, group 32,
+// 64 or 128). Callers use the decode products otherwise (a function of the weight alone).
+bool tiled_supported(const TiledWeight& w);
+
+// y[r*ldy + o] = sum_i W[o,i] x[r*ldx + i] for r < n_rows (any count), one expert (n_experts == 1).
+// x 16-byte aligned, ldx a multiple of 4. x is first split into bf16 planes in scratch from the
+// stream-ordered pool (cudaMallocAsync: not inside a graph capture).
+void tiled_wx(const TiledWeight& w, const float* x, int64_t ldx, int n_rows, float* y, int64_t ldy,
+              cudaStream_t stream);
+
+// The variant without row invariance, for measuring its cost: the same tiles with the k tiles cut into
+// `splits` ranges run by separate blocks, their partial sums added after (workspace: splits * n_rows * rows
+// floats). A caller choosing splits by the row count makes a row's bits depend on the launch's size.
+void tiled_wx_split_k(const TiledWeight& w, const float* x, int64_t ldx, int n_rows, float* y, int64_t ldy,
+                      int splits, float* workspace, cudaStream_t stream);
+
+// Expert tiles: tile i computes y rows first .. first+count-1 (count 0..64; 0: unused, skipped) with expert
+// `expert` on x rows row_ids[first + j] (or x row first + j when row_ids is null) of the n_x_rows rows of x.
+// The same ExpertWindow struct as the decode expert windows, with up to kTileRows rows. Each row's bits equal
+// tiled_wx of that expert on that row alone.
+void tiled_wx_experts(const TiledWeight& w, const ExpertWindow* tiles, int max_tiles, const int32_t* row_ids,
+                      const float* x, int64_t ldx, int n_x_rows, float* y, int64_t ldy, cudaStream_t stream);
+
+// Expert tiles (expert_tiles.cu). The most expert tiles a routing of n_rows x k can need with n_experts
+// experts.
+int max_expert_tiles(int n_rows, int k, int n_experts);
+// Bytes of scratch moe_expert_tiles needs.
+size_t expert_tiles_scratch_bytes(int n_experts);
+
+// Groups a routing (topk [n_rows, k] expert ids, device) into expert tiles, deterministically (no atomics on
+// the order): slots are experts ascending, each expert's (row, rank) pairs in ascending row order; tiles of
+// up to kTileRows slots of one expert; unused tiles up to max_tiles get count 0. row_ids [n_rows*k] (x row of
+// each slot), slot_of [n_rows*k] (slot of pair (row, rank); -1 for an id out of range). n_experts <= 65536.
+void moe_expert_tiles(const int32_t* topk, int n_rows, int k, int n_experts, ExpertWindow* tiles,
+                      int max_tiles, int32_t* row_ids, int32_t* slot_of, void* scratch, cudaStream_t stream);
+
+}  // namespace ds::cuda

@@ -1,0 +1,212 @@
+// The prompt path of CudaModel (docs/backend-cuda.md, "Prompt path"): fixtures within the float64 bound
+// through prompt passes; a prompt split at multiples of 64 (or anywhere, or into passes) == one pass, and a
+// stream's prompt alone == beside other streams' prompts, bit for bit; and prompt tokens/s at the real shape.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+
+#include "backend/cuda/model/cuda_model.h"
+#include "core/error.h"
+#include "model_checks.h"
+
+namespace ds::cuda::modelcheck {
+
+namespace {
+
+// Every row's logits of `tokens` through prompt calls cut at `cuts` (token offsets, ascending).
+std::vector<float> prompt_pieces(CudaModel& m, CudaStreamState& st, const std::vector<int32_t>& tokens,
+                                 std::vector<size_t> cuts) {
+  cuts.push_back(tokens.size());
+  std::vector<float> all;
+  size_t at = 0;
+  for (size_t c : cuts) {
+    if (c <= at) continue;
+    const CudaSegment seg{&st, std::span<const int32_t>(tokens.data() + at, c - at), true, true};
+    const std::vector<float> l = m.forward(std::span<const CudaSegment>(&seg, 1));
+    all.insert(all.end(), l.begin(), l.end());
+    at = c;
+  }
+  return all;
+}
+
+std::vector<int32_t> synthetic_tokens(size_t n, int64_t vocab, int64_t salt) {
+  std::vector<int32_t> t;
+  for (size_t i = 0; i < n; ++i) t.push_back(static_cast<int32_t>((int64_t(i) * 7919 + 13 + salt) % vocab));
+  return t;
+}
+
+// Split invariance and stream independence of prompt passes on `m`, over `tokens` (more than 128).
+void check_prompt_invariance(Tally& tally, CudaModel& m, const std::vector<int32_t>& tokens,
+                             const std::string& name) {
+  CudaStreamState one = m.new_state(), by64 = m.new_state(), odd = m.new_state();
+  const std::vector<float> whole = prompt_pieces(m, one, tokens, {});
+  const bool same64 = same_bits(prompt_pieces(m, by64, tokens, {64, 128}), whole);
+  const bool same_odd = same_bits(prompt_pieces(m, odd, tokens, {37, 101, tokens.size() - 1}), whole);
+  std::printf(
+      "  %s: prompt of %zu in one pass == cut at 64, 128: %s; == cut at 37, 101 and a last 1-row piece: %s\n",
+      name.c_str(), tokens.size(), same64 ? "bit-identical" : "DIFFERENT",
+      same_odd ? "bit-identical" : "DIFFERENT");
+  tally.expect(same64, name + ": prompt cut at multiples of 64 == one pass");
+  tally.expect(same_odd, name + ": prompt cut anywhere == one pass");
+  // Three prompts alone, then in one call (all logits rows), in both orders.
+  const int64_t V = m.config().vocab_size;
+  std::vector<std::vector<int32_t>> seqs{std::vector<int32_t>(tokens.begin(), tokens.begin() + 70),
+                                         std::vector<int32_t>(tokens.begin() + 9, tokens.end()),
+                                         synthetic_tokens(33, V, 101)};
+  std::vector<std::vector<float>> solo;
+  for (const auto& s : seqs) {
+    CudaStreamState st = m.new_state();
+    solo.push_back(prompt_pieces(m, st, s, {}));
+  }
+  bool together = true;
+  for (int order = 0; order < 2; ++order) {
+    std::vector<CudaStreamState> states;
+    for (size_t i = 0; i < seqs.size(); ++i) states.push_back(m.new_state());
+    std::vector<size_t> who{0, 1, 2};
+    if (order == 1) std::reverse(who.begin(), who.end());
+    std::vector<CudaSegment> segs;
+    for (size_t i : who) segs.push_back({&states[i], std::span<const int32_t>(seqs[i]), true, true});
+    const std::vector<float> l = m.forward(segs);
+    size_t at = 0;
+    for (size_t i : who) {
+      const size_t rows = seqs[i].size();
+      together =
+          together && same_bits(std::vector<float>(l.begin() + at * V, l.begin() + (at + rows) * V), solo[i]);
+      at += rows;
+    }
+  }
+  std::printf("  %s: 3 prompts alone == in one call (both orders): %s\n", name.c_str(),
+              together ? "bit-identical" : "DIFFERENT");
+  tally.expect(together, name + ": prompts alone == beside other prompts");
+  // Decode after a prompt: a mixed call is refused by name.
+  bool refused = false;
+  try {
+    CudaStreamState a = m.new_state(), b = m.new_state();
+    const CudaSegment segs[2] = {{&a, std::span<const int32_t>(tokens.data(), 3), false, true},
+                                 {&b, std::span<const int32_t>(tokens.data(), 1), false, false}};
+    m.forward(segs);
+  } catch (const Error& e) {
+    refused = std::string(e.what()).find("all prompt or all decode") != std::string::npos;
+  }
+  tally.expect(refused, name + ": a call mixing prompt and decode segments is refused");
+}
+
+}  // namespace
+
+void check_prompt_fixture(Tally& tally, CudaModel& m, const std::vector<int32_t>& prompt,
+                          const std::vector<float>& want, const std::vector<double>& margins,
+                          const std::string& name) {
+  constexpr double kLogitBound = 1e-4, kMarginFloor = 1e-3;
+  const int64_t V = m.config().vocab_size;
+  CudaStreamState st = m.new_state();
+  const std::vector<float> got = prompt_pieces(m, st, prompt, {});
+  double worst = 0;
+  int top1_bad = 0;
+  for (size_t t = 0; t < prompt.size() && got.size() == want.size(); ++t) {
+    for (int64_t v = 0; v < V; ++v)
+      worst = std::max(worst, std::fabs(double(got[t * V + v]) - want[t * V + v]));
+    const auto am = [&](const float* row) { return std::max_element(row, row + V) - row; };
+    if (margins[t] > kMarginFloor && am(&got[t * V]) != am(&want[t * V])) ++top1_bad;
+  }
+  std::printf(
+      "  %s: prompt path: worst |logit - float64 ref| %.3g (%.3f of the bound); top-1 disagreements %d\n",
+      name.c_str(), worst, worst / kLogitBound, top1_bad);
+  tally.expect(got.size() == want.size() && worst <= kLogitBound, name + ": prompt path logits within bound");
+  tally.expect(top1_bad == 0, name + ": prompt path top-1 equal where the reference margin > 1e-3");
+  std::vector<int32_t> longer;
+  while (longer.size() < 200) longer.insert(longer.end(), prompt.begin(), prompt.end());
+  longer.resize(200);
+  check_prompt_invariance(tally, m, longer, name);
+}
+
+// The real head shapes (fast DeltaNet/attention kernels, indexer selecting past position 19): prompt path
+// against the decode path within 1e-3 of the largest logit, the invariances, and passes of 64 == one pass.
+void run_prompt_real_heads(Tally& tally, const std::string& config_path) {
+  const ModelConfig cfg = read_config(config_path);
+  DummySpec spec;
+  spec.expert_bits = 4, spec.expert_group = 32, spec.other_bits = 6, spec.other_group = 64, spec.seed = 7;
+  CudaModelOptions opt, passes_opt;
+  opt.max_context = passes_opt.max_context = 512;
+  passes_opt.prompt_pass_rows = 64;
+  CudaModel m(cfg, spec, opt), m64(cfg, spec, passes_opt);
+  const std::vector<int32_t> tokens = synthetic_tokens(300, cfg.vocab_size, 0);
+  const int64_t V = cfg.vocab_size;
+  CudaStreamState d = m.new_state(), p = m.new_state(), q = m64.new_state(), far = m.new_state();
+  const std::vector<float> decode = run_windows(m, d, tokens, 16);
+  const std::vector<float> prompt = prompt_pieces(m, p, tokens, {});
+  double worst = 0, top = 0;
+  int top1_bad = 0;
+  for (size_t r = 0; r < tokens.size(); ++r) {
+    for (int64_t v = 0; v < V; ++v) {
+      worst = std::max(worst, std::fabs(double(prompt[r * V + v]) - decode[r * V + v]));
+      top = std::max(top, std::fabs(double(decode[r * V + v])));
+    }
+    const auto am = [&](const std::vector<float>& l) {
+      return std::max_element(l.begin() + r * V, l.begin() + (r + 1) * V) - (l.begin() + r * V);
+    };
+    top1_bad += am(prompt) != am(decode);
+  }
+  const double bound = 1e-3 * top;
+  std::printf(
+      "  real heads: prompt path vs decode path over %zu positions: worst |diff| %.3g (bound %.3g, %.3f "
+      "of it); top-1 disagreements %d\n",
+      tokens.size(), worst, bound, worst / bound, top1_bad);
+  tally.expect(worst <= bound, "real heads: prompt path within 1e-3 of the largest logit of the decode path");
+  std::vector<int32_t> other = tokens;
+  std::reverse(other.begin(), other.end());
+  const std::vector<float> wrong = prompt_pieces(m, far, other, {});
+  double control = 0;
+  for (size_t i = 0; i < wrong.size(); ++i)
+    control = std::max(control, std::fabs(double(wrong[i]) - decode[i]));
+  std::printf("  real heads: negative control (other tokens) %.3g = %.0fx the bound\n", control,
+              control / bound);
+  tally.expect(control > bound, "real heads: negative control exceeds the bound");
+  // One call of 300 rows, run by the model in passes of 64 rows == one pass of 300.
+  const CudaSegment seg{&q, std::span<const int32_t>(tokens), true, true};
+  const bool passes_same = same_bits(m64.forward(std::span<const CudaSegment>(&seg, 1)), prompt);
+  std::printf("  real heads: passes of 64 rows == one pass: %s\n",
+              passes_same ? "bit-identical" : "DIFFERENT");
+  tally.expect(passes_same, "real heads: a prompt run in passes of 64 rows == one pass");
+  check_prompt_invariance(tally, m, tokens, "real heads");
+}
+
+void run_prompt_bench(const std::string& config_path, const std::vector<int>& lengths) {
+  const ModelConfig cfg = read_config(config_path);
+  DummySpec spec;  // 4-bit g32 everywhere, the receipt's encoding
+  CudaModelOptions opt;
+  opt.max_context = *std::max_element(lengths.begin(), lengths.end()) + 64;
+  const auto t0 = std::chrono::steady_clock::now();
+  CudaModel m(cfg, spec, opt);
+  std::printf(
+      "\n== prompt, real shape, MLX affine 4-bit g32, batch 1, passes of %d rows ==\n%sbuilt in %.1f s\n",
+      opt.prompt_pass_rows, m.describe().c_str(),
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  auto run = [&](int n) {
+    CudaStreamState st = m.new_state();
+    const std::vector<int32_t> tokens = synthetic_tokens(static_cast<size_t>(n), cfg.vocab_size, n);
+    const CudaSegment seg{&st, std::span<const int32_t>(tokens), false, true};
+    const auto a = std::chrono::steady_clock::now();
+    m.forward_greedy(std::span<const CudaSegment>(&seg, 1));
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - a).count();
+  };
+  run(2048);  // warm-up: scratch for a whole pass
+  std::printf("%8s %10s %12s\n", "tokens", "seconds", "tokens/s");
+  for (int n : lengths) {
+    const double s = run(n);
+    std::printf("%8d %10.3f %12.1f\n", n, s, n / s);
+    std::fflush(stdout);
+  }
+  // Where a 2048-token pass spends its GPU time.
+  m.set_time_ops(true);
+  m.reset_op_times();
+  run(2048);
+  std::vector<std::pair<std::string, double>> ops(m.op_times().begin(), m.op_times().end());
+  std::sort(ops.begin(), ops.end(), [](auto& a, auto& b) { return a.second > b.second; });
+  double total = 0;
+  for (auto& [k, ms] : ops) total += ms;
+  std::printf("  GPU time of a 2048-token prompt by op (%.1f ms in all):\n", total);
+  for (auto& [k, ms] : ops) std::printf("    %-20s %9.2f ms %5.1f%%\n", k.c_str(), ms, 100 * ms / total);
+  m.set_time_ops(false);
+}
+
+}  // namespace ds::cuda::modelcheck

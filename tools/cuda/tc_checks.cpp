@@ -1,0 +1,411 @@
+// The tensor-core prompt products (backend/cuda/tc_products.h): float64 reference within the bound, negative
+// control, rows alone == rows in a larger launch, expert tiles == each expert alone; and their timings at the
+// Flash Next prompt shapes against cuBLAS on dequantized bf16 weights (a variant without row invariance).
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <random>
+
+#include "backend/cuda/stream.h"
+#include "backend/cuda/tc_products.h"
+#include "checks.h"
+#include "host_reference.h"
+#ifdef DS_HAVE_CUBLAS
+#include <cublas_v2.h>
+#endif
+
+namespace ds::cuda::wxcheck {
+
+namespace {
+
+// A host weight (affine or dense bf16, n_experts stacked) and its device copy.
+struct TcWeight {
+  std::vector<HostAffine> experts;           // affine
+  std::vector<std::vector<uint16_t>> dense;  // dense bf16
+  int64_t rows = 0, cols = 0;
+  DeviceBuffer d_codes, d_scales, d_biases, d_dense;
+  TiledWeight w;
+
+  bool is_dense() const { return !dense.empty(); }
+  // w(o, i) of expert e, exactly; the magnitude terms of the bound (|s q x| + |b x| per column, or |w x|).
+  double value(int e, int64_t o, int64_t i, double mult) const {
+    if (is_dense()) return bf16_to_double(dense[e][o * cols + i]) * mult;
+    const HostAffine& a = experts[e];
+    const int64_t g = o * a.groups_per_row() + i / a.group;
+    return bf16_to_double(a.scales[g]) * mult * a.code(o, i) + bf16_to_double(a.biases[g]);
+  }
+  double magnitude(int e, int64_t o, int64_t i) const {
+    if (is_dense()) return std::fabs(bf16_to_double(dense[e][o * cols + i]));
+    const HostAffine& a = experts[e];
+    const int64_t g = o * a.groups_per_row() + i / a.group;
+    return std::fabs(bf16_to_double(a.scales[g]) * a.code(o, i)) + std::fabs(bf16_to_double(a.biases[g]));
+  }
+};
+
+TcWeight make_weight(int64_t rows, int64_t cols, int bits, int group, int n_experts, std::mt19937_64& rng) {
+  TcWeight t;
+  t.rows = rows, t.cols = cols;
+  t.w.rows = rows, t.w.cols = cols, t.w.n_experts = n_experts;
+  if (bits == 0) {
+    std::vector<uint16_t> all;
+    for (int e = 0; e < n_experts; ++e) {
+      t.dense.push_back(random_bf16(rows * cols, 0.05f, rng));
+      all.insert(all.end(), t.dense.back().begin(), t.dense.back().end());
+    }
+    t.d_dense = upload(all);
+    t.w.dense = t.d_dense.as<uint16_t>();
+    return t;
+  }
+  std::vector<uint32_t> codes;
+  std::vector<uint16_t> scales, biases;
+  for (int e = 0; e < n_experts; ++e) {
+    t.experts.push_back(random_affine(rows, cols, bits, group, rng));
+    const HostAffine& a = t.experts.back();
+    codes.insert(codes.end(), a.codes.begin(), a.codes.end());
+    scales.insert(scales.end(), a.scales.begin(), a.scales.end());
+    biases.insert(biases.end(), a.biases.begin(), a.biases.end());
+  }
+  t.d_codes = upload(codes), t.d_scales = upload(scales), t.d_biases = upload(biases);
+  t.w.affine = AffineWeight{t.d_codes.as<uint32_t>(),
+                            t.d_scales.as<uint16_t>(),
+                            t.d_biases.as<uint16_t>(),
+                            rows,
+                            cols,
+                            bits,
+                            group,
+                            n_experts};
+  return t;
+}
+
+std::vector<float> run_tiled(const TcWeight& t, const DeviceBuffer& x, int64_t ldx, int row0, int n,
+                             const Stream& s) {
+  DeviceBuffer y(std::max<int64_t>(n, 1) * t.rows * sizeof(float));
+  y.fill_bytes(0xFF);  // NaN: an unwritten output fails every comparison
+  tiled_wx(t.w, x.as<float>() + row0 * ldx, ldx, n, y.as<float>(), t.rows, s.get());
+  s.synchronize();
+  return download<float>(y, static_cast<size_t>(n * t.rows));
+}
+
+// The bound of the tiled arithmetic per (row, output): per 32-column tile an fp32 sum of 32 exact products
+// inside the MMAs (at most 32 roundings of partial sums, 3 terms), two FMAs of the epilogue, then one add per
+// tile into the total: (cols/32 + 40) * 2^-24 * sum_i (|s q x| + |b x|) (affine) or sum |w x| (dense).
+double tc_bound_factor(int64_t cols) {
+  return (static_cast<double>(cols) / 32.0 + 40.0) * std::ldexp(1.0, -24);
+}
+
+void check_one(Tally& tally, int bits, int group, std::mt19937_64& rng, const Stream& s, double& worst,
+               double& weakest) {
+  const int64_t rows = 200, cols = 384;  // 200: a partial output tile
+  const int n = 150;                     // a partial row tile
+  TcWeight t = make_weight(rows, cols, bits, group, 1, rng);
+  const std::vector<float> xh = random_normal(n * cols, 1.0f, rng);
+  const DeviceBuffer x = upload(xh);
+  const std::vector<float> y = run_tiled(t, x, cols, 0, n, s);
+  const std::string name = bits == 0
+                               ? "tiled dense bf16"
+                               : "tiled affine " + std::to_string(bits) + "-bit g" + std::to_string(group);
+  bool finite = true;
+  double ratio = 0, control = 0;
+  for (int r = 0; r < n; ++r)
+    for (int64_t o = 0; o < rows; ++o) {
+      double ref = 0, neg = 0, mag = 0;
+      for (int64_t i = 0; i < cols; ++i) {
+        const double xv = xh[r * cols + i];
+        ref += t.value(0, o, i, 1.0) * xv;
+        neg += t.value(0, o, i, 1.01) * xv;
+        mag += t.magnitude(0, o, i) * std::fabs(xv);
+      }
+      const double got = y[r * rows + o], bound = tc_bound_factor(cols) * mag + 1e-300;
+      if (!std::isfinite(got)) finite = false;
+      ratio = std::max(ratio, std::fabs(got - ref) / bound);
+      control = std::max(control, std::fabs(got - neg) / bound);
+    }
+  tally.expect(finite, name + ": every output written and finite");
+  tally.expect(ratio <= 1.0, name + ": within bound (err/bound " + std::to_string(ratio) + ")");
+  tally.expect(control > 1.0, name + ": negative control exceeds bound (" + std::to_string(control) + ")");
+  worst = std::max(worst, ratio);
+  weakest = std::min(weakest, control);
+  // Rows alone, and rows 37.. in a launch of their own, == the same rows of the 150-row launch.
+  bool same = true;
+  for (int r = 0; r < n && same; r += (r < 70 ? 1 : 7)) {
+    const std::vector<float> one = run_tiled(t, x, cols, r, 1, s);
+    same = std::memcmp(one.data(), &y[r * rows], rows * sizeof(float)) == 0;
+  }
+  const std::vector<float> part = run_tiled(t, x, cols, 37, n - 37, s);
+  same = same && std::memcmp(part.data(), &y[37 * rows], part.size() * sizeof(float)) == 0;
+  tally.expect(same, name + ": rows alone == rows in a launch of 150 == rows 37.. in a launch of 113");
+}
+
+// Experts: a routing grouped by moe_expert_tiles; every slot == its expert on its row alone (bits), through
+// row_ids (gate|up) and in slot order (down).
+void check_experts(Tally& tally, int bits, int n_rows, int k, int n_experts, std::mt19937_64& rng,
+                   const Stream& s) {
+  const int64_t rows = 96, cols = 256;
+  TcWeight t = make_weight(rows, cols, bits, 64, n_experts, rng);
+  std::vector<int32_t> topk(n_rows * k);
+  for (int r = 0; r < n_rows; ++r) {
+    std::vector<int32_t> ids(n_experts);
+    for (int e = 0; e < n_experts; ++e) ids[e] = e;
+    std::shuffle(ids.begin(), ids.end(), rng);
+    for (int j = 0; j < k; ++j) topk[r * k + j] = ids[j];
+  }
+  const int total = n_rows * k, max_tiles = max_expert_tiles(n_rows, k, n_experts);
+  const DeviceBuffer d_topk = upload(topk);
+  DeviceBuffer tiles(max_tiles * sizeof(ExpertWindow)), row_ids(total * 4), slot_of(total * 4),
+      scratch(expert_tiles_scratch_bytes(n_experts));
+  tiles.fill_bytes(0x7F);  // garbage: every tile must be written
+  moe_expert_tiles(d_topk.as<int32_t>(), n_rows, k, n_experts, tiles.as<ExpertWindow>(), max_tiles,
+                   row_ids.as<int32_t>(), slot_of.as<int32_t>(), scratch.data(), s.get());
+  s.synchronize();
+  const auto h_tiles = download<ExpertWindow>(tiles, max_tiles);
+  const auto h_rows = download<int32_t>(row_ids, total);
+  const auto h_slot = download<int32_t>(slot_of, total);
+  const std::string name = "expert tiles (" + std::to_string(n_rows) + " rows, top-" + std::to_string(k) +
+                           " of " + std::to_string(n_experts) + (bits == 0 ? ", bf16)" : ", affine)");
+  // Expected grouping: experts ascending, pairs in row order, tiles of up to 64.
+  std::vector<int32_t> exp_rows, exp_slot(total);
+  std::vector<ExpertWindow> exp_tiles;
+  for (int e = 0; e < n_experts; ++e) {
+    const int first = static_cast<int>(exp_rows.size());
+    for (int i = 0; i < total; ++i)
+      if (topk[i] == e) exp_slot[i] = static_cast<int>(exp_rows.size()), exp_rows.push_back(i / k);
+    const int c = static_cast<int>(exp_rows.size()) - first;
+    for (int j = 0; j * kTileRows < c; ++j)
+      exp_tiles.push_back({e, first + j * kTileRows, std::min(kTileRows, c - j * kTileRows)});
+  }
+  bool grouping = h_rows == exp_rows && h_slot == exp_slot;
+  for (int i = 0; i < max_tiles; ++i) {
+    const ExpertWindow want = i < static_cast<int>(exp_tiles.size()) ? exp_tiles[i] : ExpertWindow{0, 0, 0};
+    const ExpertWindow got = h_tiles[i];
+    if (got.count != want.count || (want.count > 0 && (got.expert != want.expert || got.first != want.first)))
+      grouping = false;
+  }
+  tally.expect(grouping, name + ": grouping as specified (experts ascending, rows in order, tiles of 64)");
+
+  const std::vector<float> xh = random_normal(std::max(n_rows, total) * cols, 1.0f, rng);
+  const DeviceBuffer x = upload(xh);
+  DeviceBuffer y(total * rows * sizeof(float));
+  bool same = true;
+  for (int pass = 0; pass < 2; ++pass) {  // 0: x rows through row_ids; 1: x rows in slot order
+    y.fill_bytes(0xFF);
+    tiled_wx_experts(t.w, tiles.as<ExpertWindow>(), max_tiles, pass == 0 ? row_ids.as<int32_t>() : nullptr,
+                     x.as<float>(), cols, pass == 0 ? n_rows : total, y.as<float>(), rows, s.get());
+    s.synchronize();
+    const auto hy = download<float>(y, total * rows);
+    for (int slot = 0; slot < total && same; slot += 3) {
+      int e = 0;
+      while (!(slot >= exp_tiles[e].first && slot < exp_tiles[e].first + exp_tiles[e].count)) ++e;
+      TcWeight alone;
+      alone.rows = rows, alone.cols = cols;
+      alone.w = t.w;
+      alone.w.n_experts = 1;
+      const int64_t ex = exp_tiles[e].expert;
+      if (bits == 0) {
+        alone.w.dense = t.w.dense + ex * rows * cols;
+      } else {
+        const int64_t wpr = cols / 32 * bits, gpr = cols / 64;
+        alone.w.affine.codes = t.w.affine.codes + ex * rows * wpr;
+        alone.w.affine.scales = t.w.affine.scales + ex * rows * gpr;
+        alone.w.affine.biases = t.w.affine.biases + ex * rows * gpr;
+        alone.w.affine.n_experts = 1;
+      }
+      const int xrow = pass == 0 ? exp_rows[slot] : slot;
+      const std::vector<float> one = run_tiled(alone, x, cols, xrow, 1, s);
+      same = std::memcmp(one.data(), &hy[slot * rows], rows * sizeof(float)) == 0;
+    }
+  }
+  tally.expect(same,
+               name + ": every slot == its expert on its row alone (gate|up via row_ids, down in order)");
+}
+
+}  // namespace
+
+void run_tc_checks(Tally& tally) {
+  std::mt19937_64 rng(77);
+  Stream s;
+  double worst = 0, weakest = 1e300;
+  for (int bits : {2, 3, 4, 5, 6, 8})
+    for (int group : {32, 64, 128}) check_one(tally, bits, group, rng, s, worst, weakest);
+  check_one(tally, 0, 0, rng, s, worst, weakest);
+  std::printf("tiled products: worst err/bound %.4f, weakest negative control %.1fx the bound\n", worst,
+              weakest);
+  check_experts(tally, 4, 90, 3, 6, rng, s);
+  check_experts(tally, 0, 70, 2, 5, rng, s);
+  check_experts(tally, 6, 200, 2, 3, rng, s);  // about 133 rows an expert: several tiles each
+  TiledWeight bad;
+  bad.rows = 64, bad.cols = 64;
+  bad.affine.codes = reinterpret_cast<const uint32_t*>(16);
+  bad.affine.bits = 7;
+  bool refused = false;
+  try {
+    tiled_wx(bad, nullptr, 64, 1, nullptr, 64, s.get());
+  } catch (const ArgumentError& e) {
+    refused = std::string(e.what()).find("bits") != std::string::npos;
+  }
+  tally.expect(refused, "tiled_wx refuses 7-bit codes naming the bits");
+}
+
+namespace {
+
+// Weights filled with a byte pattern (speed does not depend on the values; finite either way).
+TiledWeight pattern_weight(int64_t rows, int64_t cols, int bits, int group, int64_t experts,
+                           std::vector<DeviceBuffer>& keep) {
+  TiledWeight w;
+  w.rows = rows, w.cols = cols, w.n_experts = experts;
+  const int64_t words = rows * cols / 32 * bits * experts, groups = rows * (cols / group) * experts;
+  keep.emplace_back(words * 4);
+  keep.back().fill_bytes(0x5A);
+  const uint32_t* codes = keep.back().as<uint32_t>();
+  keep.emplace_back(groups * 2);
+  keep.back().fill_bytes(0x3C);  // bf16 0x3C3C = 0.0115
+  const uint16_t* scales = keep.back().as<uint16_t>();
+  keep.emplace_back(groups * 2);
+  keep.back().fill_bytes(0xBC);  // -0.0230
+  w.affine = AffineWeight{codes, scales, keep.back().as<uint16_t>(), rows, cols, bits, group, experts};
+  return w;
+}
+
+template <class F>
+double time_ms(int reps, const Stream& s, F&& f) {
+  f();
+  s.synchronize();
+  Event a, b;
+  a.record(s.get());
+  for (int i = 0; i < reps; ++i) f();
+  b.record(s.get());
+  b.synchronize();
+  return b.ms_since(a) / reps;
+}
+
+}  // namespace
+
+void run_tc_bench(int reps) {
+  Stream s;
+  std::mt19937_64 rng(5);
+  struct Shape {
+    const char* name;
+    int64_t rows, cols;
+  };
+  const Shape shapes[] = {{"deltanet qkv", 10240, 2560}, {"deltanet z", 6144, 2560},
+                          {"deltanet out", 2560, 6144},  {"attention q|gate", 12288, 2560},
+                          {"hc up", 10240, 320},         {"shared gate|up", 1280, 2560}};
+#ifdef DS_HAVE_CUBLAS
+  cublasHandle_t handle;
+  if (cublasCreate(&handle) != CUBLAS_STATUS_SUCCESS) throw std::runtime_error("cublasCreate failed");
+  cublasSetStream(handle, s.get());
+#endif
+  std::printf(
+      "\nprompt products, MLX 4-bit g32, fp32 x (tiled, row invariant) vs cuBLAS bf16 GEMM on the\n"
+      "dequantized weights and bf16 x (CUBLAS_GEMM_DEFAULT: its own heuristics, no invariance)\n");
+  std::printf("%-18s %6s %8s %10s %8s %10s %8s\n", "matrix", "rows", "tiled ms", "TFLOP/s", "cuBLAS",
+              "TFLOP/s", "tiled/cuBLAS");
+  double sum_tiled = 0, sum_cublas = 0;
+  for (int n : {2048, 512}) {
+    const std::vector<float> xh = random_normal(int64_t{n} * 6144, 1.0f, rng);
+    const DeviceBuffer x = upload(xh);
+    for (const Shape& sh : shapes) {
+      std::vector<DeviceBuffer> keep;
+      const TiledWeight w = pattern_weight(sh.rows, sh.cols, 4, 32, 1, keep);
+      DeviceBuffer y(int64_t{n} * sh.rows * 4);
+      const double ms =
+          time_ms(reps, s, [&] { tiled_wx(w, x.as<float>(), sh.cols, n, y.as<float>(), sh.rows, s.get()); });
+      const double flop = 2.0 * n * sh.rows * sh.cols;
+      double cms = 0;
+#ifdef DS_HAVE_CUBLAS
+      DeviceBuffer wb(sh.rows * sh.cols * 2), xb(int64_t{n} * sh.cols * 2);
+      wb.fill_bytes(0x3C), xb.fill_bytes(0x3C);
+      const float one = 1.0f, zero = 0.0f;
+      cms = time_ms(reps, s, [&] {
+        const cublasStatus_t st =
+            cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(sh.rows), n,
+                         static_cast<int>(sh.cols), &one, wb.data(), CUDA_R_16BF, static_cast<int>(sh.cols),
+                         xb.data(), CUDA_R_16BF, static_cast<int>(sh.cols), &zero, y.data(), CUDA_R_32F,
+                         static_cast<int>(sh.rows), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+        if (st != CUBLAS_STATUS_SUCCESS) throw std::runtime_error("cublasGemmEx failed");
+      });
+#endif
+      if (n == 2048) sum_tiled += ms, sum_cublas += cms;
+      std::printf("%-18s %6d %8.3f %10.1f %8.3f %10.1f %8.2f\n", sh.name, n, ms, flop / ms * 1e-9, cms,
+                  cms > 0 ? flop / cms * 1e-9 : 0.0, cms > 0 ? ms / cms : 0.0);
+    }
+  }
+  if (sum_cublas > 0)
+    std::printf("sum over the 2048-row shapes: tiled %.3f ms, cuBLAS %.3f ms: tiled costs %+.1f%%\n",
+                sum_tiled, sum_cublas, (sum_tiled / sum_cublas - 1.0) * 100.0);
+#ifdef DS_HAVE_CUBLAS
+  cublasDestroy(handle);
+#endif
+
+  // The same kernel without row invariance: k cut into 2, 4 or 8 splits by separate blocks (the best per
+  // shape and row count, as a heuristic knowing the launch's size would pick), against the fixed tiles.
+  std::printf(
+      "\ncost of row invariance: fixed tiles vs the best batch-dependent split-K of the same kernel\n");
+  std::printf("%-18s %6s %10s %10s %7s %8s\n", "matrix", "rows", "fixed ms", "split ms", "splits", "cost");
+  for (int n : {64, 256, 2048}) {
+    const std::vector<float> xh = random_normal(int64_t{n} * 6144, 1.0f, rng);
+    const DeviceBuffer x = upload(xh);
+    double sum_fixed = 0, sum_split = 0;
+    for (const Shape& sh : shapes) {
+      std::vector<DeviceBuffer> keep;
+      const TiledWeight w = pattern_weight(sh.rows, sh.cols, 4, 32, 1, keep);
+      DeviceBuffer y(int64_t{n} * sh.rows * 4), ws(int64_t{8} * n * sh.rows * 4);
+      const double fixed =
+          time_ms(reps, s, [&] { tiled_wx(w, x.as<float>(), sh.cols, n, y.as<float>(), sh.rows, s.get()); });
+      double best = fixed;
+      int best_splits = 1;
+      for (int splits : {2, 4, 8}) {
+        if (splits > sh.cols / kTileCols) break;
+        const double ms = time_ms(reps, s, [&] {
+          tiled_wx_split_k(w, x.as<float>(), sh.cols, n, y.as<float>(), sh.rows, splits, ws.as<float>(),
+                           s.get());
+        });
+        if (ms < best) best = ms, best_splits = splits;
+      }
+      sum_fixed += fixed, sum_split += best;
+      std::printf("%-18s %6d %10.3f %10.3f %7d %+7.1f%%\n", sh.name, n, fixed, best, best_splits,
+                  (fixed / best - 1.0) * 100.0);
+    }
+    std::printf("%-18s %6d %10.3f %10.3f %7s %+7.1f%%\n", "sum", n, sum_fixed, sum_split, "",
+                (sum_fixed / sum_split - 1.0) * 100.0);
+  }
+
+  // The routed experts of one MoE layer at prompt sizes: grouping + gate|up + down, 512 experts top-10.
+  std::printf("\nprompt expert path (512 experts top-10, gate|up 1280x2560, down 2560x640, 4-bit g32)\n");
+  std::printf("%6s %10s %10s %10s %10s\n", "rows", "group ms", "gate|up ms", "down ms", "TFLOP/s");
+  const int E = 512, K = 10;
+  std::vector<DeviceBuffer> keep;
+  const TiledWeight gu = pattern_weight(1280, 2560, 4, 32, E, keep);
+  const TiledWeight dn = pattern_weight(2560, 640, 4, 32, E, keep);
+  for (int n : {512, 2048}) {
+    std::vector<int32_t> topk(n * K);
+    std::vector<int32_t> ids(E);
+    for (int e = 0; e < E; ++e) ids[e] = e;
+    for (int r = 0; r < n; ++r) {
+      std::shuffle(ids.begin(), ids.end(), rng);
+      for (int j = 0; j < K; ++j) topk[r * K + j] = ids[j];
+    }
+    const int total = n * K, max_tiles = max_expert_tiles(n, K, E);
+    const DeviceBuffer d_topk = upload(topk);
+    const std::vector<float> xh = random_normal(int64_t{total} * 2560, 1.0f, rng);
+    const DeviceBuffer x = upload(xh);
+    DeviceBuffer tiles(max_tiles * sizeof(ExpertWindow)), row_ids(total * 4), slot_of(total * 4),
+        scratch(expert_tiles_scratch_bytes(E)), y1(int64_t{total} * 1280 * 4), y2(int64_t{total} * 2560 * 4);
+    const double g_ms = time_ms(reps, s, [&] {
+      moe_expert_tiles(d_topk.as<int32_t>(), n, K, E, tiles.as<ExpertWindow>(), max_tiles,
+                       row_ids.as<int32_t>(), slot_of.as<int32_t>(), scratch.data(), s.get());
+    });
+    const double u_ms = time_ms(reps, s, [&] {
+      tiled_wx_experts(gu, tiles.as<ExpertWindow>(), max_tiles, row_ids.as<int32_t>(), x.as<float>(), 2560, n,
+                       y1.as<float>(), 1280, s.get());
+    });
+    const double d_ms = time_ms(reps, s, [&] {
+      tiled_wx_experts(dn, tiles.as<ExpertWindow>(), max_tiles, nullptr, x.as<float>(), 640, total,
+                       y2.as<float>(), 2560, s.get());
+    });
+    const double flop = 2.0 * total * (1280.0 * 2560 + 2560.0 * 640);
+    std::printf("%6d %10.3f %10.3f %10.3f %10.1f\n", n, g_ms, u_ms, d_ms, flop / (g_ms + u_ms + d_ms) * 1e-9);
+  }
+}
+
+}  // namespace ds::cuda::wxcheck
