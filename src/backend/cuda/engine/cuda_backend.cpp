@@ -101,8 +101,8 @@ std::vector<float> CudaBackend::forward(std::span<const ForwardSegment> segments
       model_->save_recurrent(s.current, s.before);
       s.before_position = s.current.position;
     }
-    // Prompt segments run as decode windows (the same bits); cudaprompt's CudaSegment::prompt takes
-    // sg.prompt.
+    // Prompt segments run as decode windows (the same bits). CudaSegment::prompt would take sg.prompt, but a
+    // CudaModel call is all prompt or all decode: a round would become two calls (docs/backend-cuda.md).
     runs.push_back({&s.current, sg.tokens, sg.all_logits});
     steps_only = steps_only && !sg.prompt && sg.tokens.size() == 1;
   }
