@@ -31,8 +31,8 @@ LoadedBackend load_cuda(const std::string& dir, int64_t context) {
   cuda::CudaModelOptions opt;
   opt.max_context = b.context;
   try {
-    b.backend = std::make_shared<cuda::CudaBackend>(
-        std::make_unique<cuda::CudaModel>(b.host->config(), b.host->weights(), opt));
+    b.backend = std::make_shared<cuda::CudaBackend>(std::make_unique<cuda::CudaModel>(
+        b.host->config(), b.host->weights(), opt, b.host->has_mtp() ? &b.host->mtp_weights() : nullptr));
   } catch (const cuda::CudaError& e) {
     fail("--backend cuda: {}", e.what());
   } catch (const cuda::ArgumentError& e) {

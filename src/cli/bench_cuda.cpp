@@ -33,13 +33,15 @@ void run_cuda_bench(const CudaBenchOptions&) {
 namespace {
 
 // The same decode through the engine (CudaBackend): every stream a 16-token prompt of its own, then a greedy
-// reply of `tokens` (EOS ignored, no drafts, no prompt cache); logits come to the host for the KeyedSampler.
+// reply of `tokens` (EOS ignored, no prompt cache; drafts by the engine's default source and depth policy, or
+// none); logits come to the host for the KeyedSampler.
 // Aggregate decode tokens/s: the tokens after each stream's first over the longest decode time.
-nlohmann::json engine_rate(const std::shared_ptr<const cuda::CudaBackend>& backend, int streams, int tokens) {
+nlohmann::json engine_rate(const std::shared_ptr<const cuda::CudaBackend>& backend, int streams, int tokens,
+                           bool drafts) {
   EngineOptions eo;
   eo.parallel = streams;
   eo.prompt_cache_gib = 0;
-  eo.drafts = false;
+  eo.drafts = drafts;
   eo.context = backend->max_context();
   Engine engine(backend, eo);
   std::mutex mutex;
@@ -63,13 +65,17 @@ nlohmann::json engine_rate(const std::shared_ptr<const cuda::CudaBackend>& backe
   std::unique_lock lock(mutex);
   cv.wait(lock, [&] { return static_cast<int>(finals.size()) == streams; });
   double decode_s = 0;
-  int64_t decoded = 0;
+  int64_t decoded = 0, drafted = 0, accepted = 0;
   for (const TokenEvent& ev : finals) {
     if (ev.reason == FinishReason::Error) fail("bench through the engine: {}", ev.error);
     decode_s = std::max(decode_s, ev.decode_seconds);
     decoded += ev.completion_tokens - 1;
+    drafted += ev.drafted_tokens, accepted += ev.accepted_tokens;
   }
   return {{"streams", streams},
+          {"drafts", drafts},
+          {"drafted", drafted},
+          {"accepted", accepted},
           {"ms_per_round", decode_s > 0 ? 1e3 * decode_s / tokens : 0},
           {"tokens_per_s", decode_s > 0 ? decoded / decode_s : 0}};
 }
@@ -96,7 +102,8 @@ void bench(const CudaBenchOptions& o) {
   } else {
     if (o.model.empty()) fail("bench needs --model DIR or --load-format dummy --config FILE");
     host = std::make_unique<Model>(o.model);
-    m = std::make_unique<cuda::CudaModel>(host->config(), host->weights(), opt);
+    m = std::make_unique<cuda::CudaModel>(host->config(), host->weights(), opt,
+                                          host->has_mtp() ? &host->mtp_weights() : nullptr);
   }
   auto backend = std::make_shared<cuda::CudaBackend>(std::move(m));
   cuda::CudaModel& model = backend->model();
@@ -106,18 +113,21 @@ void bench(const CudaBenchOptions& o) {
   r["bytes_per_token"] = model.bytes_per_token();
   r["decode"] = json::array();
   r["engine"] = json::array();
+  r["engine_drafts"] = json::array();  // the same with drafts (MTP head, depth by measured cost)
   for (int s : o.streams) {
     const cuda::DecodeRate d = cuda::bench_decode_rounds(model, s, o.decode_tokens, o.warmup_rounds);
     r["decode"].push_back(
         {{"streams", s}, {"ms_per_round", d.ms_per_round}, {"tokens_per_s", d.tokens_per_s}});
-    if (o.engine) r["engine"].push_back(engine_rate(backend, s, o.decode_tokens));
+    if (o.engine) r["engine"].push_back(engine_rate(backend, s, o.decode_tokens, false));
+    if (o.engine && backend->has_mtp())
+      r["engine_drafts"].push_back(engine_rate(backend, s, o.decode_tokens, true));
   }
   if (o.json) {
     std::printf("%s\n", r.dump(2).c_str());
     return;
   }
-  std::printf("%s%8s %12s %12s %18s %14s\n", model.describe().c_str(), "streams", "ms/round", "tok/s",
-              "engine ms/round", "engine tok/s");
+  std::printf("%s%8s %12s %12s %18s %14s %16s %18s\n", model.describe().c_str(), "streams", "ms/round",
+              "tok/s", "engine ms/round", "engine tok/s", "+drafts tok/s", "drafted/accepted");
   for (size_t i = 0; i < r["decode"].size(); ++i) {
     const auto& d = r["decode"][i];
     std::printf("%8d %12.3f %12.1f", d["streams"].get<int>(), d["ms_per_round"].get<double>(),
@@ -125,6 +135,11 @@ void bench(const CudaBenchOptions& o) {
     if (i < r["engine"].size())
       std::printf(" %18.3f %14.1f", r["engine"][i]["ms_per_round"].get<double>(),
                   r["engine"][i]["tokens_per_s"].get<double>());
+    if (i < r["engine_drafts"].size()) {
+      const auto& e = r["engine_drafts"][i];
+      std::printf(" %16.1f %10lld/%lld", e["tokens_per_s"].get<double>(), e["drafted"].get<long long>(),
+                  e["accepted"].get<long long>());
+    }
     std::printf("\n");
   }
 }

@@ -1,9 +1,11 @@
 // cuda_engine_contract MODEL_DIR [--backend cuda|cpu] [--context N]: the exactness contract
 // (../shared/design/exactness.md) through the Engine API on one backend, greedy and seeded: concurrent ==
-// solo, drafted == plain (n-gram drafts; a forced depth too, so rollbacks happen), resumed == fresh (a
-// prompt-cache hit, and a second chat turn resumed from the warm pass's mark). The reference of each check is
-// the same backend's plain decode: one slot, no prompt cache, no drafts. Prints one line per check and case;
-// exits 1 if any fails. `--backend cpu` runs the same checks on the CPU (a control for the program itself).
+// solo, drafted == plain (the engine's default source: the MTP head on a model with one, else n-gram copies;
+// a forced depth too, so rollbacks happen; and n-gram copies alone), resumed == fresh (a prompt-cache hit,
+// and a second chat turn resumed from the warm pass's mark; with a head its cache travels in the snapshots).
+// The reference of each check is the same backend's plain decode: one slot, no prompt cache, no drafts.
+// Prints one line per check and case; exits 1 if any fails. `--backend cpu` runs the same checks on the CPU
+// (a control for the program itself).
 #include <fmt/format.h>
 
 #include <chrono>
@@ -19,6 +21,7 @@
 #include "cli/backend_choice.h"
 #include "core/error.h"
 #include "runtime/engine.h"
+#include "runtime/ngram_drafter.h"
 
 namespace {
 
@@ -63,13 +66,14 @@ struct Contract {
   bool sampled = false;
   int failures = 0;
 
-  EngineOptions options(int parallel, bool cache, bool drafts, int depth = 0) const {
+  EngineOptions options(int parallel, bool cache, bool drafts, int depth = 0, bool ngram_only = false) const {
     EngineOptions o;
     o.parallel = parallel;
     o.context = context;
     o.prompt_cache_gib = cache ? 1.0 : 0.0;
     o.drafts = drafts;
     o.draft_depth = depth;
+    if (ngram_only) o.draft_source = std::make_shared<NgramDrafter>();
     return o;
   }
   std::vector<int32_t> prompt(size_t n, uint32_t seed) const {
@@ -140,6 +144,14 @@ struct Contract {
                         got.final.accepted_tokens)};
       });
     }
+    check("drafted == plain (n-gram only, d4)", [&] {
+      const GenerationRequest r = request(repetitive, 48);
+      Engine e(backend, options(1, false, true, 4, true));
+      const Reply got = run_on(e, r), want = plain(r);
+      return std::pair{got.tokens == want.tokens,
+                       fmt::format("{} tokens; drafted {}, accepted {}", got.tokens.size(),
+                                   got.final.drafted_tokens, got.final.accepted_tokens)};
+    });
     check("drafted == plain (4 streams, d4)", [&] {
       std::vector<GenerationRequest> reqs;
       for (uint32_t i = 0; i < 4; ++i) {
@@ -203,8 +215,9 @@ int run(int argc, char** argv) {
   }
   if (dir.empty()) fail("usage: cuda_engine_contract MODEL_DIR [--backend cuda|cpu] [--context N]");
   const cli::LoadedBackend loaded = cli::load_backend(backend, dir, context);
-  std::printf("contract on %s, backend %s, context %lld\n", dir.c_str(), loaded.backend->name(),
-              static_cast<long long>(loaded.context));
+  std::printf("contract on %s, backend %s, context %lld, draft source %s\n", dir.c_str(),
+              loaded.backend->name(), static_cast<long long>(loaded.context),
+              loaded.backend->has_mtp() ? "MTP head (+ agreeing n-gram copies)" : "n-gram copies");
   int failures = 0;
   for (bool sampled : {false, true}) {
     Contract c{loaded.backend, loaded.context, sampled};

@@ -1,6 +1,7 @@
 #include "backend/cuda/engine/cuda_backend.h"
 
 #include <algorithm>
+#include <cstdint>
 
 #include "core/error.h"
 
@@ -86,10 +87,20 @@ std::vector<float> CudaBackend::forward(std::span<const ForwardSegment> segments
   flush_replays(segments);
   std::vector<CudaSegment> runs;
   runs.reserve(segments.size());
+  // Hidden rows for the MTP head: one device scratch, each wanting segment's rows at its offset.
+  const auto W = static_cast<size_t>(mtp_hidden_width());
+  std::vector<size_t> hidden_at(segments.size(), SIZE_MAX);
+  size_t hidden_floats = 0;
+  for (size_t i = 0; i < segments.size(); ++i) {
+    if (segments[i].hidden == nullptr) continue;
+    if (W == 0) fail("CudaBackend::forward: hidden rows asked for, but the model has no MTP head");
+    hidden_at[i] = hidden_floats;
+    hidden_floats += segments[i].tokens.size() * W;
+  }
+  float* hidden_dev = hidden_floats > 0 ? hidden_scratch(hidden_rows_, hidden_floats) : nullptr;
   bool steps_only = true;
-  for (const ForwardSegment& sg : segments) {
-    if (sg.hidden != nullptr)
-      fail("CudaBackend::forward: hidden rows for the MTP head are not available on CUDA yet");
+  for (size_t i = 0; i < segments.size(); ++i) {
+    const ForwardSegment& sg = segments[i];
     CudaEngineState& s = state_of(*sg.state, *model_, "CudaBackend::forward");
     if (sg.record != nullptr) {
       // What rewind() needs: the position, PLE context and recurrent parts before the window, its tokens.
@@ -103,7 +114,8 @@ std::vector<float> CudaBackend::forward(std::span<const ForwardSegment> segments
     }
     // Prompt segments run as decode windows (the same bits). CudaSegment::prompt would take sg.prompt, but a
     // CudaModel call is all prompt or all decode: a round would become two calls (docs/backend-cuda.md).
-    runs.push_back({&s.current, sg.tokens, sg.all_logits});
+    runs.push_back({&s.current, sg.tokens, sg.all_logits, false,
+                    hidden_at[i] == SIZE_MAX ? nullptr : hidden_dev + hidden_at[i]});
     steps_only = steps_only && !sg.prompt && sg.tokens.size() == 1;
   }
   // Plain decode rounds repeat their shape and replay the model's one CUDA graph; prompt pieces and draft
@@ -111,7 +123,25 @@ std::vector<float> CudaBackend::forward(std::span<const ForwardSegment> segments
   model_->set_graphs(graphs_ && steps_only);
   std::vector<float> logits = model_->forward(runs);
   for (size_t i = 0; i < segments.size(); ++i) segments[i].state->position = runs[i].state->position;
+  if (hidden_floats > 0) {
+    for (size_t i = 0; i < segments.size(); ++i)
+      if (hidden_at[i] != SIZE_MAX)
+        check(cudaMemcpyAsync(segments[i].hidden, hidden_dev + hidden_at[i],
+                              segments[i].tokens.size() * W * sizeof(float), cudaMemcpyDeviceToHost,
+                              model_->stream()),
+              "CudaBackend::forward: hidden rows to the host");
+    check(cudaStreamSynchronize(model_->stream()), "CudaBackend::forward");
+  }
   return logits;
+}
+
+float* CudaBackend::hidden_scratch(DeviceBuffer& buffer, size_t floats) const {
+  if (buffer.bytes() < floats * sizeof(float)) {
+    // The model's stream may still read the old buffer (an earlier call's rows).
+    check(cudaStreamSynchronize(model_->stream()), "CudaBackend: hidden scratch");
+    buffer = DeviceBuffer(floats * sizeof(float));
+  }
+  return buffer.as<float>();
 }
 
 void CudaBackend::rewind(const WindowRecord& record, int64_t keep, StreamState& state) const {
@@ -130,8 +160,53 @@ void CudaBackend::rewind(const WindowRecord& record, int64_t keep, StreamState& 
   state.position = record.pos0 + keep;
 }
 
-std::vector<float> CudaBackend::mtp_forward(std::span<const MtpSegment>) const {
-  fail("CudaBackend: no MTP head on CUDA yet (the engine drafts n-gram copies)");
+// The host's MtpSegments as CudaMtpSegments: hidden rows up to the device, output hidden rows back. The
+// head's cache length is StreamState::mtp_position (truncate_mtp on the host moves only that): the device
+// state follows it here, dropping entries a rollback left behind (they are rewritten before any row reads
+// them).
+std::vector<float> CudaBackend::mtp_forward(std::span<const MtpSegment> segments) const {
+  if (!model_->has_mtp()) fail("CudaBackend::mtp_forward: the model has no MTP head");
+  const auto W = static_cast<size_t>(model_->mtp_hidden_width());
+  size_t in_floats = 0, out_floats = 0;
+  for (const MtpSegment& sg : segments) {
+    const size_t rows = sg.next_tokens.size();
+    if (sg.hidden.size() != rows * W)
+      fail("CudaBackend::mtp_forward: {} hidden floats for {} rows of {}", sg.hidden.size(), rows, W);
+    in_floats += rows * W;
+    if (sg.hidden_out != nullptr) out_floats += rows * W;
+  }
+  float* in_dev = in_floats > 0 ? hidden_scratch(hidden_rows_, in_floats) : nullptr;
+  float* out_dev = out_floats > 0 ? hidden_scratch(hidden_out_, out_floats) : nullptr;
+  std::vector<CudaMtpSegment> runs;
+  runs.reserve(segments.size());
+  size_t in_at = 0, out_at = 0;
+  for (const MtpSegment& sg : segments) {
+    CudaEngineState& s = state_of(*sg.state, *model_, "CudaBackend::mtp_forward");
+    if (sg.state->mtp_position > s.current.mtp_position)
+      fail("CudaBackend::mtp_forward: the stream's head position {} is past its device cache's {}",
+           sg.state->mtp_position, s.current.mtp_position);
+    s.current.truncate_mtp(sg.state->mtp_position);
+    check(cudaMemcpyAsync(in_dev + in_at, sg.hidden.data(), sg.hidden.size() * sizeof(float),
+                          cudaMemcpyHostToDevice, model_->stream()),
+          "CudaBackend::mtp_forward: hidden rows to the device");
+    runs.push_back({&s.current, in_dev + in_at, sg.next_tokens, sg.position,
+                    sg.hidden_out != nullptr ? out_dev + out_at : nullptr, sg.logits});
+    in_at += sg.hidden.size();
+    if (sg.hidden_out != nullptr) out_at += sg.hidden.size();
+  }
+  std::vector<float> logits = model_->mtp_forward(runs);
+  out_at = 0;
+  for (size_t i = 0; i < segments.size(); ++i) {
+    const MtpSegment& sg = segments[i];
+    sg.state->mtp_position = runs[i].state->mtp_position;
+    if (sg.hidden_out == nullptr) continue;
+    check(cudaMemcpyAsync(sg.hidden_out, out_dev + out_at, sg.hidden.size() * sizeof(float),
+                          cudaMemcpyDeviceToHost, model_->stream()),
+          "CudaBackend::mtp_forward: output hidden rows to the host");
+    out_at += sg.hidden.size();
+  }
+  if (out_floats > 0) check(cudaStreamSynchronize(model_->stream()), "CudaBackend::mtp_forward");
+  return logits;
 }
 
 }  // namespace ds::cuda

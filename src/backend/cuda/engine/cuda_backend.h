@@ -4,7 +4,10 @@
 // copy, which is what the prompt cache stores). Draft rollback restores the recurrent parts saved before the
 // window and re-runs the kept rows at the next forward, batched (windows == one-token steps bit for bit on
 // CUDA, ../shared/design/exactness.md allows it). Logits come to the host for the KeyedSampler.
-// For now: prompts run as decode windows (same bits as steps), no MTP head (the engine drafts n-gram copies).
+// The MTP head: CudaModel::mtp_forward, hidden rows crossing to the host (the engine keeps them in
+// StreamState::mtp_pending); the head's cache lives in the device state, its length follows
+// StreamState::mtp_position (StreamState::truncate_mtp moves only that; the device side follows at the next
+// head call). For now prompts run as decode windows (same bits as steps).
 #include <memory>
 
 #include "backend/cuda/model/cuda_model.h"
@@ -25,8 +28,8 @@ class CudaBackend final : public ModelBackend {
   StreamState new_state() const override;
   std::vector<float> forward(std::span<const ForwardSegment> segments) const override;
   void rewind(const WindowRecord& record, int64_t keep, StreamState& state) const override;
-  bool has_mtp() const override { return false; }  // CudaModel::mtp_forward is not wired in yet
-  int64_t mtp_hidden_width() const override { return 0; }
+  bool has_mtp() const override { return model_->has_mtp(); }
+  int64_t mtp_hidden_width() const override { return model_->has_mtp() ? model_->mtp_hidden_width() : 0; }
   std::vector<float> mtp_forward(std::span<const MtpSegment> segments) const override;
 
   CudaModel& model() const { return *model_; }
@@ -36,10 +39,13 @@ class CudaBackend final : public ModelBackend {
 
  private:
   void flush_replays(std::span<const ForwardSegment> segments) const;
+  // Device scratch of at least `floats` floats for hidden rows (grown, never shrunk).
+  float* hidden_scratch(DeviceBuffer& buffer, size_t floats) const;
 
   std::unique_ptr<CudaModel> model_;
   bool graphs_;  // the model's option: decode rounds replay CUDA graphs; other calls launch directly
   mutable int64_t replays_ = 0, replay_rows_ = 0;
+  mutable DeviceBuffer hidden_rows_, hidden_out_;  // hidden rows crossing between host and device
 };
 
 }  // namespace ds::cuda
