@@ -67,7 +67,9 @@ receipt() {  # name, max tokens, then run's arguments
       local reply
       reply=$(timeout 30 "$bin/deltaserve" run "$model" --backend cuda --max-tokens "$n" "$@" "${extra[@]}" \
         2>"$out/run_err.txt" | md5sum | cut -c1-8)
-      echo "$name n=$n drafts $d run $i: reply md5 $reply $(grep -E 'tok/s' "$out/run_err.txt" | tr -d '[]')" |
+      local stats
+      stats=$(grep -E 'tok/s' "$out/run_err.txt" | tr -d '[]')
+      echo "$name n=$n drafts $d run $i: reply md5 $reply ${stats:-$(tail -1 "$out/run_err.txt")}" |
         tee -a "$out/receipt.log"
     done
   done
