@@ -22,7 +22,7 @@ LoadedBackend load_cpu(const std::string& dir, int64_t context) {
 }
 
 #ifdef DELTASERVE_HAS_CUDA
-LoadedBackend load_cuda(const std::string& dir, int64_t context) {
+LoadedBackend load_cuda(const std::string& dir, int64_t context, bool prompt_path) {
   LoadedBackend b;
   b.host = std::make_unique<Model>(dir, /*cpu_weight_tiles=*/false);  // the GPU reads its tables from it
   const int64_t max_pos = b.host->config().max_positions;
@@ -31,8 +31,10 @@ LoadedBackend load_cuda(const std::string& dir, int64_t context) {
   cuda::CudaModelOptions opt;
   opt.max_context = b.context;
   try {
-    b.backend = std::make_shared<cuda::CudaBackend>(std::make_unique<cuda::CudaModel>(
-        b.host->config(), b.host->weights(), opt, b.host->has_mtp() ? &b.host->mtp_weights() : nullptr));
+    b.backend = std::make_shared<cuda::CudaBackend>(
+        std::make_unique<cuda::CudaModel>(b.host->config(), b.host->weights(), opt,
+                                          b.host->has_mtp() ? &b.host->mtp_weights() : nullptr),
+        prompt_path);
   } catch (const cuda::CudaError& e) {
     fail("--backend cuda: {}", e.what());
   } catch (const cuda::ArgumentError& e) {
@@ -44,11 +46,12 @@ LoadedBackend load_cuda(const std::string& dir, int64_t context) {
 
 }  // namespace
 
-LoadedBackend load_backend(const std::string& name, const std::string& model_dir, int64_t context) {
+LoadedBackend load_backend(const std::string& name, const std::string& model_dir, int64_t context,
+                           bool cuda_prompt_path) {
   if (name == "cpu") return load_cpu(model_dir, context);
   if (name != "cuda") fail("--backend '{}' is not one of cpu, cuda", name);
 #ifdef DELTASERVE_HAS_CUDA
-  return load_cuda(model_dir, context);
+  return load_cuda(model_dir, context, cuda_prompt_path);
 #else
   fail(
       "--backend cuda: this deltaserve was built without the CUDA backend (configure with "

@@ -21,6 +21,8 @@ struct LoadedBackend {
 constexpr int64_t kCudaDefaultContext = 8192;
 
 // `context` 0: the backend's default (the model's max positions on the CPU, kCudaDefaultContext on CUDA).
-LoadedBackend load_backend(const std::string& name, const std::string& model_dir, int64_t context);
+// `cuda_prompt_path`: CUDA prompts as prompt passes (cuda::CudaBackend's option, off by default).
+LoadedBackend load_backend(const std::string& name, const std::string& model_dir, int64_t context,
+                           bool cuda_prompt_path = false);
 
 }  // namespace ds::cli

@@ -7,7 +7,9 @@
 # run even when another fails; logs under $OUT. Programs: DS_PREBUILT (a folder, or a .tar.xz of one, holding
 # deltaserve, cuda_engine_contract, cuda_model_check and lib/), else built here from this tree (as
 # cuda_engine.sh does). Runtime libraries from the carried Debian packages in DS_DEBS (as cuda_engine.sh).
-# Usage: DS_DEBS=DIR [DS_PREBUILT=DIR|FILE] [MODEL=DIR] [BENCH_CONFIG=FILE] [RUNS=3] tools/device/cuda_final.sh
+# PROMPT_PATH=1 also runs the contract with --prompt-path (CudaBackend's prompt passes; not yet run on the H200).
+# Usage: DS_DEBS=DIR [DS_PREBUILT=DIR|FILE] [MODEL=DIR] [BENCH_CONFIG=FILE] [RUNS=3] [PROMPT_PATH=1]
+#   tools/device/cuda_final.sh [bench args]
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 repo=${REPO:-$root}  # the fixtures, tests/cuda configs and models
@@ -54,6 +56,12 @@ stamp "== (b) engine contract, MTP drafts =="
 timeout "${CONTRACT_TIMEOUT:-100}" "$bin/cuda_engine_contract" "$model" --backend cuda >"$out/contract.log" 2>&1 ||
   status=1
 cat "$out/contract.log" >>"$out/summary.txt"
+if [[ "${PROMPT_PATH:-0}" == 1 ]]; then  # CudaBackend's prompt path (prompts as CudaModel prompt passes)
+  stamp "== (b2) engine contract, --prompt-path =="
+  timeout "${CONTRACT_TIMEOUT:-100}" "$bin/cuda_engine_contract" "$model" --backend cuda --prompt-path \
+    >"$out/contract_prompt.log" 2>&1 || status=1
+  cat "$out/contract_prompt.log" >>"$out/summary.txt"
+fi
 
 stamp "== (c) issue 6 receipt: run --backend cuda, drafts on / off =="
 code=$(head -c 1200 "$repo/tools/fixtures/compare_engine.py")

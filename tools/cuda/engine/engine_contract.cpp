@@ -1,11 +1,12 @@
-// cuda_engine_contract MODEL_DIR [--backend cuda|cpu] [--context N]: the exactness contract
+// cuda_engine_contract MODEL_DIR [--backend cuda|cpu] [--context N] [--prompt-path]: the exactness contract
 // (../shared/design/exactness.md) through the Engine API on one backend, greedy and seeded: concurrent ==
 // solo, drafted == plain (the engine's default source: the MTP head on a model with one, else n-gram copies;
 // a forced depth too, so rollbacks happen; and n-gram copies alone), resumed == fresh (a prompt-cache hit,
 // and a second chat turn resumed from the warm pass's mark; with a head its cache travels in the snapshots).
 // The reference of each check is the same backend's plain decode: one slot, no prompt cache, no drafts.
 // Prints one line per check and case; exits 1 if any fails. `--backend cpu` runs the same checks on the CPU
-// (a control for the program itself).
+// (a control for the program itself). `--prompt-path`: CUDA prompts as CudaModel prompt passes (CudaBackend's
+// option; decode windows without it).
 #include <fmt/format.h>
 
 #include <chrono>
@@ -202,21 +203,29 @@ struct Contract {
 int run(int argc, char** argv) {
   std::string dir, backend = "cuda";
   int64_t context = 2048;
+  bool prompt_path = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--backend" && i + 1 < argc)
       backend = argv[++i];
+    else if (a == "--prompt-path")
+      prompt_path = true;
     else if (a == "--context" && i + 1 < argc)
       context = std::stoll(argv[++i]);
     else if (dir.empty() && a.rfind("--", 0) != 0)
       dir = a;
     else
-      fail("usage: cuda_engine_contract MODEL_DIR [--backend cuda|cpu] [--context N] (unknown '{}')", a);
+      fail(
+          "usage: cuda_engine_contract MODEL_DIR [--backend cuda|cpu] [--context N] [--prompt-path] (unknown "
+          "'{}')",
+          a);
   }
-  if (dir.empty()) fail("usage: cuda_engine_contract MODEL_DIR [--backend cuda|cpu] [--context N]");
-  const cli::LoadedBackend loaded = cli::load_backend(backend, dir, context);
-  std::printf("contract on %s, backend %s, context %lld, draft source %s\n", dir.c_str(),
-              loaded.backend->name(), static_cast<long long>(loaded.context),
+  if (dir.empty())
+    fail("usage: cuda_engine_contract MODEL_DIR [--backend cuda|cpu] [--context N] [--prompt-path]");
+  const cli::LoadedBackend loaded = cli::load_backend(backend, dir, context, prompt_path);
+  std::printf("contract on %s, backend %s%s, context %lld, draft source %s\n", dir.c_str(),
+              loaded.backend->name(), prompt_path ? " (prompt path)" : "",
+              static_cast<long long>(loaded.context),
               loaded.backend->has_mtp() ? "MTP head (+ agreeing n-gram copies)" : "n-gram copies");
   int failures = 0;
   for (bool sampled : {false, true}) {

@@ -39,7 +39,8 @@ CudaEngineState& state_of(const StreamState& state, const CudaModel& model, cons
 
 }  // namespace
 
-CudaBackend::CudaBackend(std::unique_ptr<CudaModel> model) : model_(std::move(model)) {
+CudaBackend::CudaBackend(std::unique_ptr<CudaModel> model, bool prompt_path)
+    : model_(std::move(model)), prompt_path_(prompt_path) {
   if (!model_) fail("CudaBackend: no model");
   graphs_ = model_->options().graphs;
 }
@@ -98,7 +99,7 @@ std::vector<float> CudaBackend::forward(std::span<const ForwardSegment> segments
     hidden_floats += segments[i].tokens.size() * W;
   }
   float* hidden_dev = hidden_floats > 0 ? hidden_scratch(hidden_rows_, hidden_floats) : nullptr;
-  bool steps_only = true;
+  bool steps_only = true;  // of the decode segments
   for (size_t i = 0; i < segments.size(); ++i) {
     const ForwardSegment& sg = segments[i];
     CudaEngineState& s = state_of(*sg.state, *model_, "CudaBackend::forward");
@@ -112,16 +113,13 @@ std::vector<float> CudaBackend::forward(std::span<const ForwardSegment> segments
       model_->save_recurrent(s.current, s.before);
       s.before_position = s.current.position;
     }
-    // Prompt segments run as decode windows (the same bits). CudaSegment::prompt would take sg.prompt, but a
-    // CudaModel call is all prompt or all decode: a round would become two calls (docs/backend-cuda.md).
-    runs.push_back({&s.current, sg.tokens, sg.all_logits, false,
+    // Prompt segments take the prompt path with prompt_path_, else run as decode windows (the same bits).
+    const bool as_prompt = prompt_path_ && sg.prompt;
+    runs.push_back({&s.current, sg.tokens, sg.all_logits, as_prompt,
                     hidden_at[i] == SIZE_MAX ? nullptr : hidden_dev + hidden_at[i]});
-    steps_only = steps_only && !sg.prompt && sg.tokens.size() == 1;
+    steps_only = steps_only && (as_prompt || (!sg.prompt && sg.tokens.size() == 1));
   }
-  // Plain decode rounds repeat their shape and replay the model's one CUDA graph; prompt pieces and draft
-  // windows (their depth changes round to round) would each capture a new graph and evict it.
-  model_->set_graphs(graphs_ && steps_only);
-  std::vector<float> logits = model_->forward(runs);
+  std::vector<float> logits = forward_split(runs, steps_only);
   for (size_t i = 0; i < segments.size(); ++i) segments[i].state->position = runs[i].state->position;
   if (hidden_floats > 0) {
     for (size_t i = 0; i < segments.size(); ++i)
@@ -132,6 +130,37 @@ std::vector<float> CudaBackend::forward(std::span<const ForwardSegment> segments
               "CudaBackend::forward: hidden rows to the host");
     check(cudaStreamSynchronize(model_->stream()), "CudaBackend::forward");
   }
+  return logits;
+}
+
+// A CudaModel call is all prompt or all decode: a mixed round becomes a prompt call and a decode call, their
+// logits rows joined back in segment order.
+std::vector<float> CudaBackend::forward_split(std::span<const CudaSegment> runs, bool steps_only) const {
+  std::vector<CudaSegment> prompt, decode;
+  for (const CudaSegment& r : runs) (r.prompt ? prompt : decode).push_back(r);
+  // Plain decode rounds repeat their shape and replay the model's one CUDA graph; prompt pieces and draft
+  // windows (their depth changes round to round) would each capture a new graph and evict it.
+  model_->set_graphs(graphs_ && steps_only);
+  if (prompt.empty() || decode.empty()) return model_->forward(runs);
+  const std::vector<float> from_prompt = model_->forward(prompt), from_decode = model_->forward(decode);
+  const auto V = static_cast<size_t>(model_->config().vocab_size);
+  std::vector<float> logits;
+  logits.reserve(from_prompt.size() + from_decode.size());
+  size_t at_prompt = 0, at_decode = 0;
+  for (const CudaSegment& r : runs) {
+    const size_t n = (r.all_logits ? r.tokens.size() : 1) * V;
+    const std::vector<float>& from = r.prompt ? from_prompt : from_decode;
+    size_t& at = r.prompt ? at_prompt : at_decode;
+    if (at + n > from.size())
+      fail("CudaBackend::forward: the {} call returned {} logits floats, fewer than its segments' rows",
+           r.prompt ? "prompt" : "decode", from.size());
+    logits.insert(logits.end(), from.begin() + static_cast<std::ptrdiff_t>(at),
+                  from.begin() + static_cast<std::ptrdiff_t>(at + n));
+    at += n;
+  }
+  if (at_prompt != from_prompt.size() || at_decode != from_decode.size())
+    fail("CudaBackend::forward: {} + {} logits floats returned, {} + {} expected", from_prompt.size(),
+         from_decode.size(), at_prompt, at_decode);
   return logits;
 }
 

@@ -7,7 +7,9 @@
 // The MTP head: CudaModel::mtp_forward, hidden rows crossing to the host (the engine keeps them in
 // StreamState::mtp_pending); the head's cache lives in the device state, its length follows
 // StreamState::mtp_position (StreamState::truncate_mtp moves only that; the device side follows at the next
-// head call). For now prompts run as decode windows (same bits as steps).
+// head call). Prompts run as decode windows (same bits as steps), or with `prompt_path` as CudaModel prompt
+// passes (CudaSegment::prompt; a mixed round is then two calls): off by default until the contract has run
+// with it on the H200.
 #include <memory>
 
 #include "backend/cuda/model/cuda_model.h"
@@ -18,7 +20,7 @@ namespace ds::cuda {
 class CudaBackend final : public ModelBackend {
  public:
   // `model`'s host tables (a checkpoint's bound weights) must outlive the backend.
-  explicit CudaBackend(std::unique_ptr<CudaModel> model);
+  explicit CudaBackend(std::unique_ptr<CudaModel> model, bool prompt_path = false);
   ~CudaBackend() override;
 
   const char* name() const override { return "cuda"; }
@@ -39,11 +41,13 @@ class CudaBackend final : public ModelBackend {
 
  private:
   void flush_replays(std::span<const ForwardSegment> segments) const;
+  std::vector<float> forward_split(std::span<const CudaSegment> runs, bool steps_only) const;
   // Device scratch of at least `floats` floats for hidden rows (grown, never shrunk).
   float* hidden_scratch(DeviceBuffer& buffer, size_t floats) const;
 
   std::unique_ptr<CudaModel> model_;
-  bool graphs_;  // the model's option: decode rounds replay CUDA graphs; other calls launch directly
+  bool prompt_path_;  // prompt segments as CudaModel prompt passes, else as decode windows
+  bool graphs_;       // the model's option: decode rounds replay CUDA graphs; other calls launch directly
   mutable int64_t replays_ = 0, replay_rows_ = 0;
   mutable DeviceBuffer hidden_rows_, hidden_out_;  // hidden rows crossing between host and device
 };
