@@ -48,7 +48,10 @@ LoadedBackend load_cuda(const std::string& dir, int64_t context, bool prompt_pat
 
 LoadedBackend load_backend(const std::string& name, const std::string& model_dir, int64_t context,
                            bool cuda_prompt_path) {
-  if (name == "cpu") return load_cpu(model_dir, context);
+  if (name == "cpu") {
+    if (cuda_prompt_path) fail("--cuda-prompt-passes needs --backend cuda");
+    return load_cpu(model_dir, context);
+  }
   if (name != "cuda") fail("--backend '{}' is not one of cpu, cuda", name);
 #ifdef DELTASERVE_HAS_CUDA
   return load_cuda(model_dir, context, cuda_prompt_path);

@@ -28,6 +28,7 @@ namespace {
 
 struct RunOptions {
   std::string model, prompt, system, backend = "cpu";
+  bool cuda_prompt_passes = false;
   int64_t context = 0;
   bool chat = false, no_think = false, ignore_eos = false, no_drafts = false;
   int max_tokens = 256, threads = 0;
@@ -54,7 +55,7 @@ void run(const RunOptions& o) {
   const bool tty = isatty(STDERR_FILENO);
   auto t_load = Clock::now();
   if (tty) std::fprintf(stderr, "loading %s ...", o.model.c_str());
-  const LoadedBackend loaded = load_backend(o.backend, o.model, o.context);
+  const LoadedBackend loaded = load_backend(o.backend, o.model, o.context, o.cuda_prompt_passes);
   Tokenizer tok = Tokenizer::load(o.model);
   if (tty)
     std::fprintf(stderr, "\rloaded %s in %.2f s (%s)\n", o.model.c_str(), seconds_since(t_load),
@@ -138,6 +139,9 @@ void register_run_command(CLI::App& app) {
   cmd->add_flag("--ignore-eos", o->ignore_eos, "do not stop at end-of-sequence tokens");
   cmd->add_flag("--no-drafts", o->no_drafts, "never draft (the plain decode path; the same reply)");
   cmd->add_option("--backend", o->backend, "cpu, or cuda (the GPU; a -DDELTASERVE_CUDA=ON build)");
+  cmd->add_flag("--cuda-prompt-passes", o->cuda_prompt_passes,
+                "cuda: prompts as tensor-core prompt passes (docs/backend-cuda.md \"Prompt path\"); default: "
+                "decode windows");
   cmd->add_option("--context", o->context,
                   "positions per stream, prompt + reply (default: the model's maximum; cuda: at most 8192)");
   cmd->callback([o] { run(*o); });

@@ -26,6 +26,7 @@ namespace {
 
 struct ServeOptions {
   std::string model, host = "127.0.0.1", api_key, backend = "cpu";
+  bool cuda_prompt_passes = false;
   int port = 8080, parallel = 4, threads = 0;
   int64_t context = 0, max_queue = 256;
   double prompt_cache_gib = 1.0, memory_limit_gib = 0;
@@ -57,7 +58,7 @@ void serve(const ServeOptions& o) {
   std::filesystem::path dir(o.model);
   if (o.reference && o.backend != "cpu")
     fail("--reference is the CPU's serial decode; drop --backend {}", o.backend);
-  const LoadedBackend loaded = load_backend(o.backend, o.model, o.context);
+  const LoadedBackend loaded = load_backend(o.backend, o.model, o.context, o.cuda_prompt_passes);
   const Model& model = *loaded.host;
   Tokenizer tokenizer = Tokenizer::load(dir);
   server::PromptBuilder prompts(tokenizer, load_template(dir));
@@ -130,6 +131,9 @@ void register_serve_command(CLI::App& app) {
                   "weights + stream states + drafting + prompt cache stay under this; 0: no limit")
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--backend", o->backend, "cpu, or cuda (the GPU; a -DDELTASERVE_CUDA=ON build)");
+  cmd->add_flag("--cuda-prompt-passes", o->cuda_prompt_passes,
+                "cuda: prompts as tensor-core prompt passes (docs/backend-cuda.md \"Prompt path\"); default: "
+                "decode windows");
   cmd->add_flag("--reference", o->reference,
                 "serve with the serial reference decode instead of the batched engine");
   cmd->callback([o] { serve(*o); });
