@@ -73,7 +73,7 @@ double HeadCosts::cost(std::span<const int> depths, std::span<const int64_t> row
 }
 
 void choose_depths(const RoundCosts& costs, std::span<DepthChoice> choices, int64_t base_rows,
-                   const HeadCosts* head) {
+                   const HeadCosts* head, bool rewind_reruns) {
   int64_t rows = base_rows + static_cast<int64_t>(choices.size());
   double tokens = 0;
   std::vector<int> depths(choices.size(), 0);
@@ -83,7 +83,22 @@ void choose_depths(const RoundCosts& costs, std::span<DepthChoice> choices, int6
     head_rows[i] = choices[i].head_rows;
     tokens += 1.0;
   }
-  auto round_ms = [&](int64_t r) { return costs.cost(r) + (head ? head->cost(depths, head_rows) : 0.0); };
+  // The re-run pass after a missed draft: taken unless every drafting window lands whole (chance: the
+  // product of each window's all-land chance), over about the rows those windows keep.
+  auto rerun_ms = [&] {
+    double all_land = 1.0, kept = 0.0;
+    for (size_t i = 0; i < choices.size(); ++i) {
+      if (depths[i] == 0) continue;
+      const LandingRates& r = *choices[i].rates;
+      all_land *= r.expected_tokens(depths[i]) - r.expected_tokens(depths[i] - 1);
+      kept += r.expected_tokens(depths[i]);
+    }
+    if (kept == 0.0) return 0.0;
+    return (1.0 - all_land) * costs.cost(std::max<int64_t>(1, static_cast<int64_t>(kept + 0.5)));
+  };
+  auto round_ms = [&](int64_t r) {
+    return costs.cost(r) + (head ? head->cost(depths, head_rows) : 0.0) + (rewind_reruns ? rerun_ms() : 0.0);
+  };
   // Greedy: deepen the one stream whose deepening gives the best rate, while the rate improves.
   for (;;) {
     const double now = tokens / round_ms(rows);

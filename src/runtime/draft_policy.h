@@ -59,7 +59,10 @@ struct DepthChoice {
 // Sets every choice's depth to maximise (sum of expected tokens) / (cost(total rows) + the head's cost);
 // depth 0 everywhere when drafting does not pay. `base_rows`: rows in the round besides the windows' first
 // rows. `head`: the head's call costs (null: drafts cost nothing to make, as copies or drafts already made).
+// `rewind_reruns`: a window whose drafts do not all land costs one more pass over the kept rows (the
+// backend's rollback re-runs them: ModelBackend::rewind_reruns), counted at the chance that any window
+// misses.
 void choose_depths(const RoundCosts& costs, std::span<DepthChoice> choices, int64_t base_rows = 0,
-                   const HeadCosts* head = nullptr);
+                   const HeadCosts* head = nullptr, bool rewind_reruns = false);
 
 }  // namespace ds

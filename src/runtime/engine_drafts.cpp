@@ -128,7 +128,7 @@ void Engine::Impl::plan_windows() {
     if (options.draft_depth > 0) {
       for (auto& c : choices) c.depth = std::min(c.offered, options.draft_depth);
     } else {
-      choose_depths(round_costs, choices, plain, head);
+      choose_depths(round_costs, choices, plain, head, model.rewind_reruns());
     }
     return choices;
   };

@@ -28,6 +28,9 @@ class ModelBackend {
   // Rewinds `state`, advanced over a window that ran with `record`, to just after the window's first `keep`
   // rows: the bits `keep` one-row steps would have left (1 <= keep <= the window's rows).
   virtual void rewind(const WindowRecord& record, int64_t keep, StreamState& state) const = 0;
+  // Whether rewind() leaves the kept rows to be re-run by the next forward (a pass more per missed draft,
+  // which the depth policy counts); false when the record restores them outright (the CPU).
+  virtual bool rewind_reruns() const { return false; }
 
   // The MTP head (Model::mtp_forward's contract); has_mtp() false: the engine drafts by n-gram copies.
   virtual bool has_mtp() const = 0;

@@ -61,6 +61,7 @@ class OpaqueBackend final : public ModelBackend {
     state.position = record.pos0 + keep;
     ++rewinds;
   }
+  bool rewind_reruns() const override { return true; }  // as CudaBackend: the depth policy counts re-runs
   bool has_mtp() const override { return false; }
   int64_t mtp_hidden_width() const override { return 0; }
   std::vector<float> mtp_forward(std::span<const MtpSegment>) const override {

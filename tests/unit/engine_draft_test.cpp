@@ -325,6 +325,24 @@ TEST(DraftPolicy, DepthsPayOrTurnOff) {
   EXPECT_DOUBLE_EQ(mixed.cost(12), 22.0);
 }
 
+// A backend whose rollback re-runs the kept rows (CUDA) pays a pass more for every window that misses: on
+// weight-bound rounds an even-chance draft then no longer pays, while drafts that nearly always land still
+// do.
+TEST(DraftPolicy, ReRunsAfterMissesCount) {
+  RoundCosts flat;
+  flat.calibrate(9, [](int64_t rows) { return 10.0 + 0.1 * static_cast<double>(rows); });
+  LandingRates half, good;
+  for (int i = 0; i < 50; ++i) half.record(1, i % 2), good.record(4, 4);
+  std::vector<DepthChoice> even = {{&half, 1}};
+  choose_depths(flat, even);
+  EXPECT_EQ(even[0].depth, 1);  // restored outright: 1.5 tokens for 10.2 ms beats 1 for 10.1
+  choose_depths(flat, even, 0, nullptr, true);
+  EXPECT_EQ(even[0].depth, 0);  // + half a re-run pass: 1.5 tokens for about 15.2 ms
+  std::vector<DepthChoice> sure = {{&good, 4}};
+  choose_depths(flat, sure, 0, nullptr, true);
+  EXPECT_EQ(sure[0].depth, 4);
+}
+
 // The MTP head's own calls are in the round's cost: a head whose catch-up costs more than its drafts save
 // turns drafting off; a chain step dearer than what a deeper draft adds stops the chain; copies (no head
 // rows) are unaffected; without head costs the same choice drafts full depth.

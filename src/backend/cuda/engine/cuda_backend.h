@@ -30,6 +30,7 @@ class CudaBackend final : public ModelBackend {
   StreamState new_state() const override;
   std::vector<float> forward(std::span<const ForwardSegment> segments) const override;
   void rewind(const WindowRecord& record, int64_t keep, StreamState& state) const override;
+  bool rewind_reruns() const override { return true; }  // restore + re-run of the kept rows
   bool has_mtp() const override { return model_->has_mtp(); }
   int64_t mtp_hidden_width() const override { return model_->has_mtp() ? model_->mtp_hidden_width() : 0; }
   std::vector<float> mtp_forward(std::span<const MtpSegment> segments) const override;
