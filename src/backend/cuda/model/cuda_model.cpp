@@ -25,21 +25,6 @@ namespace {
 
 constexpr int kMaxExpertWindowSlots = 4096;  // moe_expert_windows takes at most this many (row, rank) pairs
 
-constexpr size_t align256(size_t n) {
-  return (n + 255) / 256 * 256;
-}
-
-// Host staging: consecutive aligned regions, uploaded in one copy.
-struct Staging {
-  std::vector<uint8_t> bytes;
-  size_t put(const void* p, size_t n) {
-    const size_t at = align256(bytes.size());
-    bytes.resize(at + n);
-    if (n) std::memcpy(bytes.data() + at, p, n);
-    return at;
-  }
-};
-
 }  // namespace
 
 CudaModel::~CudaModel() {

@@ -1,5 +1,7 @@
 #pragma once
 // The device weights of one layer and the host tables of a CudaModel (shared by its two source files).
+#include <cstdint>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <utility>
@@ -8,6 +10,21 @@
 #include "backend/cuda/model/cuda_model.h"
 
 namespace ds::cuda {
+
+constexpr size_t align256(size_t n) {
+  return (n + 255) / 256 * 256;
+}
+
+// Host staging of one call: consecutive 256-byte aligned regions, uploaded in one copy.
+struct Staging {
+  std::vector<uint8_t> bytes;
+  size_t put(const void* p, size_t n) {
+    const size_t at = align256(bytes.size());
+    bytes.resize(at + n);
+    if (n) std::memcpy(bytes.data() + at, p, n);
+    return at;
+  }
+};
 
 struct DeviceHc {
   DeviceBuffer norm;

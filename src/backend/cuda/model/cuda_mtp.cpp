@@ -15,25 +15,6 @@
 
 namespace ds::cuda {
 
-namespace {
-
-constexpr size_t align256(size_t n) {
-  return (n + 255) / 256 * 256;
-}
-
-// Host staging of one call: consecutive aligned regions, uploaded in one copy.
-struct HeadStaging {
-  std::vector<uint8_t> bytes;
-  size_t put(const void* p, size_t n) {
-    const size_t at = align256(bytes.size());
-    bytes.resize(at + n);
-    if (n) std::memcpy(bytes.data() + at, p, n);
-    return at;
-  }
-};
-
-}  // namespace
-
 void CudaStreamState::truncate_mtp(int64_t positions) {
   if (positions < 0 || positions > mtp_position)
     fail("truncate_mtp: {} positions requested but the MTP head's cache holds {}", positions, mtp_position);
@@ -116,7 +97,7 @@ int64_t CudaModel::mtp_run(std::span<const CudaMtpSegment> segments) {
   const Layer& L = h.layer;
 
   // Host side: embedding rows, the hidden rows' pointers, the head layer's windows, the logits rows.
-  HeadStaging stage;
+  Staging stage;
   std::vector<float> rowbuf(static_cast<size_t>(n * D));
   gather_rows(host_->embed, tokens.data(), n, rowbuf.data());
   const size_t off_e = stage.put(rowbuf.data(), rowbuf.size() * 4);
