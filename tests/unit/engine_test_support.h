@@ -16,46 +16,20 @@
 #include "model_test_support.h"
 #include "runtime/draft_source.h"
 #include "runtime/engine.h"
+#include "runtime/reply_collector.h"
 
 namespace ds::test {
 
-struct Reply {
-  std::vector<int32_t> tokens;
-  TokenEvent final;
-};
+using Reply = CollectedReply;
 
-// Gathers the events of one request; wait() blocks until its final event.
-class Collector {
+// One request's events; wait() fails the test when no final event comes within 60 s.
+class Collector : public ReplyCollector {
  public:
-  TokenCallback callback() {
-    return [this](const TokenEvent& ev) {
-      std::lock_guard lock(mutex_);
-      if (ev.token >= 0) reply_.tokens.push_back(ev.token);
-      if (ev.finished) {
-        reply_.final = ev;
-        done_ = true;
-        cv_.notify_all();
-      }
-      cv_.notify_all();
-    };
-  }
   Reply wait() {
-    std::unique_lock lock(mutex_);
-    if (!cv_.wait_for(lock, std::chrono::seconds(60), [&] { return done_; }))
-      ADD_FAILURE() << "no final event";
-    return reply_;
+    if (!wait_done(std::chrono::seconds(60))) ADD_FAILURE() << "no final event";
+    return reply();
   }
-  // Blocks until at least n tokens arrived (or the request finished).
-  void wait_tokens(size_t n) {
-    std::unique_lock lock(mutex_);
-    cv_.wait_for(lock, std::chrono::seconds(60), [&] { return done_ || reply_.tokens.size() >= n; });
-  }
-
- private:
-  std::mutex mutex_;
-  std::condition_variable cv_;
-  Reply reply_;
-  bool done_ = false;
+  void wait_tokens(size_t n) { ReplyCollector::wait_tokens(n, std::chrono::seconds(60)); }
 };
 
 inline std::vector<int32_t> random_prompt(size_t n, int64_t vocab, uint32_t seed) {

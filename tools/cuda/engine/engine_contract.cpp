@@ -23,42 +23,23 @@
 #include "core/error.h"
 #include "runtime/engine.h"
 #include "runtime/ngram_drafter.h"
+#include "runtime/reply_collector.h"
 
 namespace {
 
 using namespace ds;
 
-struct Reply {
-  std::vector<int32_t> tokens;
-  TokenEvent final;
-};
+using Reply = CollectedReply;
 
-class Collector {
+// One request's events; wait() throws when no final event comes within 300 s or the request failed.
+class Collector : public ReplyCollector {
  public:
-  TokenCallback callback() {
-    return [this](const TokenEvent& ev) {
-      std::lock_guard lock(mutex_);
-      if (ev.token >= 0) reply_.tokens.push_back(ev.token);
-      if (ev.finished) {
-        reply_.final = ev;
-        done_ = true;
-      }
-      cv_.notify_all();
-    };
-  }
   Reply wait() {
-    std::unique_lock lock(mutex_);
-    if (!cv_.wait_for(lock, std::chrono::seconds(300), [&] { return done_; }))
-      fail("no final event in 300 s");
-    if (reply_.final.reason == FinishReason::Error) fail("the request failed: {}", reply_.final.error);
-    return reply_;
+    if (!wait_done(std::chrono::seconds(300))) fail("no final event in 300 s");
+    Reply r = reply();
+    if (r.final.reason == FinishReason::Error) fail("the request failed: {}", r.final.error);
+    return r;
   }
-
- private:
-  std::mutex mutex_;
-  std::condition_variable cv_;
-  Reply reply_;
-  bool done_ = false;
 };
 
 struct Contract {
