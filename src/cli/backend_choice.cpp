@@ -46,6 +46,13 @@ LoadedBackend load_cuda(const std::string& dir, int64_t context, bool prompt_pat
 
 }  // namespace
 
+void add_backend_options(CLI::App& cmd, std::string& backend, bool& cuda_prompt_passes) {
+  cmd.add_option("--backend", backend, "cpu, or cuda (the GPU; a -DDELTASERVE_CUDA=ON build)");
+  cmd.add_flag("--cuda-prompt-passes", cuda_prompt_passes,
+               "cuda: prompts as tensor-core prompt passes (docs/backend-cuda.md \"Prompt path\"); default: "
+               "decode windows");
+}
+
 LoadedBackend load_backend(const std::string& name, const std::string& model_dir, int64_t context,
                            bool cuda_prompt_path) {
   if (name == "cpu") {

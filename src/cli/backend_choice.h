@@ -1,6 +1,7 @@
 #pragma once
 // `--backend cpu|cuda` for run and serve: the engine's backend over a checkpoint. cuda exists only in a
 // -DDELTASERVE_CUDA=ON build; otherwise it is refused naming that option (as `bench --backend cuda` is).
+#include <CLI/CLI.hpp>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -22,6 +23,9 @@ constexpr int64_t kCudaDefaultContext = 8192;
 
 // `context` 0: the backend's default (the model's max positions on the CPU, kCudaDefaultContext on CUDA).
 // `cuda_prompt_path`: CUDA prompts as prompt passes (cuda::CudaBackend's option, off by default).
+// `--backend` and `--cuda-prompt-passes`, the options run and serve share for load_backend.
+void add_backend_options(CLI::App& cmd, std::string& backend, bool& cuda_prompt_passes);
+
 LoadedBackend load_backend(const std::string& name, const std::string& model_dir, int64_t context,
                            bool cuda_prompt_path = false);
 

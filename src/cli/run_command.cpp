@@ -138,10 +138,7 @@ void register_run_command(CLI::App& app) {
   cmd->add_option("--threads", o->threads, "CPU threads (default: all cores)");
   cmd->add_flag("--ignore-eos", o->ignore_eos, "do not stop at end-of-sequence tokens");
   cmd->add_flag("--no-drafts", o->no_drafts, "never draft (the plain decode path; the same reply)");
-  cmd->add_option("--backend", o->backend, "cpu, or cuda (the GPU; a -DDELTASERVE_CUDA=ON build)");
-  cmd->add_flag("--cuda-prompt-passes", o->cuda_prompt_passes,
-                "cuda: prompts as tensor-core prompt passes (docs/backend-cuda.md \"Prompt path\"); default: "
-                "decode windows");
+  add_backend_options(*cmd, o->backend, o->cuda_prompt_passes);
   cmd->add_option("--context", o->context,
                   "positions per stream, prompt + reply (default: the model's maximum; cuda: at most 8192)");
   cmd->callback([o] { run(*o); });

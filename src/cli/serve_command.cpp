@@ -130,10 +130,7 @@ void register_serve_command(CLI::App& app) {
   cmd->add_option("--memory-limit-gib", o->memory_limit_gib,
                   "weights + stream states + drafting + prompt cache stay under this; 0: no limit")
       ->check(CLI::NonNegativeNumber);
-  cmd->add_option("--backend", o->backend, "cpu, or cuda (the GPU; a -DDELTASERVE_CUDA=ON build)");
-  cmd->add_flag("--cuda-prompt-passes", o->cuda_prompt_passes,
-                "cuda: prompts as tensor-core prompt passes (docs/backend-cuda.md \"Prompt path\"); default: "
-                "decode windows");
+  add_backend_options(*cmd, o->backend, o->cuda_prompt_passes);
   cmd->add_flag("--reference", o->reference,
                 "serve with the serial reference decode instead of the batched engine");
   cmd->callback([o] { serve(*o); });
