@@ -171,7 +171,8 @@ class CudaModel {
   // member: the decode products, or in a prompt pass the tiled tensor-core ones.
   struct PromptScratch;
   void wx(const DeviceMatrix& m, const float* x, int64_t ldx, int n, float* y, int64_t ldy, cudaStream_t st);
-  void wx(const JointMatrix& m, const float* x, int64_t ldx, int n, float* y, cudaStream_t st);  // each part
+  // y[r*width + offset[i] + o] = part i of W times x[r] for every part: one product when joined.
+  void wx(const JointMatrix& m, const float* x, int64_t ldx, int n, float* y, cudaStream_t st);
   bool prompt_experts_tiled(const Layer& L) const;
   const int32_t* prompt_experts(const Layer& L, int n, const float* x);  // returns slot_of
   void prompt_attention(const Layer& L, const AttentionShape& shape, const void* wins,

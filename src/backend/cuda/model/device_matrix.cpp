@@ -237,15 +237,6 @@ void wx(const DeviceMatrix& m, const float* x, int64_t ldx, int n_rows, float* y
   }
 }
 
-void wx(const JointMatrix& m, const float* x, int64_t ldx, int n_rows, float* y, cudaStream_t stream) {
-  if (m.joined.valid()) {
-    wx(m.joined, x, ldx, n_rows, y, m.width, stream);
-    return;
-  }
-  for (size_t i = 0; i < m.parts.size(); ++i)
-    wx(m.parts[i], x, ldx, n_rows, y + m.offset[i], m.width, stream);
-}
-
 void wx_grouped(const DeviceMatrix& m, const ExpertRow* pairs, int n_pairs, const float* x, int64_t ldx,
                 int n_x_rows, float* y, int64_t ldy, cudaStream_t stream) {
   if (n_pairs <= 0) return;

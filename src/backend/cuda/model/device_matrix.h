@@ -64,8 +64,6 @@ DeviceMatrix random_matrix(int64_t rows, int64_t cols, int64_t n_experts, int bi
 // y[r*ldy + o] = W x[r] for n_rows rows of fp32 x (ldx a multiple of 8), in launches of at most 16 rows.
 void wx(const DeviceMatrix& m, const float* x, int64_t ldx, int n_rows, float* y, int64_t ldy,
         cudaStream_t stream);
-// y[r*width + offset[i] + o] = part i of W times x[r] for every part: one launch when joined.
-void wx(const JointMatrix& m, const float* x, int64_t ldx, int n_rows, float* y, cudaStream_t stream);
 // Grouped expert products: y row p = expert pairs[p].expert on x row pairs[p].row (pairs in device memory).
 void wx_grouped(const DeviceMatrix& m, const ExpertRow* pairs, int n_pairs, const float* x, int64_t ldx,
                 int n_x_rows, float* y, int64_t ldy, cudaStream_t stream);
