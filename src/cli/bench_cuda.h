@@ -13,7 +13,8 @@ struct CudaBenchOptions {
   std::vector<int> streams;
   int decode_tokens = 32, warmup_rounds = 2;
   bool json = false;
-  bool engine = true;  // also the same decode through the engine (CudaBackend + KeyedSampler)
+  bool engine = true;  // also the same decode through the engine (CudaBackend: device draws, host draws)
+  bool drafts = true;  // and through the engine with drafts (a model with an MTP head); --no-drafts: not
 };
 
 void run_cuda_bench(const CudaBenchOptions& o);

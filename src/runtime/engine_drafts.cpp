@@ -154,8 +154,7 @@ void Engine::Impl::plan_windows() {
 
 // Draws the window's rows in order while drafts land; on the first miss (or the end of the reply) the rest
 // of the window is dropped and the state rewound to the rows kept.
-void Engine::Impl::verify(Stream& s, const float* logits, int64_t rows) {
-  const int64_t V = model.config().vocab_size;
+void Engine::Impl::verify(Stream& s, const RoundRows& out, size_t first, int64_t rows) {
   const std::vector<int32_t> window = s.window;  // draw_token overwrites s.window
   if (static_cast<int64_t>(window.size()) != rows)
     fail("verify: window of {} rows, logits of {}", window.size(), rows);
@@ -168,8 +167,8 @@ void Engine::Impl::verify(Stream& s, const float* logits, int64_t rows) {
     stats.drafted_total += offered;
   }
   for (int64_t i = 0; i < rows; ++i) {
-    std::span<const float> row(logits + i * V, static_cast<size_t>(V));
-    const int32_t t = draw_token(s, row);
+    const std::span<const float> row = out.logits(first + static_cast<size_t>(i));
+    const int32_t t = draw_token(s, row, out.token(first + static_cast<size_t>(i)));
     kept = i + 1;
     // Row i+1 read draft i+1 as its input: it is a plain row exactly when that draft is the token drawn here.
     const bool lands = i + 1 < rows && window[i + 1] == t;
