@@ -34,9 +34,9 @@ namespace {
 
 // The same decode through the engine (CudaBackend): every stream a 16-token prompt of its own, then a greedy
 // reply of `tokens` (EOS ignored, no prompt cache; drafts by the engine's default source and depth policy, or
-// none); tokens drawn on the device (the DeviceSampler), or with `host_draws` every logits row to the host for
-// the KeyedSampler.
-// Aggregate decode tokens/s: the tokens after each stream's first over the longest decode time.
+// none); tokens drawn on the device (the DeviceSampler), or with `host_draws` every logits row to the host
+// for the KeyedSampler. Aggregate decode tokens/s: the tokens after each stream's first over the longest
+// decode time.
 nlohmann::json engine_rate(const std::shared_ptr<cuda::CudaBackend>& backend, int streams, int tokens,
                            bool drafts, bool host_draws = false) {
   backend->set_device_draws(!host_draws);
@@ -115,7 +115,7 @@ void bench(const CudaBenchOptions& o) {
   r["bytes_per_token"] = model.bytes_per_token();
   r["decode"] = json::array();
   r["engine"] = json::array();
-  r["engine_drafts"] = json::array();  // the same with drafts (MTP head, depth by measured cost)
+  r["engine_drafts"] = json::array();      // the same with drafts (MTP head, depth by measured cost)
   r["engine_host_draws"] = json::array();  // no drafts, every logits row to the host's KeyedSampler
   for (int s : o.streams) {
     const cuda::DecodeRate d = cuda::bench_decode_rounds(model, s, o.decode_tokens, o.warmup_rounds);
@@ -131,7 +131,8 @@ void bench(const CudaBenchOptions& o) {
     return;
   }
   std::printf("%s%8s %12s %12s %18s %14s %16s %18s %16s\n", model.describe().c_str(), "streams", "ms/round",
-              "tok/s", "engine ms/round", "engine tok/s", "+drafts tok/s", "drafted/accepted", "host-draw tok/s");
+              "tok/s", "engine ms/round", "engine tok/s", "+drafts tok/s", "drafted/accepted",
+              "host-draw tok/s");
   for (size_t i = 0; i < r["decode"].size(); ++i) {
     const auto& d = r["decode"][i];
     std::printf("%8d %12.3f %12.1f", d["streams"].get<int>(), d["ms_per_round"].get<double>(),

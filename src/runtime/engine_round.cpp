@@ -81,8 +81,8 @@ RoundRows::RoundRows(DrawnRows drawn, int64_t vocab) : drawn_(std::move(drawn)),
 
 std::span<const float> RoundRows::logits(size_t row) const {
   if (host_at_[row] == SIZE_MAX) return {};
-  return std::span<const float>(drawn_.logits).subspan(host_at_[row] * static_cast<size_t>(vocab_),
-                                                       static_cast<size_t>(vocab_));
+  return std::span<const float>(drawn_.logits)
+      .subspan(host_at_[row] * static_cast<size_t>(vocab_), static_cast<size_t>(vocab_));
 }
 
 std::mutex& forward_mutex() {
@@ -213,7 +213,8 @@ int32_t Engine::Impl::draw_token(Stream& s, std::span<const float> row, int32_t 
   // The drawn token occupies absolute position prompt_len + its index in the reply.
   const int64_t position = s.prompt_len() + static_cast<int64_t>(s.generated.size());
   if (row.empty() && drawn < 0)
-    fail("{}", drawn == kNothingDrawable ? kNothingDrawableMessage : "a row to draw was neither drawn nor returned");
+    fail("{}", drawn == kNothingDrawable ? kNothingDrawableMessage
+                                         : "a row to draw was neither drawn nor returned");
   const int32_t t = row.empty() ? drawn : sampler.sample(row, s.request.sampling, position, s.history);
   s.history.add_generated(t);
   s.generated.push_back(t);

@@ -32,7 +32,8 @@ class ModelBackend {
   // forward() with a use for each of its logits rows (in order): Host rows' logits come back, Draw rows as
   // the token KeyedSampler::sample would draw (the same bits) or kRowOnHost, Skip rows not at all. This
   // default runs forward() and draws on the host.
-  virtual DrawnRows forward_rows(std::span<const ForwardSegment> segments, std::span<const RowDraw> rows) const {
+  virtual DrawnRows forward_rows(std::span<const ForwardSegment> segments,
+                                 std::span<const RowDraw> rows) const {
     return draw_rows_on_host(forward(segments), config().vocab_size, rows);
   }
   // Rewinds `state`, advanced over a window that ran with `record`, to just after the window's first `keep`

@@ -1,6 +1,6 @@
 #pragma once
-// Draw requests packed for a device sampler (src/backend/cuda/sampling/): plain data, one entry per logits row
-// to draw, with the penalty histories and structured-output masks in shared arrays. Built by pack_draws
+// Draw requests packed for a device sampler (src/backend/cuda/sampling/): plain data, one entry per logits
+// row to draw, with the penalty histories and structured-output masks in shared arrays. Built by pack_draws
 // (runtime/row_draws.h) from the same inputs KeyedSampler::sample takes.
 #include <cstdint>
 #include <vector>
@@ -19,9 +19,9 @@ enum class DrawMode : int32_t {
 inline constexpr int32_t kNothingDrawable = -1;
 
 struct PackedRow {
-  int64_t row = 0;  // the logits row (of the backend's call) to draw from
-  uint64_t key = 0;  // draw_key(seed, position)
-  double inv_t = 0;  // 1 / T in double, as KeyedSampler computes it (0 for greedy)
+  int64_t row = 0;       // the logits row (of the backend's call) to draw from
+  uint64_t key = 0;      // draw_key(seed, position)
+  double inv_t = 0;      // 1 / T in double, as KeyedSampler computes it (0 for greedy)
   double log_min_p = 0;  // portable_log(min_p), or -inf when min-p is off
   DrawMode mode = DrawMode::Greedy;
   int32_t top_k = 0;  // 0: off

@@ -62,7 +62,8 @@ PackedDraws pack_draws(std::span<RowDraw> rows, int64_t vocab) {
     pr.top_k = p.top_k_active() ? p.top_k : 0;
     pr.top_p = p.top_p;
     if (p.penalties_active()) {
-      pr.presence = p.presence_penalty, pr.frequency = p.frequency_penalty, pr.repetition = p.repetition_penalty;
+      pr.presence = p.presence_penalty, pr.frequency = p.frequency_penalty,
+      pr.repetition = p.repetition_penalty;
       const TokenCounts merged = history_with_drafts(r);
       pr.entries_begin = static_cast<int32_t>(out.entries.size());
       pr.entries_count = static_cast<int32_t>(merged.entries().size());
@@ -85,7 +86,8 @@ DrawnRows draw_rows_on_host(std::span<const float> logits, int64_t vocab, std::s
   KeyedSampler sampler;
   for (size_t i = 0; i < rows.size(); ++i) {
     const RowDraw& r = rows[i];
-    const std::span<const float> row = logits.subspan(i * static_cast<size_t>(vocab), static_cast<size_t>(vocab));
+    const std::span<const float> row =
+        logits.subspan(i * static_cast<size_t>(vocab), static_cast<size_t>(vocab));
     if (r.use == RowUse::Skip) continue;
     if (r.use == RowUse::Draw && r.params != nullptr) {
       try {

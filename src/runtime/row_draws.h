@@ -36,7 +36,7 @@ inline RowDraw row_with(RowUse use) {
 }
 
 // Per row of DrawnRows::tokens besides a drawn token (>= 0) and kNothingDrawable (packed_draws.h).
-inline constexpr int32_t kRowOnHost = -2;        // the row's logits are in DrawnRows::logits
+inline constexpr int32_t kRowOnHost = -2;  // the row's logits are in DrawnRows::logits
 inline constexpr int32_t kRowSkipped = -3;
 
 struct DrawnRows {

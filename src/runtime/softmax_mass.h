@@ -1,8 +1,8 @@
 #pragma once
 // Probability mass as exact integers (exp(s - max) with 44 fractional bits): integer sums do not depend on
 // order, so a partial top-p over a few candidates keeps the same set as a full sort.
-#include <cstdint>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 
 #include "core/host_device.h"

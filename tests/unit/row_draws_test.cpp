@@ -4,6 +4,8 @@
 // an engine over a backend that takes the hook gives the plain engine's replies (greedy, sampled, penalties,
 // drafted windows cut by misses, logprobs rows on the host), and a device's "nothing drawable" ends the
 // stream with KeyedSampler's error.
+#include "runtime/row_draws.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -14,7 +16,6 @@
 #include "runtime/cpu_backend.h"
 #include "runtime/keyed_noise.h"
 #include "runtime/keyed_sampler.h"
-#include "runtime/row_draws.h"
 #include "runtime/softmax_mass.h"
 
 namespace ds {
@@ -40,8 +41,9 @@ TEST(PackDraws, ModesKeysAndScales) {
   filtered.top_k = 20;
   filtered.min_p = 0.05f;
   filtered.seed = 12;
-  std::vector<RowDraw> rows = {draw_row(greedy, 5, nullptr), row_with(RowUse::Skip), draw_row(dense, 9, nullptr),
-                               row_with(RowUse::Host), draw_row(filtered, 10, nullptr)};
+  std::vector<RowDraw> rows = {draw_row(greedy, 5, nullptr), row_with(RowUse::Skip),
+                               draw_row(dense, 9, nullptr), row_with(RowUse::Host),
+                               draw_row(filtered, 10, nullptr)};
   const PackedDraws p = pack_draws(rows, 1000);
   ASSERT_EQ(p.rows.size(), 3u);
   EXPECT_EQ(p.rows[0].row, 0);
@@ -136,8 +138,8 @@ TEST(DrawRowsOnHost, KeyedSamplerDrawsAndHostRowsInOrder) {
   TokenCounts h;
   h.add_prompt(std::vector<int32_t>{1, 2, 3});
   const std::vector<int32_t> drafts = {7};
-  const std::vector<RowDraw> rows = {draw_row(p, 8, &h, drafts), row_with(RowUse::Host), row_with(RowUse::Skip),
-                                     draw_row(p, 9, &h)};
+  const std::vector<RowDraw> rows = {draw_row(p, 8, &h, drafts), row_with(RowUse::Host),
+                                     row_with(RowUse::Skip), draw_row(p, 9, &h)};
   const DrawnRows out = draw_rows_on_host(logits, V, rows);
   TokenCounts with = h;
   with.add_generated(7);
@@ -165,7 +167,8 @@ class HookedBackend final : public ModelBackend {
     return cpu_.forward(segments);
   }
   bool draws_rows() const override { return true; }
-  DrawnRows forward_rows(std::span<const ForwardSegment> segments, std::span<const RowDraw> rows) const override {
+  DrawnRows forward_rows(std::span<const ForwardSegment> segments,
+                         std::span<const RowDraw> rows) const override {
     DrawnRows out = draw_rows_on_host(cpu_.forward(segments), config().vocab_size, rows);
     for (size_t i = 0; i < rows.size(); ++i) {
       ++uses[static_cast<int>(rows[i].use)];
@@ -248,8 +251,8 @@ TEST_F(RowDrawsEngine, NothingDrawableEndsTheStreamWithTheSamplersError) {
   o.parallel = 1;
   o.prompt_cache_gib = 0;
   Engine engine(backend, o);
-  const test::Reply r =
-      test::run_on(engine, test::make_request(test::random_prompt(10, model_->config().vocab_size, 5), 8, true, 1));
+  const test::Reply r = test::run_on(
+      engine, test::make_request(test::random_prompt(10, model_->config().vocab_size, 5), 8, true, 1));
   EXPECT_EQ(r.final.reason, FinishReason::Error);
   EXPECT_EQ(r.final.error, kNothingDrawableMessage);
   EXPECT_TRUE(r.tokens.empty());

@@ -197,8 +197,9 @@ int device_vs_host_draws(const cli::LoadedBackend& loaded, cuda::CudaBackend& cu
     SamplingParams& s = r.sampling;
     if (i == 0) s.temperature = 0, s.top_p = 1;
     if (i == 2) s.temperature = 0.6f, s.top_k = 20, s.top_p = 0.95f;
-    if (i == 3) s.temperature = 1.0f, s.top_p = 1, s.min_p = 0.05f, s.repetition_penalty = 1.2f,
-                s.presence_penalty = 0.5f, s.frequency_penalty = 0.3f;
+    if (i == 3)
+      s.temperature = 1.0f, s.top_p = 1, s.min_p = 0.05f, s.repetition_penalty = 1.2f,
+      s.presence_penalty = 0.5f, s.frequency_penalty = 0.3f;
     if (i == 4) s.temperature = 1.5f, s.top_p = 1;
     if (i == 5) r.top_logprobs = 2;
     reqs.push_back(r);

@@ -49,8 +49,10 @@ class Maker {
       std::vector<int32_t> prompt(static_cast<size_t>(pick(0, 300)));
       for (auto& t : prompt) t = static_cast<int32_t>(favoured(vocab, c.logits));
       c.history.add_prompt(prompt);
-      for (int g = pick(0, 60); g > 0; --g) c.history.add_generated(static_cast<int32_t>(favoured(vocab, c.logits)));
-      for (int d = pick(0, 4); d > 0; --d) c.drafted.push_back(static_cast<int32_t>(favoured(vocab, c.logits)));
+      for (int g = pick(0, 60); g > 0; --g)
+        c.history.add_generated(static_cast<int32_t>(favoured(vocab, c.logits)));
+      for (int d = pick(0, 4); d > 0; --d)
+        c.drafted.push_back(static_cast<int32_t>(favoured(vocab, c.logits)));
     }
     if (coin(0.25)) {
       c.mask.assign(static_cast<size_t>((vocab + 63) / 64), 0);
@@ -97,9 +99,12 @@ class Maker {
       case 3:  // -inf, NaN, +inf sprinkled
         for (float& v : z) {
           const int r = pick(0, 99);
-          if (r < 10) v = -kInf;
-          else if (r < 13) v = std::numeric_limits<float>::quiet_NaN();
-          else if (r < 15) v = kInf;
+          if (r < 10)
+            v = -kInf;
+          else if (r < 13)
+            v = std::numeric_limits<float>::quiet_NaN();
+          else if (r < 15)
+            v = kInf;
         }
         return "non-finite";
       case 4:  // nothing finite (or a single finite token)
@@ -110,7 +115,8 @@ class Maker {
         return "none-finite";
       case 5:  // -0 and +0 at the top
         for (float& v : z) v = -std::fabs(v) - 1.0f;
-        for (int t = 0; t < 6; ++t) z[static_cast<size_t>(pick(0, static_cast<int>(vocab - 1)))] = coin(0.5) ? 0.0f : -0.0f;
+        for (int t = 0; t < 6; ++t)
+          z[static_cast<size_t>(pick(0, static_cast<int>(vocab - 1)))] = coin(0.5) ? 0.0f : -0.0f;
         return "signed-zeros";
       case 6:  // one dominant token
         z[static_cast<size_t>(pick(0, static_cast<int>(vocab - 1)))] = 50.0f;
@@ -130,18 +136,33 @@ class Maker {
   void params(ds::SamplingParams& p, int64_t vocab) {
     const int mode = pick(0, 9);
     p.seed = rng_();
-    p.temperature = mode == 0 ? 0.0f
-                              : std::vector<float>{1e-6f, 0.01f, 0.3f, 0.6f, 1.0f, 1.5f, 4.0f, 100.0f, 1e4f}
-                                    [static_cast<size_t>(pick(0, 8))];
+    p.temperature =
+        mode == 0
+            ? 0.0f
+            : std::vector<float>{
+                  1e-6f, 0.01f, 0.3f, 0.6f, 1.0f, 1.5f, 4.0f, 100.0f, 1e4f}[static_cast<size_t>(pick(0, 8))];
     if (coin(0.5))
-      p.top_k = std::vector<int32_t>{-1, 0, 1, 2, 5, 20, 50, 1000, static_cast<int32_t>(vocab),
+      p.top_k = std::vector<int32_t>{-1,
+                                     0,
+                                     1,
+                                     2,
+                                     5,
+                                     20,
+                                     50,
+                                     1000,
+                                     static_cast<int32_t>(vocab),
                                      static_cast<int32_t>(vocab + 7)}[static_cast<size_t>(pick(0, 9))];
-    if (coin(0.5)) p.top_p = std::vector<float>{1e-6f, 0.1f, 0.5f, 0.8f, 0.9f, 0.95f, 0.999999f, 1.0f}[static_cast<size_t>(pick(0, 7))];
-    if (coin(0.35)) p.min_p = std::vector<float>{1e-6f, 0.01f, 0.05f, 0.1f, 0.5f, 1.0f}[static_cast<size_t>(pick(0, 5))];
+    if (coin(0.5))
+      p.top_p = std::vector<float>{
+          1e-6f, 0.1f, 0.5f, 0.8f, 0.9f, 0.95f, 0.999999f, 1.0f}[static_cast<size_t>(pick(0, 7))];
+    if (coin(0.35))
+      p.min_p = std::vector<float>{1e-6f, 0.01f, 0.05f, 0.1f, 0.5f, 1.0f}[static_cast<size_t>(pick(0, 5))];
     if (coin(0.35)) {
-      p.presence_penalty = std::vector<float>{-2.0f, -0.5f, 0.0f, 0.7f, 2.0f}[static_cast<size_t>(pick(0, 4))];
+      p.presence_penalty =
+          std::vector<float>{-2.0f, -0.5f, 0.0f, 0.7f, 2.0f}[static_cast<size_t>(pick(0, 4))];
       p.frequency_penalty = std::vector<float>{-1.0f, 0.0f, 0.3f, 2.0f}[static_cast<size_t>(pick(0, 3))];
-      p.repetition_penalty = std::vector<float>{1e-3f, 0.8f, 1.0f, 1.3f, 1e3f}[static_cast<size_t>(pick(0, 4))];
+      p.repetition_penalty =
+          std::vector<float>{1e-3f, 0.8f, 1.0f, 1.3f, 1e3f}[static_cast<size_t>(pick(0, 4))];
     }
   }
 
@@ -172,8 +193,8 @@ ds::RowDraw row_draw(const Case& c) {
 }
 
 // Device draws of `cases` (one call); returns the tokens.
-std::vector<int32_t> device_tokens(ds::cuda::DeviceSampler& sampler, const std::vector<Case>& cases, int64_t vocab,
-                                   DeviceBuffer& logits, cudaStream_t stream) {
+std::vector<int32_t> device_tokens(ds::cuda::DeviceSampler& sampler, const std::vector<Case>& cases,
+                                   int64_t vocab, DeviceBuffer& logits, cudaStream_t stream) {
   std::vector<ds::RowDraw> rows;
   std::vector<float> flat;
   for (const Case& c : cases) {
@@ -183,7 +204,8 @@ std::vector<int32_t> device_tokens(ds::cuda::DeviceSampler& sampler, const std::
   if (logits.bytes() < flat.size() * sizeof(float)) logits = DeviceBuffer(flat.size() * sizeof(float));
   logits.upload(flat.data(), flat.size() * sizeof(float));
   const ds::PackedDraws packed = ds::pack_draws(rows, vocab);
-  if (packed.rows.size() != cases.size()) ds::fail("pack_draws left {} of {} rows to the host", cases.size() - packed.rows.size(), cases.size());
+  if (packed.rows.size() != cases.size())
+    ds::fail("pack_draws left {} of {} rows to the host", cases.size() - packed.rows.size(), cases.size());
   return sampler.draw(logits.as<float>(), vocab, packed, stream);
 }
 
@@ -195,9 +217,12 @@ int main(int argc, char** argv) {
   bool bench = true;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    if (a == "--rows" && i + 1 < argc) rows = std::stoi(argv[++i]);
-    else if (a == "--seed" && i + 1 < argc) seed = std::stoull(argv[++i]);
-    else if (a == "--no-bench") bench = false;
+    if (a == "--rows" && i + 1 < argc)
+      rows = std::stoi(argv[++i]);
+    else if (a == "--seed" && i + 1 < argc)
+      seed = std::stoull(argv[++i]);
+    else if (a == "--no-bench")
+      bench = false;
     else {
       std::fprintf(stderr, "usage: cuda_sampling_check [--rows N] [--seed S] [--no-bench]\n");
       return 2;
@@ -231,26 +256,30 @@ int main(int argc, char** argv) {
             continue;
           }
           if (++failures <= 20)
-            std::printf("MISMATCH vocab %lld row %d (%s): T %g top_k %d top_p %.9g min_p %g pen %g/%g/%g mask %d "
-                        "drafted %zu: device %d host %d\n",
-                        static_cast<long long>(vocab), done + static_cast<int>(i), cases[i].kind.c_str(), p.temperature,
-                        p.top_k, p.top_p, p.min_p, p.presence_penalty, p.frequency_penalty, p.repetition_penalty,
-                        cases[i].mask.empty() ? 0 : 1, cases[i].drafted.size(), dev[i], want);
+            std::printf(
+                "MISMATCH vocab %lld row %d (%s): T %g top_k %d top_p %.9g min_p %g pen %g/%g/%g mask %d "
+                "drafted %zu: device %d host %d\n",
+                static_cast<long long>(vocab), done + static_cast<int>(i), cases[i].kind.c_str(),
+                p.temperature, p.top_k, p.top_p, p.min_p, p.presence_penalty, p.frequency_penalty,
+                p.repetition_penalty, cases[i].mask.empty() ? 0 : 1, cases[i].drafted.size(), dev[i], want);
         }
       }
       total += count;
-      std::printf("vocab %6lld: %5d rows (greedy %lld, temperature only %lld, filtered %lld): device == host %lld\n",
-                  static_cast<long long>(vocab), count, static_cast<long long>(by_mode[0]),
-                  static_cast<long long>(by_mode[1]), static_cast<long long>(by_mode[2]),
-                  static_cast<long long>(same));
+      std::printf(
+          "vocab %6lld: %5d rows (greedy %lld, temperature only %lld, filtered %lld): device == host %lld\n",
+          static_cast<long long>(vocab), count, static_cast<long long>(by_mode[0]),
+          static_cast<long long>(by_mode[1]), static_cast<long long>(by_mode[2]),
+          static_cast<long long>(same));
       std::fflush(stdout);
     }
-    std::printf("%s: %lld rows, %lld mismatches (%lld with nothing drawable)\n", failures == 0 ? "PASS" : "FAIL",
-                static_cast<long long>(total), static_cast<long long>(failures), static_cast<long long>(nothing));
+    std::printf("%s: %lld rows, %lld mismatches (%lld with nothing drawable)\n",
+                failures == 0 ? "PASS" : "FAIL", static_cast<long long>(total),
+                static_cast<long long>(failures), static_cast<long long>(nothing));
     if (bench) {
       // Device draw time per call (upload of the packed rows, kernels, tokens back) at the real vocabulary.
-      std::printf("device draw ms per call, vocabulary 248320 (normal logits, scale 3):\n%6s %10s %10s %12s %14s\n",
-                  "rows", "greedy", "T 1", "T .6 k20 p.95", "T 1 p.9 pen");
+      std::printf(
+          "device draw ms per call, vocabulary 248320 (normal logits, scale 3):\n%6s %10s %10s %12s %14s\n",
+          "rows", "greedy", "T 1", "T .6 k20 p.95", "T 1 p.9 pen");
       for (int n : {1, 8, 32, 64}) {
         std::printf("%6d", n);
         for (int variant = 0; variant < 4; ++variant) {
@@ -263,7 +292,8 @@ int main(int argc, char** argv) {
             c.params.seed = static_cast<uint64_t>(i);
             if (variant == 0) c.params.temperature = 0;
             if (variant == 2) c.params.temperature = 0.6f, c.params.top_k = 20, c.params.top_p = 0.95f;
-            if (variant == 3) c.params.top_p = 0.9f, c.params.repetition_penalty = 1.1f, c.params.presence_penalty = 0.5f;
+            if (variant == 3)
+              c.params.top_p = 0.9f, c.params.repetition_penalty = 1.1f, c.params.presence_penalty = 0.5f;
             cases.push_back(std::move(c));
           }
           device_tokens(sampler, cases, 248320, logits, stream);  // warm-up
@@ -281,7 +311,9 @@ int main(int argc, char** argv) {
             const auto t0 = std::chrono::steady_clock::now();
             const ds::PackedDraws packed = ds::pack_draws(draws, 248320);
             sampler.draw(logits.as<float>(), 248320, packed, stream);
-            best = std::min(best, std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+            best = std::min(
+                best,
+                std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
           }
           std::printf(" %*.3f", variant == 2 ? 12 : variant == 3 ? 14 : 10, best);
         }

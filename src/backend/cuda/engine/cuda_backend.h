@@ -33,7 +33,8 @@ class CudaBackend final : public ModelBackend {
   StreamState new_state() const override;
   std::vector<float> forward(std::span<const ForwardSegment> segments) const override;
   bool draws_rows() const override { return device_draws_; }
-  DrawnRows forward_rows(std::span<const ForwardSegment> segments, std::span<const RowDraw> rows) const override;
+  DrawnRows forward_rows(std::span<const ForwardSegment> segments,
+                         std::span<const RowDraw> rows) const override;
   void rewind(const WindowRecord& record, int64_t keep, StreamState& state) const override;
   bool rewind_reruns() const override { return true; }  // restore + re-run of the kept rows
   bool has_mtp() const override { return model_->has_mtp(); }
@@ -54,7 +55,7 @@ class CudaBackend final : public ModelBackend {
     std::vector<size_t> hidden_at;  // each segment's offset in hidden_dev, SIZE_MAX: none
     size_t hidden_floats = 0;
     float* hidden_dev = nullptr;
-    bool steps_only = true;  // every decode segment one row (a CUDA graph round)
+    bool steps_only = true;               // every decode segment one row (a CUDA graph round)
     bool prompt = false, decode = false;  // the call holds prompt passes / decode windows
   };
   Call prepare(std::span<const ForwardSegment> segments) const;

@@ -17,10 +17,10 @@
 namespace ds::cuda {
 namespace {
 
-constexpr int kThreads = 256;        // row-parallel passes
-constexpr int kChunk = 8192;         // tokens per block of a row-parallel pass
+constexpr int kThreads = 256;         // row-parallel passes
+constexpr int kChunk = 8192;          // tokens per block of a row-parallel pass
 constexpr int kSelectThreads = 1024;  // one block per filtered row
-constexpr int kIdBits = 19;          // ids below kMaxSampledVocab = 2^19
+constexpr int kIdBits = 19;           // ids below kMaxSampledVocab = 2^19
 static_assert((1 << kIdBits) == kMaxSampledVocab);
 constexpr int kDigitBits = 11, kDigits = 1 << kDigitBits, kLevels = 5;  // 55 bits cover a 51-bit key
 constexpr int kTopShift = kDigitBits * (kLevels - 1);
@@ -74,7 +74,8 @@ template <class T, class Offer>
 __device__ void block_best(T& v, int32_t& id, Offer offer) {
   __shared__ T sv[32];
   __shared__ int32_t si[32];
-  for (int o = 16; o > 0; o >>= 1) offer(v, id, __shfl_down_sync(0xffffffffu, v, o), __shfl_down_sync(0xffffffffu, id, o));
+  for (int o = 16; o > 0; o >>= 1)
+    offer(v, id, __shfl_down_sync(0xffffffffu, v, o), __shfl_down_sync(0xffffffffu, id, o));
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
   __syncthreads();
   if (lane == 0) sv[warp] = v, si[warp] = id;
@@ -215,7 +216,8 @@ __global__ void select_kernel(Inputs in, const float* logits, const float* part_
   const float* row = logits + r.row * in.vocab;
   const uint64_t* mask = row_mask(in, r);
   uint64_t bound = 0, key = 0;
-  if (r.top_k > 0 && radix_select<false>(in, r, row, mask, max_s, 0, static_cast<uint64_t>(r.top_k), 1.0f, key))
+  if (r.top_k > 0 &&
+      radix_select<false>(in, r, row, mask, max_s, 0, static_cast<uint64_t>(r.top_k), 1.0f, key))
     bound = key;
   if (r.top_p < 1.0f && radix_select<true>(in, r, row, mask, max_s, bound, 0, r.top_p, key)) bound = key;
   if (threadIdx.x == 0) st = {max_s, bound};
@@ -278,7 +280,8 @@ std::vector<int32_t> DeviceSampler::draw(float* logits, int64_t vocab, const Pac
   staging_.resize(rows_b + entries_b + masks_b);
   std::memcpy(staging_.data(), draws.rows.data(), draws.rows.size() * sizeof(PackedRow));
   if (!draws.entries.empty())
-    std::memcpy(staging_.data() + rows_b, draws.entries.data(), draws.entries.size() * sizeof(TokenCounts::Entry));
+    std::memcpy(staging_.data() + rows_b, draws.entries.data(),
+                draws.entries.size() * sizeof(TokenCounts::Entry));
   if (!draws.mask_words.empty())
     std::memcpy(staging_.data() + rows_b + entries_b, draws.mask_words.data(),
                 draws.mask_words.size() * sizeof(uint64_t));
@@ -288,7 +291,8 @@ std::vector<int32_t> DeviceSampler::draw(float* logits, int64_t vocab, const Pac
   }
   const size_t parts_n = static_cast<size_t>(n) * parts;
   const size_t pz_b = align256(parts_n * 4), pid_b = align256(parts_n * 4), ps_b = align256(parts_n * 8),
-               st_b = align256(static_cast<size_t>(n) * sizeof(RowState)), tok_b = align256(static_cast<size_t>(n) * 4);
+               st_b = align256(static_cast<size_t>(n) * sizeof(RowState)),
+               tok_b = align256(static_cast<size_t>(n) * 4);
   const size_t scratch_need = pz_b + pid_b + ps_b + pid_b + st_b + tok_b;
   if (scratch_.bytes() < scratch_need) {
     check(cudaStreamSynchronize(stream), "DeviceSampler: grow scratch");
@@ -297,7 +301,8 @@ std::vector<int32_t> DeviceSampler::draw(float* logits, int64_t vocab, const Pac
   check(cudaMemcpyAsync(inputs_.data(), staging_.data(), staging_.size(), cudaMemcpyHostToDevice, stream),
         "DeviceSampler: upload");
   auto* base = inputs_.as<unsigned char>();
-  const Inputs in{reinterpret_cast<const PackedRow*>(base), reinterpret_cast<const TokenCounts::Entry*>(base + rows_b),
+  const Inputs in{reinterpret_cast<const PackedRow*>(base),
+                  reinterpret_cast<const TokenCounts::Entry*>(base + rows_b),
                   reinterpret_cast<const uint64_t*>(base + rows_b + entries_b), vocab, parts};
   auto* s = scratch_.as<unsigned char>();
   auto* part_z = reinterpret_cast<float*>(s);
