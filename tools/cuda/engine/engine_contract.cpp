@@ -206,8 +206,8 @@ int device_vs_host_draws(const cli::LoadedBackend& loaded, cuda::CudaBackend& cu
   }
   auto replies = [&](bool device) {
     cuda.set_device_draws(device);
+    std::vector<Collector> cs(reqs.size());  // outlives the engine, whose thread calls them
     Engine e(loaded.backend, c.options(4, false, true, 4));
-    std::vector<Collector> cs(reqs.size());
     for (size_t i = 0; i < reqs.size(); ++i) e.submit(reqs[i], cs[i].callback());
     std::vector<Reply> out;
     for (auto& col : cs) out.push_back(col.wait());

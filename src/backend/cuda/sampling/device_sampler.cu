@@ -19,7 +19,7 @@ namespace {
 
 constexpr int kThreads = 256;         // row-parallel passes
 constexpr int kChunk = 8192;          // tokens per block of a row-parallel pass
-constexpr int kSelectThreads = 1024;  // one block per filtered row
+constexpr int kSelectThreads = 512;   // one block per row (80 registers a thread: 1,024 do not fit)
 constexpr int kIdBits = 19;           // ids below kMaxSampledVocab = 2^19
 static_assert((1 << kIdBits) == kMaxSampledVocab);
 constexpr int kDigitBits = 11, kDigits = 1 << kDigitBits, kLevels = 5;  // 55 bits cover a 51-bit key
@@ -192,7 +192,7 @@ __device__ bool radix_select(const Inputs& in, const PackedRow& r, const float* 
 
 // One block per row: the argmax from pass A's parts (greedy rows are done), then for filtered rows the
 // bound of the kept set: min-p survivors, their top k, the shortest top-p prefix of those.
-__global__ void select_kernel(Inputs in, const float* logits, const float* part_z, const int32_t* part_id,
+__global__ void __launch_bounds__(kSelectThreads) select_kernel(Inputs in, const float* logits, const float* part_z, const int32_t* part_id,
                               RowState* states, int32_t* tokens) {
   const PackedRow& r = in.rows[blockIdx.x];
   RowState& st = states[blockIdx.x];
