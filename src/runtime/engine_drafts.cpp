@@ -30,6 +30,11 @@ void Engine::Impl::calibrate_costs() {
     for (int64_t i = 0; i < rows; ++i) tokens[i] = static_cast<int32_t>((i + 3) % vocab);
     return tokens;
   };
+  // A window's rows drawn as a round draws them: on the backend's device when it draws (greedy), else logits
+  // to the host, so the table and the rounds it is refined by (RoundCosts::observe) time the same work.
+  SamplingParams greedy;
+  greedy.temperature = 0;
+  const TokenCounts no_history;
   round_costs.calibrate(
       widths,
       [&](int64_t rows) {
@@ -37,9 +42,18 @@ void Engine::Impl::calibrate_costs() {
         StreamState scratch = model.new_state();
         WindowRecord record;
         ForwardSegment seg{&scratch, tokens, false, rows > 1, nullptr, rows > 1 ? &record : nullptr};
+        std::vector<RowDraw> uses(static_cast<size_t>(rows), row_with(RowUse::Draw));
+        for (int64_t i = 0; i < rows; ++i) {
+          uses[static_cast<size_t>(i)].params = &greedy;
+          uses[static_cast<size_t>(i)].position = i;
+          uses[static_cast<size_t>(i)].history = &no_history;
+        }
         std::lock_guard lock(forward_mutex());
         const auto start = EngineClock::now();
-        model.forward({&seg, 1});
+        if (model.draws_rows())
+          model.forward_rows({&seg, 1}, uses);
+        else
+          model.forward({&seg, 1});
         return ms_since(start);
       },
       kCalibrationPasses);

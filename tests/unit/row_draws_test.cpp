@@ -162,8 +162,9 @@ class HookedBackend final : public ModelBackend {
   int64_t max_context() const override { return cpu_.max_context(); }
   int64_t weights_bytes() const override { return cpu_.weights_bytes(); }
   StreamState new_state() const override { return cpu_.new_state(); }
-  // Rounds go through forward_rows; only the draft policy's calibration calls this.
+  // Never called by an engine: rounds and the draft policy's calibration go through forward_rows.
   std::vector<float> forward(std::span<const ForwardSegment> segments) const override {
+    ++forwards;
     return cpu_.forward(segments);
   }
   bool draws_rows() const override { return true; }
@@ -185,6 +186,7 @@ class HookedBackend final : public ModelBackend {
     return cpu_.mtp_forward(segments);
   }
   mutable int64_t uses[3] = {0, 0, 0};  // Skip, Host, Draw
+  mutable int64_t forwards = 0;
 
  private:
   CpuBackend cpu_;
@@ -243,6 +245,24 @@ TEST_F(RowDrawsEngine, DrawnRowsGiveThePlainEnginesReplies) {
   EXPECT_GT(backend->uses[2], 0);  // drawn through the hook
   EXPECT_GT(backend->uses[1], 0);  // the logprobs request's rows
   EXPECT_GT(backend->uses[0], 0);  // prompt pieces that do not end their prompt
+  EXPECT_EQ(backend->forwards, 0);
+}
+
+// The depth policy's calibration times windows through forward_rows, as the rounds that refine it run.
+TEST_F(RowDrawsEngine, CalibrationTimesTheDrawingPath) {
+  const Model& m = *model_;
+  std::vector<int32_t> phrase = test::random_prompt(12, m.config().vocab_size, 8), prompt;
+  for (int i = 0; i < 6; ++i) prompt.insert(prompt.end(), phrase.begin(), phrase.end());
+  const GenerationRequest r = test::make_request(prompt, 24, false, 3);
+  const test::Reply want = test::run_plain(m, r);
+  auto backend = std::make_shared<HookedBackend>(m);
+  EngineOptions o;
+  o.parallel = 1;
+  o.prompt_cache_gib = 0;  // drafts on, depth by measured cost: the first drafting round calibrates
+  Engine engine(backend, o);
+  test::expect_same(test::run_on(engine, r), want, "calibrated");
+  EXPECT_EQ(backend->forwards, 0);
+  EXPECT_GT(backend->uses[2], 24);  // the reply's rows and the calibration windows' rows
 }
 
 TEST_F(RowDrawsEngine, NothingDrawableEndsTheStreamWithTheSamplersError) {
