@@ -16,6 +16,7 @@
 #include "backend/cuda/model/ple_kernels.h"
 #include "backend/cuda/model/programmatic_graph.h"
 #include "backend/cuda/moe_routing.h"
+#include "backend/cuda/tc_decode.h"
 #include "core/error.h"
 #include "model/layers/ple.h"
 
@@ -61,7 +62,9 @@ void CudaModel::hc_mix(const DeviceHc& hc, int n, float* H, const float* pending
   op("hc up");
   // One row: activations, up product and combine in one launch where the kernel takes the shape (same bits).
   // Not in a prompt pass: there every row takes the tiled products, whatever the pass's row count.
-  if (n == 1 && !prompt_pass_ && hc.up.kind == DeviceMatrix::Kind::Affine && S == 4 &&
+  // (Not with the tensor decode products either: hc up then takes them at every row count.)
+  if (n == 1 && !prompt_pass_ && opt_.decode_products == DecodeProducts::Fma &&
+      hc.up.kind == DeviceMatrix::Kind::Affine && S == 4 &&
       affine_wx_hc_tail(hc.up.affine, s.low_iota, R, inv_s, s.normed, D, x, iota, st))
     return;
   hc_activations(s.low_iota, n, hc.down_inject.width, R, S, inv_s, s.low, iota, st);
@@ -110,7 +113,7 @@ void CudaModel::moe(const Layer& L, int n, const float* x, float* y) {
   moe_route(s.rjoint, n, E, K, cfg_.norm_topk_prob, s.ids, s.weights, st, RW, pairs ? s.up_pairs : nullptr,
             pairs ? s.down_pairs : nullptr, stacked ? E : -1);
   const int32_t* slot_of = nullptr;
-  if (prompt_pass_ && prompt_experts_tiled(L)) {
+  if ((prompt_pass_ || decode_tensor_experts(L)) && prompt_experts_tiled(L)) {
     slot_of = prompt_experts(L, n, x);
   } else if (windows) {
     moe_expert_windows(s.ids, n, K, E, s.windows, s.row_ids, s.slot_of, st);
@@ -267,6 +270,10 @@ void CudaModel::ensure_scratch(int n) {
                               static_cast<int>(c.head_dim), static_cast<int>(c.rotary_dim), c.rms_eps};
   const size_t attn_ws =
       c.head_dim == 128 || c.head_dim == 256 ? attention_decode_workspace_bytes(ashape, n) : 0;
+  // The decode tensor products split x of at most n rows of the widest input, or the experts' n*K rows.
+  const int64_t widest =
+      std::max({SD, D, vd, c.n_heads * c.head_dim, c.hc_rank, sinter, inter, c.ple_embed_dim});
+  const size_t tc_split = std::max(tc_decode_scratch_bytes(widest, n), tc_decode_scratch_bytes(inter, n * K));
   std::vector<std::pair<void**, int64_t>> parts = {
       {(void**)&s->H, n * SD * 4},
       {(void**)&s->x, n * D * 4},
@@ -310,7 +317,13 @@ void CudaModel::ensure_scratch(int n) {
       {(void**)&s->xs, n * D * 4},
       {(void**)&s->logits, n * V * 4},
       {(void**)&s->want, n * 4},
-      {(void**)&s->argmax, n * 4}};
+      {(void**)&s->argmax, n * 4},
+      {(void**)&s->tc_split, static_cast<int64_t>(tc_split)},
+      {(void**)&s->tc_tiles,
+       max_expert_tiles(n, static_cast<int>(K), static_cast<int>(std::max<int64_t>(c.n_experts, 1))) *
+           int64_t{sizeof(ExpertWindow)}},
+      {(void**)&s->tc_group,
+       static_cast<int64_t>(expert_tiles_scratch_bytes(static_cast<int>(c.n_experts)))}};
   size_t total = 0;
   for (auto& p : parts) total += align256(static_cast<size_t>(p.second));
   s->arena = DeviceBuffer(total);
@@ -320,6 +333,7 @@ void CudaModel::ensure_scratch(int n) {
     at += align256(static_cast<size_t>(p.second));
   }
   s->attn_ws_bytes = attn_ws;
+  s->tc_split_bytes = tc_split;
   scratch_ = std::move(s);
 }
 

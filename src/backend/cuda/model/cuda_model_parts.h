@@ -107,6 +107,12 @@ struct CudaModel::Scratch {
   void*
       attn_ws;  // attention_decode's split-KV partials (caller-owned, so a captured graph allocates nothing)
   size_t attn_ws_bytes = 0;
+  // The decode tensor products' x planes (tc_decode_scratch_bytes) and their expert tiles and grouping
+  // scratch.
+  void* tc_split = nullptr;
+  size_t tc_split_bytes = 0;
+  ExpertWindow* tc_tiles = nullptr;
+  void* tc_group = nullptr;
   DeviceBuffer staged_buf;
   uint8_t* pinned = nullptr;
   size_t pinned_bytes = 0;
