@@ -37,10 +37,11 @@ std::string format_name(int bits, int group) {
                    : "decode tc affine " + std::to_string(bits) + "-bit g" + std::to_string(group);
 }
 
-// 1030 outputs (a partial warp), 320 columns (a partial stage; 3- and 5-bit rows not a multiple of 16 bytes).
+// 1030 outputs (a partial warp), 320 columns (a partial stage; 3- and 5-bit rows not a multiple of 16 bytes;
+// 384 for group 128).
 void check_format(Tally& tally, int bits, int group, std::mt19937_64& rng, const Stream& s, double& worst,
                   double& weakest, int& prompt_equal, int& prompt_total) {
-  const int64_t rows = 1030, cols = 320;
+  const int64_t rows = 1030, cols = group == 128 ? 384 : 320;
   const int n = 70;  // two row tiles (64 + 6)
   TcWeight t = make_weight(rows, cols, bits, group, 1, rng);
   const std::string name = format_name(bits, group);
@@ -99,7 +100,7 @@ void check_format(Tally& tally, int bits, int group, std::mt19937_64& rng, const
 
 // Experts grouped by moe_expert_tiles; every slot == tc_decode_wx of its expert on its row alone.
 void check_experts(Tally& tally, int bits, int n_rows, int k, int n_experts, std::mt19937_64& rng,
-                   const Stream& s) {
+                   const Stream& s, int tile_rows) {
   const int64_t rows = 1024, cols = 256;
   TcWeight t = make_weight(rows, cols, bits, 64, n_experts, rng);
   std::vector<int32_t> topk(n_rows * k);
@@ -109,12 +110,12 @@ void check_experts(Tally& tally, int bits, int n_rows, int k, int n_experts, std
     std::shuffle(ids.begin(), ids.end(), rng);
     for (int j = 0; j < k; ++j) topk[r * k + j] = ids[j];
   }
-  const int total = n_rows * k, max_tiles = max_expert_tiles(n_rows, k, n_experts);
+  const int total = n_rows * k, max_tiles = max_expert_tiles(n_rows, k, n_experts, tile_rows);
   const DeviceBuffer d_topk = upload(topk);
   DeviceBuffer tiles(max_tiles * sizeof(ExpertWindow)), row_ids(total * 4), slot_of(total * 4),
       group(expert_tiles_scratch_bytes(n_experts));
   moe_expert_tiles(d_topk.as<int32_t>(), n_rows, k, n_experts, tiles.as<ExpertWindow>(), max_tiles,
-                   row_ids.as<int32_t>(), slot_of.as<int32_t>(), group.data(), s.get());
+                   row_ids.as<int32_t>(), slot_of.as<int32_t>(), group.data(), s.get(), tile_rows);
   s.synchronize();
   const auto h_tiles = download<ExpertWindow>(tiles, max_tiles);
   const auto h_rows = download<int32_t>(row_ids, total);
@@ -129,7 +130,7 @@ void check_experts(Tally& tally, int bits, int n_rows, int k, int n_experts, std
     y.fill_bytes(0xFF);
     const int n_x = pass == 0 ? n_rows : total;
     DeviceBuffer scratch(tc_decode_scratch_bytes(cols, n_x));
-    tc_decode_experts(t.w, tiles.as<ExpertWindow>(), max_tiles, std::min(n_rows, kDecodeTileRows),
+    tc_decode_experts(t.w, tiles.as<ExpertWindow>(), max_tiles, std::min(n_rows, tile_rows),
                       pass == 0 ? row_ids.as<int32_t>() : nullptr, x.as<float>(), cols, n_x, y.as<float>(),
                       rows, scratch.data(), scratch.bytes(), s.get());
     s.synchronize();
@@ -162,6 +163,55 @@ void check_experts(Tally& tally, int bits, int n_rows, int k, int n_experts, std
                name + ": every slot == its expert on its row alone (gate|up via row_ids, down in order)");
 }
 
+// The fixtures' small shapes (a few outputs, 32-512 columns), dense and 4-bit, at 1, 3 and 16 rows, within
+// the bound; and three products back to back on one scratch without a sync == each run alone (the model's
+// sequence: each split overwrites the planes the previous product read).
+void check_small_shapes(Tally& tally, std::mt19937_64& rng, const Stream& s) {
+  const int64_t shapes[][2] = {{20, 512}, {137, 128}, {320, 128}, {128, 32}, {200, 128}, {64, 64}, {4, 128}};
+  bool ok = true;
+  std::string first_bad;
+  for (int bits : {0, 4})
+    for (const auto& sh : shapes)
+      for (int n : {1, 3, 16}) {
+        const int64_t rows = sh[0], cols = sh[1];
+        TcWeight t = make_weight(rows, cols, bits, 32, 1, rng);
+        const std::vector<float> xh = random_normal(n * cols, 1.0f, rng);
+        const DeviceBuffer x = upload(xh);
+        const std::vector<float> y = run_decode(t.w, x, cols, 0, n, s);
+        for (int r = 0; r < n; ++r)
+          for (int64_t o = 0; o < rows; ++o) {
+            double ref = 0, mag = 0;
+            for (int64_t i = 0; i < cols; ++i) {
+              ref += t.value(0, o, i, 1.0) * xh[r * cols + i];
+              mag += t.magnitude(0, o, i) * std::fabs(xh[r * cols + i]);
+            }
+            if (!(std::fabs(y[r * rows + o] - ref) <= tc_bound_factor(cols) * mag + 1e-30) && ok) {
+              ok = false;
+              first_bad = std::to_string(bits) + "-bit " + std::to_string(rows) + "x" + std::to_string(cols) +
+                          " n " + std::to_string(n) + " row " + std::to_string(r) + " out " +
+                          std::to_string(o);
+            }
+          }
+      }
+  tally.expect(ok, "decode tc small shapes (dense and 4-bit, 4-320 outputs, 32-512 columns) within bound" +
+                       (ok ? "" : " (first bad: " + first_bad + ")"));
+  TcWeight a = make_weight(200, 128, 0, 0, 1, rng), b = make_weight(1030, 512, 4, 32, 1, rng),
+           c = make_weight(320, 64, 6, 64, 1, rng);
+  const int n = 13;
+  const DeviceBuffer xa = upload(random_normal(n * 128, 1.0f, rng)),
+                     xb = upload(random_normal(n * 512, 1.0f, rng)),
+                     xc = upload(random_normal(n * 64, 1.0f, rng));
+  DeviceBuffer scratch(tc_decode_scratch_bytes(512, n)), ya(n * 200 * 4), yb(n * 1030 * 4), yc(n * 320 * 4);
+  tc_decode_wx(a.w, xa.as<float>(), 128, n, ya.as<float>(), 200, scratch.data(), scratch.bytes(), s.get());
+  tc_decode_wx(b.w, xb.as<float>(), 512, n, yb.as<float>(), 1030, scratch.data(), scratch.bytes(), s.get());
+  tc_decode_wx(c.w, xc.as<float>(), 64, n, yc.as<float>(), 320, scratch.data(), scratch.bytes(), s.get());
+  s.synchronize();
+  const bool same = download<float>(ya, n * 200) == run_decode(a.w, xa, 128, 0, n, s) &&
+                    download<float>(yb, n * 1030) == run_decode(b.w, xb, 512, 0, n, s) &&
+                    download<float>(yc, n * 320) == run_decode(c.w, xc, 64, 0, n, s);
+  tally.expect(same, "decode tc: three products back to back on one scratch == each alone");
+}
+
 template <class F>
 bool refused_naming(F&& f, const char* word) {
   try {
@@ -187,9 +237,12 @@ void run_tc_decode_checks(Tally& tally) {
       "decode tc products: worst err/bound %.4f, weakest negative control %.1fx the bound; decode rows "
       "with the prompt products' bits: %d of %d outputs\n",
       worst, weakest, prompt_equal, prompt_total);
-  check_experts(tally, 4, 90, 3, 6, rng, s);
-  check_experts(tally, 0, 40, 2, 5, rng, s);
-  check_experts(tally, 6, 130, 2, 3, rng, s);  // about 87 rows an expert: two tiles each
+  check_small_shapes(tally, rng, s);
+  check_experts(tally, 4, 90, 3, 6, rng, s, kDecodeTileRows);
+  check_experts(tally, 0, 40, 2, 5, rng, s, kDecodeTileRows);
+  check_experts(tally, 6, 130, 2, 3, rng, s, kDecodeTileRows);  // about 87 rows an expert: two tiles each
+  check_experts(tally, 4, 90, 3, 6, rng, s, kDecodeExpertTileRows);  // the model's decode tiles of 8
+  check_experts(tally, 0, 16, 2, 8, rng, s, kDecodeExpertTileRows);
 
   // Bad shapes and arguments, refused by name.
   std::vector<float> xh(64, 1.0f);

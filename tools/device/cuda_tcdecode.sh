@@ -5,7 +5,7 @@
 # products), (b) the prompt products' checks (--only tiled --no-bench: they share tc_common.cuh), (c)
 # cuda_model_check's checks on the fixtures with DS_CUDA_DECODE_PRODUCTS=tensor-all (every matrix the tensor
 # products take), (d) the real-shape bench on $BENCH_CONFIG with DS_CUDA_DECODE_PRODUCTS=tensor, then fma. Each
-# part under its own timeout, each run even when another fails; logs under $OUT.
+# part under its own timeout, each run even when another fails; logs under $OUT. MODES: the bench modes.
 # Usage: DS_VENDOR_INCLUDE=DIR [FIXTURE_ROOT=DIR] BENCH_CONFIG=FILE tools/device/cuda_tcdecode.sh [bench args]
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -44,7 +44,7 @@ grep -ciE "\bFAIL" "$out/checks_tensor.log" | sed 's/^/failing lines: /' | tee -
 tail -3 "$out/checks_tensor.log" | tee -a "$out/summary.txt"
 
 if [[ -n "${BENCH_CONFIG:-}" ]]; then
-  for mode in tensor fma; do
+  for mode in ${MODES:-tensor fma}; do
     stamp "== (d) model bench, $mode =="
     DS_CUDA_DECODE_PRODUCTS=$mode timeout "${BENCH_TIMEOUT:-75}" "$bm/cuda_model_check" "$fixtures" --no-checks \
       --bench "$BENCH_CONFIG" "$@" >"$out/bench_$mode.log" 2>&1 || status=1

@@ -224,6 +224,55 @@ __global__ void __launch_bounds__(kThreads)
     for (int e = 0; e < 4; ++e) acc[f][e] = 0.0f;
   const int64_t og[2] = {min(o0 + g, W.rows - 1), min(o0 + g + 8, W.rows - 1)};
 
+  // One unit of 32 columns of stage st (its first unit t0): decode, MMAs per 8 rows, epilogue in order.
+  auto unit_step = [&](const uint32_t* st, int64_t t0, int u) {
+    const int64_t unit = t0 + u;
+    uint32_t P[2][4];
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+      unit_pairs<Bits>(st + (g + 8 * h) * L::kRowWords + u * (Bits == 0 ? 16 : Bits), t, P[h]);
+    const uint32_t a[2][4] = {{P[0][0], P[1][0], P[0][1], P[1][1]}, {P[0][2], P[1][2], P[0][3], P[1][3]}};
+    float scale[2] = {0.0f, 0.0f}, bias[2] = {0.0f, 0.0f};
+    if constexpr (Bits != 0) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int64_t base = W.sb_base + og[h] * W.groups_per_row;
+        const int64_t w_lo = (base + ((t0 * 32) >> W.group_shift)) >> 1;
+        const int64_t li = base + ((unit * 32) >> W.group_shift) - 2 * w_lo;
+        const uint16_t* sb =
+            reinterpret_cast<const uint16_t*>(st + (g + 8 * h) * L::kRowWords + L::kCodeWords);
+        scale[h] = from_bf16(sb[li]);
+        bias[h] = from_bf16(sb[8 + li]);
+      }
+    }
+#pragma unroll
+    for (int f = 0; f < NF; ++f) {
+      if (8 * f >= count) break;  // uniform over the block
+      uint4 b[kTerms];
+#pragma unroll
+      for (int j = 0; j < kTerms; ++j)
+        b[j] = xb[f] >= 0 ? __ldg(X.planes + ((j * X.n_x + xb[f]) * X.cols + unit * 32) / 8 + t)
+                          : make_uint4(0, 0, 0, 0);
+      float part[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+      float(&target)[4] = Bits == 0 ? acc[f] : part;
+      // Per k step the smallest term first: the prompt products' order.
+#pragma unroll
+      for (int ks = 0; ks < 2; ++ks)
+#pragma unroll
+        for (int j = kTerms - 1; j >= 0; --j)
+          mma_bf16(target, a[ks], ks == 0 ? b[j].x : b[j].z, ks == 0 ? b[j].y : b[j].w);
+      if constexpr (Bits != 0) {
+        const float sx[2] = {xc[f][0] >= 0 ? __ldg(X.sums + xc[f][0] * T + unit) : 0.0f,
+                             xc[f][1] >= 0 ? __ldg(X.sums + xc[f][1] * T + unit) : 0.0f};
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          acc[f][e] = __fmaf_rn(scale[e >> 1], part[e], acc[f][e]);
+          acc[f][e] = __fmaf_rn(bias[e >> 1], sx[e & 1], acc[f][e]);
+        }
+      }
+    }
+  };
+
   for (int64_t s = 0; s < n_stages; ++s) {
     issue_stage<Bits>(W, o0, s + kStages - 1, n_stages, ring + ((s + kStages - 1) % kStages) * L::kWords,
                       lane);
@@ -232,54 +281,13 @@ __global__ void __launch_bounds__(kThreads)
     const uint32_t* st = ring + (s % kStages) * L::kWords;
     const int64_t t0 = s * kUnitsPerStage;
     const int nu = static_cast<int>(min(int64_t{kUnitsPerStage}, T - t0));
+    // A full stage unrolled: the units' MMA chains are independent (only the epilogue runs in unit order),
+    // so the compiler can overlap them.
+    if (nu == kUnitsPerStage) {
 #pragma unroll
-    for (int u = 0; u < kUnitsPerStage; ++u) {
-      if (u >= nu) break;
-      const int64_t unit = t0 + u;
-      uint32_t P[2][4];
-#pragma unroll
-      for (int h = 0; h < 2; ++h)
-        unit_pairs<Bits>(st + (g + 8 * h) * L::kRowWords + u * (Bits == 0 ? 16 : Bits), t, P[h]);
-      const uint32_t a[2][4] = {{P[0][0], P[1][0], P[0][1], P[1][1]}, {P[0][2], P[1][2], P[0][3], P[1][3]}};
-      float scale[2] = {0.0f, 0.0f}, bias[2] = {0.0f, 0.0f};
-      if constexpr (Bits != 0) {
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int64_t base = W.sb_base + og[h] * W.groups_per_row;
-          const int64_t w_lo = (base + ((t0 * 32) >> W.group_shift)) >> 1;
-          const int64_t li = base + ((unit * 32) >> W.group_shift) - 2 * w_lo;
-          const uint16_t* sb =
-              reinterpret_cast<const uint16_t*>(st + (g + 8 * h) * L::kRowWords + L::kCodeWords);
-          scale[h] = from_bf16(sb[li]);
-          bias[h] = from_bf16(sb[8 + li]);
-        }
-      }
-#pragma unroll
-      for (int f = 0; f < NF; ++f) {
-        if (8 * f >= count) break;  // uniform over the block
-        uint4 b[kTerms];
-#pragma unroll
-        for (int j = 0; j < kTerms; ++j)
-          b[j] = xb[f] >= 0 ? __ldg(X.planes + ((j * X.n_x + xb[f]) * X.cols + unit * 32) / 8 + t)
-                            : make_uint4(0, 0, 0, 0);
-        float part[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-        float(&target)[4] = Bits == 0 ? acc[f] : part;
-        // Per k step the smallest term first: the prompt products' order.
-#pragma unroll
-        for (int ks = 0; ks < 2; ++ks)
-#pragma unroll
-          for (int j = kTerms - 1; j >= 0; --j)
-            mma_bf16(target, a[ks], ks == 0 ? b[j].x : b[j].z, ks == 0 ? b[j].y : b[j].w);
-        if constexpr (Bits != 0) {
-          const float sx[2] = {xc[f][0] >= 0 ? __ldg(X.sums + xc[f][0] * T + unit) : 0.0f,
-                               xc[f][1] >= 0 ? __ldg(X.sums + xc[f][1] * T + unit) : 0.0f};
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            acc[f][e] = __fmaf_rn(scale[e >> 1], part[e], acc[f][e]);
-            acc[f][e] = __fmaf_rn(bias[e >> 1], sx[e & 1], acc[f][e]);
-          }
-        }
-      }
+      for (int u = 0; u < kUnitsPerStage; ++u) unit_step(st, t0, u);
+    } else {
+      for (int u = 0; u < nu; ++u) unit_step(st, t0, u);
     }
     __syncwarp();  // every lane is done with stage s before its slot is refilled
   }

@@ -19,6 +19,9 @@
 namespace ds::cuda {
 
 constexpr int kDecodeTileRows = 64;  // rows of one tile (the row tier is 8, 16, 32 or 64: same bits)
+// Decode expert tiles hold at most 8 slots (one B fragment): the kernel then runs its lightest tier at every
+// row count; an expert serving more rows of a step is read once per 8 of them (rare with 512 experts).
+constexpr int kDecodeExpertTileRows = 8;
 
 // Whether the decode tensor products take this weight: tiled_supported (cols a multiple of 32), codes 16-byte
 // aligned, scales and biases at the same offset mod 4 bytes. A function of the weight alone.

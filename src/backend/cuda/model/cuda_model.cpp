@@ -320,7 +320,8 @@ void CudaModel::ensure_scratch(int n) {
       {(void**)&s->argmax, n * 4},
       {(void**)&s->tc_split, static_cast<int64_t>(tc_split)},
       {(void**)&s->tc_tiles,
-       max_expert_tiles(n, static_cast<int>(K), static_cast<int>(std::max<int64_t>(c.n_experts, 1))) *
+       max_expert_tiles(n, static_cast<int>(K), static_cast<int>(std::max<int64_t>(c.n_experts, 1)),
+                        kDecodeExpertTileRows) *
            int64_t{sizeof(ExpertWindow)}},
       {(void**)&s->tc_group,
        static_cast<int64_t>(expert_tiles_scratch_bytes(static_cast<int>(c.n_experts)))}};

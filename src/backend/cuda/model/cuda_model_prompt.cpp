@@ -114,7 +114,8 @@ const int32_t* CudaModel::prompt_experts(const Layer& L, int n, const float* x) 
   const int K = static_cast<int>(cfg_.experts_per_tok), E = static_cast<int>(cfg_.n_experts),
             I = static_cast<int>(cfg_.moe_inter);
   const int64_t D = cfg_.hidden;
-  const int max_tiles = max_expert_tiles(n, K, E);
+  const int tile_rows = prompt_pass_ ? kTileRows : kDecodeExpertTileRows;
+  const int max_tiles = max_expert_tiles(n, K, E, tile_rows);
   ExpertWindow* tiles = s.tc_tiles;  // decode: the call's scratch (a captured graph allocates nothing)
   void* group = s.tc_group;
   if (prompt_pass_) {
@@ -125,7 +126,6 @@ const int32_t* CudaModel::prompt_experts(const Layer& L, int n, const float* x) 
     tiles = ps.tiles.as<ExpertWindow>(), group = ps.group.data();
   }
   // The routed products over the tiles and the stacked shared expert's over every row, prompt or decode kind.
-  const int tile_rows = std::min(n, kDecodeTileRows);  // a tile holds at most one slot of each row
   auto experts = [&](const TiledWeight& w, const int32_t* row_ids, const float* xs, int64_t ldx, int n_x,
                      float* y, int64_t ldy) {
     if (prompt_pass_)
@@ -141,7 +141,7 @@ const int32_t* CudaModel::prompt_experts(const Layer& L, int n, const float* x) 
       tc_decode_wx(w, xs, ldx, n, y, ldy, s.tc_split, s.tc_split_bytes, st);
   };
   op("moe expert gate|up");
-  moe_expert_tiles(s.ids, n, K, E, tiles, max_tiles, s.row_ids, s.slot_of, group, st);
+  moe_expert_tiles(s.ids, n, K, E, tiles, max_tiles, s.row_ids, s.slot_of, group, st, tile_rows);
   TiledWeight t;
   tiled_view(L.gate_up, t);
   experts(t, s.row_ids, x, D, n, s.gu, 2 * I);
