@@ -35,7 +35,7 @@ struct BenchOptions {
   int bandwidth_mib = 1024;
   int draft_tokens = 64;  // reply length of the drafts off/on line; 0 skips it
   bool json = false, no_drafts = false, no_weight_tiles = false;
-  bool cuda_prompt_passes = false;
+  bool cuda_prompt_passes = true;
 };
 
 double seconds_since(Clock::time_point t0) {
@@ -261,7 +261,8 @@ void register_bench_command(CLI::App& app) {
                   "cpu, or cuda (decode rounds on the GPU; a -DDELTASERVE_CUDA=ON build)");
   cmd->add_option("--seed", o->seed, "seed of the dummy weights and the token ids");
   cmd->add_flag("--cuda-prompt-passes", o->cuda_prompt_passes,
-                "cuda: prompts through the engine as prompt passes (docs/backend-cuda.md \"Prompt path\")");
+                "cuda: prompts through the engine as prompt passes (docs/backend-cuda.md \"Prompt path\"; "
+                "default; =false: as decode windows)");
   cmd->add_option("--prompt-lengths", o->prompt_lengths, "prompt lengths, one stream each")->delimiter(',');
   cmd->add_option("--streams", o->streams, "decode stream counts")->delimiter(',');
   cmd->add_option("--decode-tokens", o->decode_tokens, "timed decode rounds per stream count");

@@ -160,21 +160,21 @@ void run_prompt_real_heads(Tally& tally, const std::string& config_path) {
       "of it); top-1 disagreements %d\n",
       tokens.size(), worst, bound, worst / bound, top1_bad);
   tally.expect(worst <= bound, "real heads: prompt path within 1e-3 of the largest logit of the decode path");
-  // The chunked DeltaNet rule alone: the same prompt pass with the per-token rule.
-  m.set_prompt_chunked_deltanet(false);
-  CudaStreamState pt = m.new_state();
-  const std::vector<float> per_token = prompt_pieces(m, pt, tokens, {});
+  // The chunked DeltaNet rule (off by default): the same prompt pass with it, against the default's.
   m.set_prompt_chunked_deltanet(true);
+  CudaStreamState pc = m.new_state();
+  const std::vector<float> chunked = prompt_pieces(m, pc, tokens, {});
+  m.set_prompt_chunked_deltanet(opt.prompt_chunked_deltanet);
   double rule_diff = 0;
-  for (size_t i = 0; i < per_token.size() && per_token.size() == prompt.size(); ++i)
-    rule_diff = std::max(rule_diff, std::fabs(double(prompt[i]) - per_token[i]));
+  for (size_t i = 0; i < chunked.size() && chunked.size() == prompt.size(); ++i)
+    rule_diff = std::max(rule_diff, std::fabs(double(prompt[i]) - chunked[i]));
+  const bool rule_same = same_bits(chunked, prompt);
   std::printf(
       "  real heads: prompt path, chunked vs per-token DeltaNet rule: worst |diff| %.3g (%.3f of the "
       "bound)%s\n",
-      rule_diff, rule_diff / bound,
-      same_bits(per_token, prompt) ? " BIT-IDENTICAL (chunked form not in use?)" : "");
-  tally.expect(per_token.size() == prompt.size() && rule_diff <= bound && !same_bits(per_token, prompt),
-               "real heads: the chunked rule runs in prompt passes, within the bound of the per-token rule");
+      rule_diff, rule_diff / bound, rule_same ? " BIT-IDENTICAL (chunked form not in use?)" : "");
+  tally.expect(chunked.size() == prompt.size() && rule_diff <= bound && !rule_same,
+               "real heads: the chunked rule runs when asked, within the bound of the per-token rule");
   std::vector<int32_t> other = tokens;
   std::reverse(other.begin(), other.end());
   const std::vector<float> wrong = prompt_pieces(m, far, other, {});
@@ -191,6 +191,17 @@ void run_prompt_real_heads(Tally& tally, const std::string& config_path) {
               passes_same ? "bit-identical" : "DIFFERENT");
   tally.expect(passes_same, "real heads: a prompt run in passes of 64 rows == one pass");
   check_prompt_invariance(tally, m, tokens, "real heads");
+  // The same with the chunked rule: passes of 64 rows == one pass, and the invariances.
+  m.set_prompt_chunked_deltanet(true);
+  m64.set_prompt_chunked_deltanet(true);
+  CudaStreamState qc = m64.new_state();
+  const CudaSegment seg_c{&qc, std::span<const int32_t>(tokens), true, true};
+  const bool passes_chunked = same_bits(m64.forward(std::span<const CudaSegment>(&seg_c, 1)), chunked);
+  std::printf("  real heads, chunked rule: passes of 64 rows == one pass: %s\n",
+              passes_chunked ? "bit-identical" : "DIFFERENT");
+  tally.expect(passes_chunked, "real heads, chunked rule: a prompt run in passes of 64 rows == one pass");
+  check_prompt_invariance(tally, m, tokens, "real heads, chunked rule");
+  m.set_prompt_chunked_deltanet(opt.prompt_chunked_deltanet);
 }
 
 void run_prompt_bench(const std::string& config_path, const std::vector<int>& lengths) {

@@ -43,8 +43,9 @@ struct CudaModelOptions {
   // (hc down|inject, router|shared gate|up|shared gate); off: one product each, same layout, same bits.
   bool joint_products = true;
   int prompt_pass_rows = 2048;  // a prompt call runs in passes of at most this many rows (a multiple of 64)
-  // Prompt passes run DeltaNet's chunked (C = 64) rule (deltanet_chunked.h); off: the per-token recurrence.
-  bool prompt_chunked_deltanet = true;
+  // Prompt passes run DeltaNet's chunked (C = 64) rule (deltanet_chunked.h) instead of the per-token
+  // recurrence: off by default, as it measured 1.5x slower on the H200 (docs/receipts/cuda-prompt.md).
+  bool prompt_chunked_deltanet = false;
   // Prompt rows past the indexer's budget attend by attention_prompt_selected (a block per row and kv head);
   // off: the any-shape kernel, one warp per (row, head).
   bool prompt_selected_tiles = true;
