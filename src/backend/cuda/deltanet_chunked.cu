@@ -277,7 +277,7 @@ void delta_rule_chunked(const DeltaNetShape& s, const DeltaNetWindow* windows, i
   if (reinterpret_cast<uintptr_t>(chunks.scratch) % 16 != 0) fail("scratch must be 16-byte aligned");
   const size_t prepare_bytes = prepare_shared(s);
   if (prepare_bytes > 200 * 1024) fail("dv too large for the prepare kernel's shared memory");
-  // Opted in once for the largest (dv <= 512 fits the check above), as the attention kernel does.
+  // Opted in once for the most the check above allows (dv up to 320), as the attention kernel does.
   static const cudaError_t prepare_opt =
       cudaFuncSetAttribute(chunk_prepare_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024);
   check(prepare_opt, "delta_rule_chunked: cudaFuncSetAttribute (prepare)");

@@ -66,7 +66,7 @@ struct DeltaRuleChunks {
   size_t scratch_bytes = 0;
 };
 
-// Enqueues the step on `stream`: 4 launches (5 with `chunks`). `windows` is a device array of n_windows
+// Enqueues the step on `stream`: 3 launches (4 with `chunks`). `windows` is a device array of n_windows
 // disjoint windows. The bits of a stream's outputs and states depend only on its own rows and states, not on
 // the other windows, and a window of L tokens gives the same bits as L successive one-token steps. With
 // `chunks` the rule runs in chunks of 64 positions aligned to each window's pos0 (a prompt pass): the bits
