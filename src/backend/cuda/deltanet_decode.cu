@@ -3,6 +3,7 @@
 #include <string>
 
 #include "backend/cuda/cuda_error.h"
+#include "backend/cuda/deltanet_chunked.h"
 #include "backend/cuda/deltanet_decode.h"
 #include "backend/cuda/device_math.cuh"
 #include "backend/cuda/grid_dependency.cuh"
@@ -162,7 +163,8 @@ void fail(const std::string& what) {
 }  // namespace
 
 void deltanet_decode(const DeltaNetShape& s, const DeltaNetWeights& w, const DeltaNetWindow* windows,
-                     int n_windows, const DeltaNetRows& rows, int n_rows, cudaStream_t stream) {
+                     int n_windows, const DeltaNetRows& rows, int n_rows, cudaStream_t stream,
+                     const DeltaRuleChunks* chunks) {
   if (s.dk != kKeyRows) fail("dk must be 128 (got " + std::to_string(s.dk) + ")");
   if (s.dv <= 0 || s.dv % kColumnsPerBlock != 0) fail("dv must be a positive multiple of 32");
   if (s.nk <= 0 || s.nv <= 0 || s.nv % s.nk != 0) fail("nv must be a positive multiple of nk");
@@ -198,10 +200,14 @@ void deltanet_decode(const DeltaNetShape& s, const DeltaNetWeights& w, const Del
                                                                     rows.gates, q_scale, n_rows);
   }
   check_launch("deltanet_decode conv, q/k norm, gates");
-  const dim3 rule_grid(static_cast<unsigned>(s.dv / kColumnsPerBlock), static_cast<unsigned>(s.nv),
-                       static_cast<unsigned>(n_windows));
-  delta_rule_kernel<<<rule_grid, 128, 0, stream>>>(s, wins, rows.mixed, lm, rows.gates, rows.core, n_rows);
-  check_launch("deltanet_decode delta rule");
+  if (chunks != nullptr) {
+    delta_rule_chunked(s, wins, n_windows, rows.mixed, lm, rows.gates, rows.core, n_rows, *chunks, stream);
+  } else {
+    const dim3 rule_grid(static_cast<unsigned>(s.dv / kColumnsPerBlock), static_cast<unsigned>(s.nv),
+                         static_cast<unsigned>(n_windows));
+    delta_rule_kernel<<<rule_grid, 128, 0, stream>>>(s, wins, rows.mixed, lm, rows.gates, rows.core, n_rows);
+    check_launch("deltanet_decode delta rule");
+  }
   gated_norm_kernel<<<n_rows, 256, 0, stream>>>(s, rows.core, rows.z, rows.ld_z(s), w.norm);
   check_launch("deltanet_decode gated norm");
 }

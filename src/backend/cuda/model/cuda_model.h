@@ -25,6 +25,8 @@ namespace ds::cuda {
 struct AttentionShape;
 struct AttentionRows;
 struct AttentionSelection;
+struct DeltaNetShape;
+struct DeltaRuleChunks;
 
 // The weight products of decode calls (docs/backend-cuda.md, "Decode products on the tensor cores"): the FMA
 // kernels (wx_products.h) or the tensor-core ones (tc_decode.h) for every matrix with at least
@@ -50,6 +52,12 @@ struct CudaModelOptions {
   // (hc down|inject, router|shared gate|up|shared gate); off: one product each, same layout, same bits.
   bool joint_products = true;
   int prompt_pass_rows = 2048;  // a prompt call runs in passes of at most this many rows (a multiple of 64)
+  // Prompt passes run DeltaNet's chunked (C = 64) rule (deltanet_chunked.h) instead of the per-token
+  // recurrence: off by default, as it measured 1.5x slower on the H200 (docs/receipts/cuda-prompt.md).
+  bool prompt_chunked_deltanet = false;
+  // Prompt rows past the indexer's budget attend by attention_prompt_selected (a block per row and kv head);
+  // off: the any-shape kernel, one warp per (row, head).
+  bool prompt_selected_tiles = true;
   DecodeProducts decode_products = decode_products_default();
   int64_t tensor_min_rows = tensor_min_rows_default();
 };
@@ -150,6 +158,8 @@ class CudaModel {
   const std::map<std::string, double>& op_times() const { return op_ms_; }
   void reset_op_times() { op_ms_.clear(); }
   void set_time_ops(bool on) { opt_.time_ops = on; }
+  void set_prompt_chunked_deltanet(bool on) { opt_.prompt_chunked_deltanet = on; }
+  void set_prompt_selected_tiles(bool on) { opt_.prompt_selected_tiles = on; }
   void set_graphs(bool on) { opt_.graphs = on; }
   void set_expert_windows(bool on) { opt_.expert_windows = on; }
   void set_programmatic_launch(bool on) { opt_.programmatic_launch = on; }
@@ -191,6 +201,8 @@ class CudaModel {
   bool decode_tensor_experts(const Layer& L) const;
   void prompt_attention(const Layer& L, const AttentionShape& shape, const void* wins,
                         const AttentionRows& rows, int n, const AttentionSelection& sel);
+  // The chunked delta rule's arguments for a prompt pass of n rows (scratch grown to fit).
+  DeltaRuleChunks prompt_deltanet_chunks(const DeltaNetShape& shape, int n);
   bool prompt_needs_passes(std::span<const CudaSegment> segments) const;
   // Runs a long prompt call in passes of at most prompt_pass_rows rows; logits, or the greedy tokens into
   // *greedy.
