@@ -12,7 +12,7 @@
 // bit stream. Register pair p (p = 0..3) packs columns (8t + p, 8t + p + 4) as bf16x2: k step s takes pairs
 // 2s (k slots 2t, 2t+1) and 2s + 1 (slots 2t+8, 2t+9). x is stored in the same order: per 8 columns
 // x0 x4 x1 x5 x2 x6 x3 x7, one 16-byte load per lane and term. Codes become bf16 with the integer trick
-// (learned from Marlin's dequantizers, IST-DASLab/marlin, and MLX's own: (q | 0x4300) is the bf16 128 + q,
+// (learned from Marlin's dequantizers, IST-DASLab/marlin, ideas only: (q | 0x4300) is the bf16 128 + q,
 // exact for q < 128; minus 128 in one bf16x2 FMA); 8-bit codes go through fp32 (2^23 + q) instead.
 #include <algorithm>
 #include <string>

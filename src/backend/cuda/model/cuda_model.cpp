@@ -16,7 +16,6 @@
 #include "backend/cuda/model/ple_kernels.h"
 #include "backend/cuda/model/programmatic_graph.h"
 #include "backend/cuda/moe_routing.h"
-#include "backend/cuda/tc_decode.h"
 #include "core/error.h"
 #include "model/layers/ple.h"
 
@@ -272,10 +271,7 @@ void CudaModel::ensure_scratch(int n) {
                               static_cast<int>(c.head_dim), static_cast<int>(c.rotary_dim), c.rms_eps};
   const size_t attn_ws =
       c.head_dim == 128 || c.head_dim == 256 ? attention_decode_workspace_bytes(ashape, n) : 0;
-  // The decode tensor products split x of at most n rows of the widest input, or the experts' n*K rows.
-  const int64_t widest =
-      std::max({SD, D, vd, c.n_heads * c.head_dim, c.hc_rank, sinter, inter, c.ple_embed_dim});
-  const size_t tc_split = std::max(tc_decode_scratch_bytes(widest, n), tc_decode_scratch_bytes(inter, n * K));
+  const TcScratchBytes tc = tc_scratch_bytes(c, n);  // the decode tensor products' (cuda_model_prompt.cpp)
   std::vector<std::pair<void**, int64_t>> parts = {
       {(void**)&s->H, n * SD * 4},
       {(void**)&s->x, n * D * 4},
@@ -320,13 +316,9 @@ void CudaModel::ensure_scratch(int n) {
       {(void**)&s->logits, n * V * 4},
       {(void**)&s->want, n * 4},
       {(void**)&s->argmax, n * 4},
-      {(void**)&s->tc_split, static_cast<int64_t>(tc_split)},
-      {(void**)&s->tc_tiles,
-       max_expert_tiles(n, static_cast<int>(K), static_cast<int>(std::max<int64_t>(c.n_experts, 1)),
-                        kDecodeExpertTileRows) *
-           int64_t{sizeof(ExpertWindow)}},
-      {(void**)&s->tc_group,
-       static_cast<int64_t>(expert_tiles_scratch_bytes(static_cast<int>(c.n_experts)))}};
+      {(void**)&s->tc_split, tc.split},
+      {(void**)&s->tc_tiles, tc.tiles},
+      {(void**)&s->tc_group, tc.group}};
   size_t total = 0;
   for (auto& p : parts) total += align256(static_cast<size_t>(p.second));
   s->arena = DeviceBuffer(total);
@@ -336,7 +328,7 @@ void CudaModel::ensure_scratch(int n) {
     at += align256(static_cast<size_t>(p.second));
   }
   s->attn_ws_bytes = attn_ws;
-  s->tc_split_bytes = tc_split;
+  s->tc_split_bytes = static_cast<size_t>(tc.split);
   scratch_ = std::move(s);
 }
 

@@ -125,6 +125,14 @@ struct CudaModel::Scratch {
   }
 };
 
+// Bytes of the decode tensor products' scratch for calls of up to n rows (cuda_model_prompt.cpp): x split
+// into planes (the widest product input, or the routed experts' rows), the expert tiles and their grouping
+// scratch.
+struct TcScratchBytes {
+  int64_t split, tiles, group;
+};
+TcScratchBytes tc_scratch_bytes(const ModelConfig& c, int n);
+
 // Device scratch of a prompt pass (cuda_model_prompt.cpp): the expert tiles and their grouping scratch, the
 // attention windows split at the indexer's budget, the chunked delta rule's per-row transforms.
 struct CudaModel::PromptScratch {

@@ -73,6 +73,19 @@ int64_t tensor_min_rows_default() {
   return v != nullptr && std::string(v) == "tensor-all" ? 0 : kDecodeMinRows;
 }
 
+TcScratchBytes tc_scratch_bytes(const ModelConfig& c, int n) {
+  const int64_t K = std::max<int64_t>(c.experts_per_tok, 1) + 1;  // + the stacked shared expert's slot
+  const int64_t inter = std::max({c.moe_inter, c.dense_inter, int64_t{1}});
+  const int64_t widest = std::max({c.stream_width(), c.hidden, c.linear_value_dim(), c.n_heads * c.head_dim,
+                                   c.hc_rank, c.shared_inter, inter, c.ple_embed_dim});
+  const int E = static_cast<int>(std::max<int64_t>(c.n_experts, 1));
+  return {static_cast<int64_t>(
+              std::max(tc_decode_scratch_bytes(widest, n), tc_decode_scratch_bytes(inter, n * K))),
+          int64_t{max_expert_tiles(n, static_cast<int>(K), E, kDecodeExpertTileRows)} *
+              int64_t{sizeof(ExpertWindow)},
+          static_cast<int64_t>(expert_tiles_scratch_bytes(E))};
+}
+
 namespace {
 
 // Whether a decode call runs matrix t on the tensor cores: by the options and the matrix alone.
