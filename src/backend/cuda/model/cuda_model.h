@@ -31,8 +31,8 @@ struct DeltaRuleChunks;
 // The weight products of decode calls (docs/backend-cuda.md, "Decode products on the tensor cores"): the FMA
 // kernels (wx_products.h) or the tensor-core ones (tc_decode.h) for every matrix with at least
 // tensor_min_rows outputs that they take (a choice by the matrix alone, so a row's bits never depend on the
-// call's rows either way). The defaults come from DS_CUDA_DECODE_PRODUCTS: fma (or unset), tensor, or
-// tensor-all (tensor_min_rows 0: every matrix they take, for the checks).
+// call's rows either way). The defaults come from DS_CUDA_DECODE_PRODUCTS: fma (or unset), tensor,
+// tensor-all (tensor_min_rows 0: every matrix they take, for the checks) or tensor:ROWS.
 enum class DecodeProducts { Fma, Tensor };
 DecodeProducts decode_products_default();
 int64_t tensor_min_rows_default();

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <string>
+#include <utility>
 
 #include "backend/cuda/attention_decode.h"
 #include "backend/cuda/deltanet_chunked.h"
@@ -59,18 +60,26 @@ void grow(DeviceBuffer& b, size_t bytes) {
   if (b.bytes() < bytes) b = DeviceBuffer(bytes);
 }
 
+// DS_CUDA_DECODE_PRODUCTS: fma (or unset), tensor, tensor-all (min rows 0) or tensor:N (min rows N).
+std::pair<DecodeProducts, int64_t> decode_products_env() {
+  const char* env = std::getenv("DS_CUDA_DECODE_PRODUCTS");
+  const std::string v = env != nullptr ? env : "";
+  if (v.empty() || v == "fma") return {DecodeProducts::Fma, kDecodeMinRows};
+  if (v == "tensor") return {DecodeProducts::Tensor, kDecodeMinRows};
+  if (v == "tensor-all") return {DecodeProducts::Tensor, 0};
+  if (v.rfind("tensor:", 0) == 0 && v.size() > 7 && v.find_first_not_of("0123456789", 7) == std::string::npos)
+    return {DecodeProducts::Tensor, std::stoll(v.substr(7))};
+  fail("DS_CUDA_DECODE_PRODUCTS must be fma, tensor, tensor-all or tensor:ROWS (got '{}')", v);
+}
+
 }  // namespace
 
 DecodeProducts decode_products_default() {
-  const char* v = std::getenv("DS_CUDA_DECODE_PRODUCTS");
-  if (v == nullptr || std::string(v).empty() || std::string(v) == "fma") return DecodeProducts::Fma;
-  if (std::string(v) == "tensor" || std::string(v) == "tensor-all") return DecodeProducts::Tensor;
-  fail("DS_CUDA_DECODE_PRODUCTS must be fma, tensor or tensor-all (got '{}')", v);
+  return decode_products_env().first;
 }
 
 int64_t tensor_min_rows_default() {
-  const char* v = std::getenv("DS_CUDA_DECODE_PRODUCTS");
-  return v != nullptr && std::string(v) == "tensor-all" ? 0 : kDecodeMinRows;
+  return decode_products_env().second;
 }
 
 TcScratchBytes tc_scratch_bytes(const ModelConfig& c, int n) {
