@@ -73,6 +73,13 @@ void run_fast_vs_generic(Tally& tally, const std::string& config_path) {
   std::printf("  fast kernels: windows of 4 == single steps: %s\n",
               steps_same ? "bit-identical" : "DIFFERENT");
   tally.expect(steps_same, "fast kernels: a window == its single steps");
+  fast.set_fused_hc(false);
+  CudaStreamState s3 = fast.new_state(), s4 = fast.new_state();
+  const bool hc_same = run_windows(fast, s3, tokens, 4) == lf && run_windows(fast, s4, tokens, 1) == lf;
+  fast.set_fused_hc(true);
+  std::printf("  fast kernels: fused hc mix == separate ops (windows of 4 and steps): %s\n",
+              hc_same ? "bit-identical" : "DIFFERENT");
+  tally.expect(hc_same, "fast kernels: fused hc mix == separate ops");
   fast.set_expert_windows(!fast.options().expert_windows);
   CudaStreamState s2 = fast.new_state();
   const bool pairs_same = run_windows(fast, s2, tokens, 4) == lf;

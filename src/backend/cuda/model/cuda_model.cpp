@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <utility>
 
 #include "backend/cpu/matmul.h"
 #include "backend/cuda/attention_decode.h"
@@ -11,6 +12,7 @@
 #include "backend/cuda/model/cuda_model_parts.h"
 #include "backend/cuda/model/generic_mixers.h"
 #include "backend/cuda/model/glue_kernels.h"
+#include "backend/cuda/model/hc_kernels.h"
 #include "backend/cuda/model/indexer_kernels.h"
 #include "backend/cuda/model/mtp_kernels.h"
 #include "backend/cuda/model/ple_kernels.h"
@@ -43,15 +45,31 @@ void CudaModel::op(const char* name) {
   op_events_.push_back({name, ev});
 }
 
-void CudaModel::hc_mix(const DeviceHc& hc, int n, float* H, const float* pending, float* x, float* iota) {
+void CudaModel::hc_mix(const DeviceHc& hc, int n, float* H, const float* pending, const float* iota_in,
+                       float* x, float* iota_out) {
   Scratch& s = *scratch_;
   const int S = static_cast<int>(cfg_.hc_count), D = static_cast<int>(cfg_.hidden),
             R = static_cast<int>(cfg_.hc_rank);
   const float inv_s = 1.0f / static_cast<float>(S);
   const cudaStream_t st = stream_.get();
+  // A decode call: the inject + norm + down|inject in one launch, the tail (which stores the inject) in a
+  // second, each row in its own blocks, at every row count (the same bits as the ops below, checked). Not in
+  // a prompt pass: there every product is the tiled one.
+  const DeviceMatrix& di = hc.down_inject.joined;
+  if (opt_.fused_hc && !prompt_pass_ && di.kind == DeviceMatrix::Kind::Affine &&
+      hc.up.kind == DeviceMatrix::Kind::Affine && hc_fused_takes(di.affine, hc.up.affine, S, D, R) &&
+      (iota_out == nullptr || di.rows == int64_t{R} + S)) {
+    op("hc norm|down|inject");
+    hc_head(di.affine, H, pending, iota_in, hc.norm.as<float>(), S, D, cfg_.rms_eps, s.normed, s.low_iota,
+            hc.down_inject.width, n, st);
+    op("hc up");
+    hc_tail(hc.up.affine, s.low_iota, hc.down_inject.width, R, inv_s, s.normed, S, D, H, pending, iota_in, x,
+            iota_out, n, st);
+    return;
+  }
   op("hc norm");
   if (pending != nullptr)  // the previous block's output, injected with the previous iota first
-    add_rms_norm_rows(H, int64_t{S} * D, s.iota, pending, hc.norm.as<float>(), S, D, cfg_.rms_eps, s.normed,
+    add_rms_norm_rows(H, int64_t{S} * D, iota_in, pending, hc.norm.as<float>(), S, D, cfg_.rms_eps, s.normed,
                       int64_t{S} * D, n, st);
   else
     rms_norm_rows(H, int64_t{S} * D, hc.norm.as<float>(), S, D, cfg_.rms_eps, s.normed, int64_t{S} * D, n,
@@ -62,9 +80,9 @@ void CudaModel::hc_mix(const DeviceHc& hc, int n, float* H, const float* pending
   // One row: activations, up product and combine in one launch where the kernel takes the shape (same bits).
   // Not in a prompt pass: there every row takes the tiled products, whatever the pass's row count.
   if (n == 1 && !prompt_pass_ && hc.up.kind == DeviceMatrix::Kind::Affine && S == 4 &&
-      affine_wx_hc_tail(hc.up.affine, s.low_iota, R, inv_s, s.normed, D, x, iota, st))
+      affine_wx_hc_tail(hc.up.affine, s.low_iota, R, inv_s, s.normed, D, x, iota_out, st))
     return;
-  hc_activations(s.low_iota, n, hc.down_inject.width, R, S, inv_s, s.low, iota, st);
+  hc_activations(s.low_iota, n, hc.down_inject.width, R, S, inv_s, s.low, iota_out, st);
   wx(hc.up, s.low, R, n, s.mix, int64_t{S} * D, st);
   op("hc combine");
   hc_combine(s.mix, s.normed, n, S, D, x, st);
@@ -277,6 +295,7 @@ void CudaModel::ensure_scratch(int n) {
       {(void**)&s->rjoint, n * (c.n_experts + 2 * c.shared_inter + 1) * 4},
       {(void**)&s->mix, n * SD * 4},
       {(void**)&s->iota, n * S * 4},
+      {(void**)&s->iota_next, n * S * 4},
       {(void**)&s->mixed, n * (c.linear_conv_dim() + vd + 2 * nv) * 4},
       {(void**)&s->gates, n * 2 * nv * 4},
       {(void**)&s->core, n * vd * 4},
@@ -456,8 +475,14 @@ int64_t CudaModel::run(std::span<const CudaSegment> segments) {
 
     if (c.family == ModelFamily::Qwen4Exp) {
       hc_expand(e, n, static_cast<int>(S), static_cast<int>(D), s.H, st);
-      // A block's output waits to be injected into H (with s.iota) by the next op that reads H.
+      // A block's output waits to be injected into H (with `iota`, its mix's) by the next op that reads H.
+      // Each mix writes the other iota buffer: the fused tail reads the previous iota while writing its own.
       const float* pending = nullptr;
+      float *iota = s.iota, *iota_next = s.iota_next;
+      auto mix = [&](const DeviceHc& hc, const float* block_out, bool makes_iota) {
+        hc_mix(hc, n, s.H, block_out, iota, s.x, makes_iota ? iota_next : nullptr);
+        if (makes_iota) std::swap(iota, iota_next);
+      };
       for (int l = 0; l < c.layers; ++l) {
         const Layer& L = layers_[l];
         if (L.has_ple) {
@@ -468,8 +493,8 @@ int64_t CudaModel::run(std::span<const CudaSegment> segments) {
           wx(L.ple_value, emb, E, n, s.pval, D, st);
           rms_norm_rows(s.pkey, SD, L.ple_norm_key.as<float>(), S, D, c.rms_eps, s.pkey, SD, n, st);
           if (pending != nullptr)
-            add_rms_norm_rows(s.H, SD, s.iota, pending, L.ple_norm_query.as<float>(), S, D, c.rms_eps, s.qn,
-                              SD, n, st);
+            add_rms_norm_rows(s.H, SD, iota, pending, L.ple_norm_query.as<float>(), S, D, c.rms_eps, s.qn, SD,
+                              n, st);
           else
             rms_norm_rows(s.H, SD, L.ple_norm_query.as<float>(), S, D, c.rms_eps, s.qn, SD, n, st);
           pending = nullptr;
@@ -478,13 +503,13 @@ int64_t CudaModel::run(std::span<const CudaSegment> segments) {
           ple_conv(static_cast<const PleWindow*>(s.win_ple[l]), nw, s.gn, s.gated, L.ple_conv.as<float>(),
                    static_cast<int>(c.ple_conv_kernel), static_cast<int>(c.ngram_size), SD, s.H, st);
         }
-        hc_mix(L.hc_attn, n, s.H, pending, s.x, s.iota);
+        mix(L.hc_attn, pending, true);
         mixer(L, l, n, s.x, s.y);
-        hc_mix(L.hc_mlp, n, s.H, s.y, s.x, s.iota);
+        mix(L.hc_mlp, s.y, true);
         moe(L, n, s.x, s.y);
         pending = s.y;
       }
-      hc_mix(*final_mixer_, n, s.H, pending, s.x, nullptr);
+      mix(*final_mixer_, pending, false);
       // H is complete now (the mixer's norm injected the last block): the MTP head's input rows.
       if (any_hidden) scatter_rows(s.H, n, SD, reinterpret_cast<float* const*>(dev + off_hidden), st);
     } else {
@@ -524,6 +549,7 @@ int64_t CudaModel::run(std::span<const CudaSegment> segments) {
                                  opt_.time_ops ? 1 : 0,
                                  opt_.expert_windows ? 1 : 0,
                                  opt_.programmatic_launch ? 1 : 0,
+                                 opt_.fused_hc ? 1 : 0,
                                  any_hidden ? 1 : 0};
   if (!use_graph) {
     if (graph_exec_ != nullptr) {  // its timing events would be mixed with these
