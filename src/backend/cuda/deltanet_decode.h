@@ -56,10 +56,13 @@ struct DeltaNetRows {
   int64_t ld_gates_in(const DeltaNetShape& s) const { return ld ? ld : s.nv; }
 };
 
-// Enqueues the step on `stream`: 4 launches. `windows` is a device array of n_windows disjoint windows. The
-// bits of a stream's outputs and states depend only on its own rows and states, not on the other windows,
-// and a window of L tokens gives the same bits as L successive one-token steps.
+// Enqueues the step on `stream`: 2 launches (dv <= 128: the delta rule and the gated norm in one block per
+// value head), else 3; separate_norm forces the 3 (the same bits: for checks). `windows` is a device array
+// of n_windows disjoint windows. The bits of a stream's outputs and states depend only on its own rows and
+// states, not on the other windows, and a window of L tokens gives the same bits as L successive one-token
+// steps.
 void deltanet_decode(const DeltaNetShape& shape, const DeltaNetWeights& w, const DeltaNetWindow* windows,
-                     int n_windows, const DeltaNetRows& rows, int n_rows, cudaStream_t stream);
+                     int n_windows, const DeltaNetRows& rows, int n_rows, cudaStream_t stream,
+                     bool separate_norm = false);
 
 }  // namespace ds::cuda

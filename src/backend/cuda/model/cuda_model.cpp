@@ -238,6 +238,9 @@ void CudaModel::mixer(const Layer& L, int layer, int n, const float* x, float* y
   const AttentionRows rows{s.qg, s.qg + qw, s.qg + qw + kvw, s.attn, JW};
   const auto* wins = static_cast<const AttentionWindow*>(s.win_mixer[layer]);
   AttentionSelection sel;
+  const bool fast = !opt_.generic_mixers && (hd == 128 || hd == 256);
+  // The any-shape kernel reads every row's selection mode; the fast decode path only the selecting rows'.
+  const bool select = s.any_selecting || !fast || prompt_pass_;
   if (L.has_indexer) {
     op("indexer");
     const int64_t ihd = c.indexer_head_dim;
@@ -251,16 +254,15 @@ void CudaModel::mixer(const Layer& L, int layer, int n, const float* x, float* y
                           JW};
     indexer_decode(is, L.iq_norm.as<float>(), L.ik_norm.as<float>(), inv_freq_.as<float>(),
                    static_cast<const IndexerWindow*>(s.win_indexer[layer]), s.n_windows, s.max_count, idx, n,
-                   s.max_blocks, s.select_mode, s.scores, s.chosen, st);
+                   s.max_blocks, s.select_mode, s.scores, s.chosen, st, select);
     sel = AttentionSelection{s.select_mode, s.chosen, s.max_blocks, static_cast<int>(c.indexer_ratio)};
   }
   op("attention core");
-  const bool fast = !opt_.generic_mixers && (hd == 128 || hd == 256);
   if (fast && prompt_pass_ && L.has_indexer) {
     prompt_attention(L, shape, wins, rows, n, sel);
   } else if (fast) {
     attention_decode(shape, w, wins, s.n_windows, s.max_count, rows, n, s.attn_ws, s.attn_ws_bytes, st);
-    if (L.has_indexer)
+    if (L.has_indexer && select)  // the rows past the budget, over their chosen blocks
       attention_decode_generic(shape, w, wins, s.n_windows, s.max_count, rows, n, sel, true, st);
   } else {
     attention_decode_generic(shape, w, wins, s.n_windows, s.max_count, rows, n, sel, false, st);
@@ -465,6 +467,15 @@ int64_t CudaModel::run(std::span<const CudaSegment> segments) {
   s.n_windows = nw;
   s.max_count = max_count;
   s.max_blocks = c.indexer_ratio > 0 ? static_cast<int>(opt_.max_context / c.indexer_ratio) : 0;
+  // Whether a row may select blocks (a position past the indexer's budget): else the selection and the
+  // selected rows' attention launches, which would change nothing, are left out of the round.
+  s.any_selecting = prompt_pass_;
+  if (c.indexer_ratio > 0) {
+    const int64_t first = (c.indexer_budget / c.indexer_ratio + 1) * c.indexer_ratio - 1;
+    for (const CudaSegment& sg : segments)
+      s.any_selecting =
+          s.any_selecting || sg.state->position + static_cast<int64_t>(sg.tokens.size()) - 1 >= first;
+  }
   // Everything enqueued from here depends only on the call's shape (rows, windows, longest window, logits
   // rows) and on buffers that stay put, so a decode round of the same shape replays it as one CUDA graph.
   auto enqueue = [&] {
@@ -550,6 +561,7 @@ int64_t CudaModel::run(std::span<const CudaSegment> segments) {
                                  opt_.expert_windows ? 1 : 0,
                                  opt_.programmatic_launch ? 1 : 0,
                                  opt_.fused_hc ? 1 : 0,
+                                 s.any_selecting ? 1 : 0,
                                  any_hidden ? 1 : 0};
   if (!use_graph) {
     if (graph_exec_ != nullptr) {  // its timing events would be mixed with these

@@ -114,6 +114,7 @@ struct CudaModel::Scratch {
   std::vector<const void*> win_mixer, win_indexer, win_ple;
   std::vector<const float*> emb;  // per PLE layer: the gathered rows [n, ple_embed_dim]
   int n_windows = 0, max_count = 0, max_blocks = 0;
+  bool any_selecting = true;  // a row of the call may be past the indexer's budget
   ~Scratch() {
     if (pinned) cudaFreeHost(pinned);
   }

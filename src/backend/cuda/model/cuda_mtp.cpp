@@ -135,6 +135,7 @@ int64_t CudaModel::mtp_run(std::span<const CudaMtpSegment> segments) {
   s.n_windows = static_cast<int>(segments.size());
   s.max_count = max_count;
   s.max_blocks = c.indexer_ratio > 0 ? static_cast<int>(opt_.max_context / c.indexer_ratio) : 0;
+  s.any_selecting = true;  // the head's rows always run the selection launches
   const cudaStream_t st = stream_.get();
 
   // Depends only on the call's shape and on buffers that stay put (as run()'s rounds), so it is replayed.

@@ -152,6 +152,9 @@ __global__ void silu_mul_halves_kernel(const float* gu, int64_t ld, int n_rows, 
   h[i] = __fmul_rn(dev::silu(gu[r * ld + c]), gu[r * ld + I + c]);
 }
 
+// kMaxK > 0 (K <= kMaxK): every rank's slot id, weight and value load goes out at once (a loop over the ranks
+// waits one memory round trip per rank); the sum is the loop's, ranks in order.
+template <int kMaxK>
 __global__ void moe_combine_kernel(const float* weights, const float* slots, const int32_t* slot_of,
                                    int n_rows, int K, int D, const float* shared, const float* shared_gate,
                                    int64_t ld_gate, float* out) {
@@ -159,13 +162,30 @@ __global__ void moe_combine_kernel(const float* weights, const float* slots, con
   const int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
   if (i >= int64_t{n_rows} * D) return;
   const int64_t r = i / D, d = i % D;
+  float gate = 0.0f, shared_v = 0.0f;
+  if (shared != nullptr) gate = dev::sigmoid(shared_gate[r * ld_gate]), shared_v = shared[i];
+  const float nan = __int_as_float(0x7FC00000);
   float s = 0.0f;
-  for (int k = 0; k < K; ++k) {
-    const int64_t p = slot_of != nullptr ? slot_of[r * K + k] : r * K + k;
-    const float v = p < 0 ? __int_as_float(0x7FC00000) : slots[p * D + d];
-    s = __fadd_rn(s, __fmul_rn(weights[r * K + k], v));
+  if constexpr (kMaxK > 0) {
+    int64_t p[kMaxK];
+    float w[kMaxK], v[kMaxK];
+#pragma unroll
+    for (int k = 0; k < kMaxK; ++k)
+      if (k < K) p[k] = slot_of != nullptr ? slot_of[r * K + k] : r * K + k, w[k] = weights[r * K + k];
+#pragma unroll
+    for (int k = 0; k < kMaxK; ++k)
+      if (k < K) v[k] = p[k] < 0 ? nan : slots[p[k] * D + d];
+#pragma unroll
+    for (int k = 0; k < kMaxK; ++k)
+      if (k < K) s = __fadd_rn(s, __fmul_rn(w[k], v[k]));
+  } else {
+    for (int k = 0; k < K; ++k) {
+      const int64_t p = slot_of != nullptr ? slot_of[r * K + k] : r * K + k;
+      const float v = p < 0 ? nan : slots[p * D + d];
+      s = __fadd_rn(s, __fmul_rn(weights[r * K + k], v));
+    }
   }
-  if (shared != nullptr) s = __fadd_rn(s, __fmul_rn(dev::sigmoid(shared_gate[r * ld_gate]), shared[i]));
+  if (shared != nullptr) s = __fadd_rn(s, __fmul_rn(gate, shared_v));
   out[i] = s;
 }
 
@@ -321,8 +341,13 @@ void silu_mul_halves(const float* gu, int n_rows, int I, float* h, cudaStream_t 
 void moe_combine(const float* weights, const float* slots, const int32_t* slot_of, int n_rows, int K, int D,
                  const float* shared, const float* shared_gate, float* out, cudaStream_t stream,
                  int64_t ld_gate) {
-  moe_combine_kernel<<<blocks_for(int64_t{n_rows} * D, kThreads), kThreads, 0, stream>>>(
-      weights, slots, slot_of, n_rows, K, D, shared, shared_gate, ld_gate, out);
+  const unsigned blocks = blocks_for(int64_t{n_rows} * D, kThreads);
+  if (K <= 16)
+    moe_combine_kernel<16><<<blocks, kThreads, 0, stream>>>(weights, slots, slot_of, n_rows, K, D, shared,
+                                                            shared_gate, ld_gate, out);
+  else
+    moe_combine_kernel<0><<<blocks, kThreads, 0, stream>>>(weights, slots, slot_of, n_rows, K, D, shared,
+                                                           shared_gate, ld_gate, out);
   check_launch("moe_combine");
 }
 

@@ -21,6 +21,7 @@ constexpr int kStreams = 4;             // the tail's warps are the streams
 constexpr int kNormThreads = 256;       // rms_norm_rows' threads per group: the order the head reproduces
 constexpr int kMaxStreamWidth = 12288;  // S*D floats of the normed row in (default) shared memory
 constexpr int kMaxRank = 1024;
+constexpr int kChunk = 10;  // float4 loads a thread keeps in flight (a 10240-float row: two chunks)
 static_assert(kNormThreads == 2 * kThreads, "a head thread plays two of rms_norm_rows' threads");
 
 template <int Bits>
@@ -65,26 +66,63 @@ __global__ void __launch_bounds__(kThreads)
   const int slices = detail::column_slices<Unit>(n_out, m.cols);
   const int per_block = kWarpsPerBlock / slices * kOutputsPerWarp;
   prefetch_rows<Bits>(m, int64_t{blockIdx.x} * per_block, per_block, n_out);
+  for (int b = threadIdx.x * 32; b < kStreams * D; b += kThreads * 32) prefetch_l2(norm_w + b);
   dev::grid_dependency_wait();
   const int r = blockIdx.y, SD = kStreams * D;
-  const float* hr = H + int64_t{r} * SD;
-  for (int i = threadIdx.x; i < SD; i += kThreads) {
-    float v = hr[i];
-    if (pending != nullptr) {
-      const int g = i / D;
-      v = __fadd_rn(v, __fmul_rn(iota_in[int64_t{r} * kStreams + g], pending[int64_t{r} * D + (i - g * D)]));
+  // Chunks of kChunk float4 a thread, every load of a chunk in flight at once (a loop of one load at a time
+  // waits one L2 round trip per value).
+  const int SD4 = SD / 4;
+  const auto* h4 = reinterpret_cast<const float4*>(H + int64_t{r} * SD);
+  const auto* p4 = pending != nullptr ? reinterpret_cast<const float4*>(pending + int64_t{r} * D) : nullptr;
+  auto* x4 = reinterpret_cast<float4*>(xs);
+  for (int c0 = 0; c0 < SD4; c0 += kChunk * kThreads) {
+    float4 v[kChunk], a[kChunk];
+    float scale[kChunk];
+#pragma unroll
+    for (int k = 0; k < kChunk; ++k) {
+      const int i4 = c0 + k * kThreads + threadIdx.x;
+      if (i4 < SD4) {
+        v[k] = h4[i4];
+        if (pending != nullptr) {
+          const int g = i4 * 4 / D;
+          a[k] = p4[i4 - g * (D / 4)];
+          scale[k] = iota_in[int64_t{r} * kStreams + g];
+        }
+      }
     }
-    xs[i] = v;
+#pragma unroll
+    for (int k = 0; k < kChunk; ++k) {
+      const int i4 = c0 + k * kThreads + threadIdx.x;
+      if (i4 < SD4) {
+        if (pending != nullptr) {
+          v[k].x = __fadd_rn(v[k].x, __fmul_rn(scale[k], a[k].x));
+          v[k].y = __fadd_rn(v[k].y, __fmul_rn(scale[k], a[k].y));
+          v[k].z = __fadd_rn(v[k].z, __fmul_rn(scale[k], a[k].z));
+          v[k].w = __fadd_rn(v[k].w, __fmul_rn(scale[k], a[k].w));
+        }
+        x4[i4] = v[k];
+      }
+    }
   }
   __syncthreads();
+  // 2 x kStreams independent chains, each in its own order (the groups interleaved only for latency).
+  double a[kStreams] = {}, b[kStreams] = {};
+  for (int i = threadIdx.x; i < D; i += kNormThreads) {
+    const bool second = i + kThreads < D;
+#pragma unroll
+    for (int g = 0; g < kStreams; ++g) {
+      const float x = xs[g * D + i];
+      a[g] = __dadd_rn(a[g], __dmul_rn(x, x));
+      if (second) {
+        const float y = xs[g * D + i + kThreads];
+        b[g] = __dadd_rn(b[g], __dmul_rn(y, y));
+      }
+    }
+  }
+#pragma unroll
   for (int g = 0; g < kStreams; ++g) {
-    const float* xg = xs + g * D;
-    double a = 0, b = 0;
-    for (int i = threadIdx.x; i < D; i += kNormThreads) a = __dadd_rn(a, __dmul_rn(xg[i], xg[i]));
-    for (int i = threadIdx.x + kThreads; i < D; i += kNormThreads) b = __dadd_rn(b, __dmul_rn(xg[i], xg[i]));
-    a = dev::warp_sum(a);
-    b = dev::warp_sum(b);
-    if (lane == 0) part[g][warp] = a, part[g][warp + kWarpsPerBlock] = b;
+    const double sa = dev::warp_sum(a[g]), sb = dev::warp_sum(b[g]);
+    if (lane == 0) part[g][warp] = sa, part[g][warp + kWarpsPerBlock] = sb;
   }
   __syncthreads();
   if (threadIdx.x < kStreams) {
@@ -93,11 +131,29 @@ __global__ void __launch_bounds__(kThreads)
     inv[threadIdx.x] = dev::inv_rms(total, D, eps);
   }
   __syncthreads();
-  float* nr = normed + int64_t{r} * SD;
-  for (int i = threadIdx.x; i < SD; i += kThreads) {
-    const float v = __fmul_rn(__fmul_rn(xs[i], inv[i / D]), norm_w[i]);
-    xs[i] = v;
-    if (blockIdx.x == 0) nr[i] = v;  // for the tail's combine
+  auto* n4 = reinterpret_cast<float4*>(normed + int64_t{r} * SD);
+  const auto* w4 = reinterpret_cast<const float4*>(norm_w);
+  for (int c0 = 0; c0 < SD4; c0 += kChunk * kThreads) {
+    float4 w[kChunk];
+#pragma unroll
+    for (int k = 0; k < kChunk; ++k) {
+      const int i4 = c0 + k * kThreads + threadIdx.x;
+      if (i4 < SD4) w[k] = w4[i4];
+    }
+#pragma unroll
+    for (int k = 0; k < kChunk; ++k) {
+      const int i4 = c0 + k * kThreads + threadIdx.x;
+      if (i4 < SD4) {
+        const float g_inv = inv[i4 * 4 / D];
+        float4 v = x4[i4];
+        v.x = __fmul_rn(__fmul_rn(v.x, g_inv), w[k].x);
+        v.y = __fmul_rn(__fmul_rn(v.y, g_inv), w[k].y);
+        v.z = __fmul_rn(__fmul_rn(v.z, g_inv), w[k].z);
+        v.w = __fmul_rn(__fmul_rn(v.w, g_inv), w[k].w);
+        x4[i4] = v;
+        if (blockIdx.x == 0) n4[i4] = v;  // for the tail's combine
+      }
+    }
   }
   __syncthreads();
   detail::block_product<Unit, detail::F32Rows, 1>(m, n_out, detail::F32Rows{xs, 0}, 0, 1,
@@ -121,16 +177,32 @@ __global__ void __launch_bounds__(kThreads)
   const int r = blockIdx.y;
   const int64_t SD = int64_t{kStreams} * D;
   const float* jr = joint + int64_t{r} * ld_joint;
-  for (int i = threadIdx.x; i < R; i += kThreads) low[i] = dev::silu(__fmul_rn(jr[i], inv_s));
+  {
+    float v[kMaxRank / kThreads];  // every load in flight at once
+#pragma unroll
+    for (int k = 0; k < kMaxRank / kThreads; ++k)
+      if (k * kThreads + threadIdx.x < R) v[k] = jr[k * kThreads + threadIdx.x];
+#pragma unroll
+    for (int k = 0; k < kMaxRank / kThreads; ++k)
+      if (k * kThreads + threadIdx.x < R) low[k * kThreads + threadIdx.x] = dev::silu(__fmul_rn(v[k], inv_s));
+  }
   if (iota_out != nullptr && blockIdx.x == 0 && threadIdx.x < kStreams)
     iota_out[int64_t{r} * kStreams + threadIdx.x] =
         __fmul_rn(2.0f, dev::sigmoid(__fmul_rn(jr[R + threadIdx.x], inv_s)));
-  if (pending != nullptr && threadIdx.x < kStreams * kOutputsPerWarp) {
-    const int k = threadIdx.x / kOutputsPerWarp;
-    const int64_t d = d0 + threadIdx.x % kOutputsPerWarp;
-    float* h = H + r * SD + k * int64_t{D} + d;
-    *h = __fadd_rn(*h, __fmul_rn(iota_in[int64_t{r} * kStreams + k], pending[int64_t{r} * D + d]));
+  // The inject's inputs load now; the sum is stored at the end, off the product's path.
+  const bool injects = pending != nullptr && threadIdx.x < kStreams * kOutputsPerWarp;
+  float* h = H + r * SD + threadIdx.x / kOutputsPerWarp * int64_t{D} + d0 + threadIdx.x % kOutputsPerWarp;
+  float h_old = 0, h_scale = 0, h_add = 0;
+  if (injects) {
+    h_old = *h;
+    h_scale = iota_in[int64_t{r} * kStreams + threadIdx.x / kOutputsPerWarp];
+    h_add = pending[int64_t{r} * D + d0 + threadIdx.x % kOutputsPerWarp];
   }
+  // The combine's normed values, loaded before the product too.
+  float nv[kStreams] = {};
+  if (threadIdx.x < kOutputsPerWarp)
+#pragma unroll
+    for (int k = 0; k < kStreams; ++k) nv[k] = normed[r * SD + k * int64_t{D} + d0 + threadIdx.x];
   __syncthreads();
   float acc[1][kOutputsPerWarp];
   detail::slice_product<detail::AffineUnit<Bits>, detail::F32Rows, 1>(
@@ -142,12 +214,12 @@ __global__ void __launch_bounds__(kThreads)
   __syncthreads();
   if (threadIdx.x < kOutputsPerWarp) {
     const int64_t d = d0 + threadIdx.x;
-    const float* nr = normed + r * SD;
     float s = 0.0f;
-    for (int k = 0; k < kStreams; ++k)
-      s = __fadd_rn(s, __fmul_rn(dev::sigmoid(mix[k][threadIdx.x]), nr[k * int64_t{D} + d]));
+#pragma unroll
+    for (int k = 0; k < kStreams; ++k) s = __fadd_rn(s, __fmul_rn(dev::sigmoid(mix[k][threadIdx.x]), nv[k]));
     x[int64_t{r} * D + d] = __fmul_rn(s, __fdiv_rn(1.0f, static_cast<float>(kStreams)));
   }
+  if (injects) *h = __fadd_rn(h_old, __fmul_rn(h_scale, h_add));
 }
 
 int log2_group(int group) {
