@@ -161,7 +161,7 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 // Block (b, r) owns d = 4b .. 4b+3 of row r: warp k computes the up outputs k*D + d (stream k) with
-// slice_product (affine_wx's chain: up is not sliced), over silu(joint * inv_s) staged in shared memory;
+// slice_product's chain (affine_wx's: up is not sliced), over silu(joint * inv_s) staged in shared memory;
 // then hc_combine's sum, streams in order. It stores the inject hc_head folded into its norm for these d.
 template <int Bits>
 __global__ void __launch_bounds__(kThreads)
@@ -170,9 +170,19 @@ __global__ void __launch_bounds__(kThreads)
                    float* iota_out) {
   __shared__ __align__(16) float low[kMaxRank];
   __shared__ float mix[kWarpsPerBlock][kOutputsPerWarp];
+  using Unit = detail::AffineUnit<Bits>;
+  constexpr int NO = kOutputsPerWarp;
   const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
-  const int64_t d0 = int64_t{blockIdx.x} * kOutputsPerWarp;
-  prefetch_rows<Bits>(m, warp * int64_t{D} + d0, kOutputsPerWarp, int64_t{kStreams} * D);
+  const int64_t d0 = int64_t{blockIdx.x} * NO, o0 = warp * int64_t{D} + d0;
+  // R <= 1024 columns are at most 32 units: slice_product (one slice) gives lane l unit l alone, so the
+  // lane's weights are loaded here, before waiting (they never change during a round), and its chain below
+  // is slice_product's: one unit_product from zero, then the butterfly.
+  const bool has_unit = lane < m.cols / Unit::kCols;
+  Unit cur[NO];
+  if (has_unit) {
+#pragma unroll
+    for (int o = 0; o < NO; ++o) cur[o].load(m, o0 + o, lane);
+  }
   dev::grid_dependency_wait();
   const int r = blockIdx.y;
   const int64_t SD = int64_t{kStreams} * D;
@@ -204,9 +214,16 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
     for (int k = 0; k < kStreams; ++k) nv[k] = normed[r * SD + k * int64_t{D} + d0 + threadIdx.x];
   __syncthreads();
-  float acc[1][kOutputsPerWarp];
-  detail::slice_product<detail::AffineUnit<Bits>, detail::F32Rows, 1>(
-      m, SD, warp * int64_t{D} + d0, detail::F32Rows{low, 0}, 0, 1, 0, 1, acc);
+  float acc[1][NO];
+#pragma unroll
+  for (int o = 0; o < NO; ++o) acc[0][o] = 0.0f;
+  if (has_unit)
+    detail::unit_product<Unit, detail::F32Rows, 1, NO>(cur, lane, detail::F32Rows{low, 0}, 0, 1, acc);
+#pragma unroll
+  for (int o = 0; o < NO; ++o)
+#pragma unroll
+    for (int mask = 16; mask > 0; mask >>= 1)
+      acc[0][o] = __fadd_rn(acc[0][o], __shfl_xor_sync(0xFFFFFFFFu, acc[0][o], mask));
   if (lane == 0) {
 #pragma unroll
     for (int o = 0; o < kOutputsPerWarp; ++o) mix[warp][o] = acc[0][o];
