@@ -97,7 +97,8 @@ struct CudaModel::HostTables {
 struct CudaModel::Scratch {
   int capacity = 0;  // rows
   DeviceBuffer arena;
-  float *H, *x, *y, *normed, *low, *low_iota, *mix, *iota, *iota_next, *rjoint, *mixed, *gates, *core, *qg, *attn;
+  float *H, *x, *y, *normed, *low, *low_iota, *mix, *iota, *iota_next, *rjoint, *mixed, *gates, *core, *qg,
+      *attn;
   float *scores, *weights, *gu, *h, *slots, *sgu, *sh, *shared, *pkey, *pval, *qn, *gated, *gn;
   float *xs, *logits;
   int32_t *select_mode, *ids, *want, *argmax, *row_ids, *slot_of;
