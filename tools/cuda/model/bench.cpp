@@ -73,10 +73,10 @@ void run_fast_vs_generic(Tally& tally, const std::string& config_path) {
   std::printf("  fast kernels: windows of 4 == single steps: %s\n",
               steps_same ? "bit-identical" : "DIFFERENT");
   tally.expect(steps_same, "fast kernels: a window == its single steps");
-  fast.set_fused_hc(false);
+  fast.set_fused_hc(!fast.options().fused_hc);
   CudaStreamState s3 = fast.new_state(), s4 = fast.new_state();
   const bool hc_same = run_windows(fast, s3, tokens, 4) == lf && run_windows(fast, s4, tokens, 1) == lf;
-  fast.set_fused_hc(true);
+  fast.set_fused_hc(!fast.options().fused_hc);
   std::printf("  fast kernels: fused hc mix == separate ops (windows of 4 and steps): %s\n",
               hc_same ? "bit-identical" : "DIFFERENT");
   tally.expect(hc_same, "fast kernels: fused hc mix == separate ops");
@@ -123,12 +123,13 @@ void run_bench(const std::string& config_path, int bits, int group, const std::v
                   bytes * r.tokens_per_s / 1e9, m.graph_nodes(), m.graph_programmatic_edges());
     std::printf("\n");
     std::fflush(stdout);
-    // The hyper-connection mix as separate ops (the same bits), at every stream count.
-    m.set_fused_hc(false);
-    const DecodeRate apart = bench_decode_rounds(m, n, rounds, 1);
-    m.set_fused_hc(true);
-    std::printf("%8d %10d %12.3f %12.1f  (hc mix as separate ops)\n", n, rounds, apart.ms_per_round,
-                apart.tokens_per_s);
+    // The other hyper-connection mix (fused / separate ops: the same bits), at every stream count.
+    const bool fused = m.options().fused_hc;
+    m.set_fused_hc(!fused);
+    const DecodeRate other_hc = bench_decode_rounds(m, n, rounds, 1);
+    m.set_fused_hc(fused);
+    std::printf("%8d %10d %12.3f %12.1f  (%s)\n", n, rounds, other_hc.ms_per_round, other_hc.tokens_per_s,
+                fused ? "hc mix as separate ops" : "fused hc mix, hc_kernels");
     // The other routed-expert path (expert windows / per-pair products), same rounds; up to 8 streams (it
     // measured slower at 8-64, docs/receipts/cuda-decode.md).
     if (n > 8) continue;

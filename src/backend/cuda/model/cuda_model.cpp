@@ -52,9 +52,9 @@ void CudaModel::hc_mix(const DeviceHc& hc, int n, float* H, const float* pending
             R = static_cast<int>(cfg_.hc_rank);
   const float inv_s = 1.0f / static_cast<float>(S);
   const cudaStream_t st = stream_.get();
-  // A decode call: the inject + norm + down|inject in one launch, the tail (which stores the inject) in a
-  // second, each row in its own blocks, at every row count (the same bits as the ops below, checked). Not in
-  // a prompt pass: there every product is the tiled one.
+  // With fused_hc, a decode call: the inject + norm + down|inject in one launch, the tail (which stores the
+  // inject) in a second, each row in its own blocks, at every row count (the same bits as the ops below,
+  // checked). Not in a prompt pass: there every product is the tiled one.
   const DeviceMatrix& di = hc.down_inject.joined;
   if (opt_.fused_hc && !prompt_pass_ && di.kind == DeviceMatrix::Kind::Affine &&
       hc.up.kind == DeviceMatrix::Kind::Affine && hc_fused_takes(di.affine, hc.up.affine, S, D, R) &&

@@ -41,8 +41,9 @@ struct CudaModelOptions {
   // (hc down|inject, router|shared gate|up|shared gate); off: one product each, same layout, same bits.
   bool joint_products = true;
   // A decode call's hyper-connection mix in two launches per mix (hc_kernels.h: the norm folded into the
-  // down|inject product, the inject stored by the tail); off: the separate ops. Same bits.
-  bool fused_hc = true;
+  // down|inject product, the inject stored by the tail); off: the separate ops. Same bits. Off by default:
+  // it measured slower on the H200 at 1 and 8 streams (docs/receipts/cuda-decode.md, "fastdec").
+  bool fused_hc = false;
   int prompt_pass_rows = 2048;  // a prompt call runs in passes of at most this many rows (a multiple of 64)
 };
 

@@ -3,7 +3,8 @@
 // mix"): hc_head = the pending inject + the grouped RMS norm + the down|inject product, hc_tail = the
 // activations + the up product + the combine + the inject written back to H. Each row of a call runs in its
 // own blocks, so a row's bits never depend on the row count; the arithmetic is that of add_rms_norm_rows,
-// affine_wx (one row), hc_activations and hc_combine run apart, in the same order: the same bits.
+// affine_wx (one row), hc_activations and hc_combine run apart, in the same order: the same bits. Used with
+// CudaModelOptions::fused_hc (off by default: slower on the H200 at 1 and 8 streams, see the receipt).
 #include <cuda_runtime.h>
 
 #include <cstdint>
