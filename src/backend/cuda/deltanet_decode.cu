@@ -3,6 +3,7 @@
 #include <string>
 
 #include "backend/cuda/cuda_error.h"
+#include "backend/cuda/deltanet_chunked.h"
 #include "backend/cuda/deltanet_decode.h"
 #include "backend/cuda/device_math.cuh"
 #include "backend/cuda/grid_dependency.cuh"
@@ -233,7 +234,7 @@ void fail(const std::string& what) {
 
 void deltanet_decode(const DeltaNetShape& s, const DeltaNetWeights& w, const DeltaNetWindow* windows,
                      int n_windows, const DeltaNetRows& rows, int n_rows, cudaStream_t stream,
-                     bool separate_norm) {
+                     const DeltaRuleChunks* chunks, bool separate_norm) {
   if (s.dk != kKeyRows) fail("dk must be 128 (got " + std::to_string(s.dk) + ")");
   if (s.dv <= 0 || s.dv % kColumnsPerBlock != 0) fail("dv must be a positive multiple of 32");
   if (s.nk <= 0 || s.nv <= 0 || s.nv % s.nk != 0) fail("nv must be a positive multiple of nk");
@@ -269,17 +270,20 @@ void deltanet_decode(const DeltaNetShape& s, const DeltaNetWeights& w, const Del
                                                                     rows.gates, q_scale, n_rows);
   }
   check_launch("deltanet_decode conv, q/k norm, gates");
-  if (s.dv <= kMaxFusedColumns && !separate_norm) {  // one block per (window, value head)
+  if (chunks != nullptr) {
+    delta_rule_chunked(s, wins, n_windows, rows.mixed, lm, rows.gates, rows.core, n_rows, *chunks, stream);
+  } else if (s.dv <= kMaxFusedColumns && !separate_norm) {  // one block per (window, value head)
     const dim3 grid(1, static_cast<unsigned>(s.nv), static_cast<unsigned>(n_windows));
     delta_rule_norm_kernel<<<grid, 4 * s.dv, 0, stream>>>(s, wins, rows.mixed, lm, rows.gates, rows.z,
                                                           rows.ld_z(s), w.norm, rows.core, n_rows);
     check_launch("deltanet_decode delta rule + gated norm");
     return;
+  } else {
+    const dim3 rule_grid(static_cast<unsigned>(s.dv / kColumnsPerBlock), static_cast<unsigned>(s.nv),
+                         static_cast<unsigned>(n_windows));
+    delta_rule_kernel<<<rule_grid, 128, 0, stream>>>(s, wins, rows.mixed, lm, rows.gates, rows.core, n_rows);
+    check_launch("deltanet_decode delta rule");
   }
-  const dim3 rule_grid(static_cast<unsigned>(s.dv / kColumnsPerBlock), static_cast<unsigned>(s.nv),
-                       static_cast<unsigned>(n_windows));
-  delta_rule_kernel<<<rule_grid, 128, 0, stream>>>(s, wins, rows.mixed, lm, rows.gates, rows.core, n_rows);
-  check_launch("deltanet_decode delta rule");
   gated_norm_kernel<<<n_rows, 256, 0, stream>>>(s, rows.core, rows.z, rows.ld_z(s), w.norm);
   check_launch("deltanet_decode gated norm");
 }

@@ -176,8 +176,10 @@ void CudaModel::mixer(const Layer& L, int layer, int n, const float* x, float* y
     const auto* wins = static_cast<const DeltaNetWindow*>(s.win_mixer[layer]);
     const bool fast = !opt_.generic_mixers && shape.dk == 128 && shape.dv % 32 == 0 &&
                       shape.conv_kernel >= 2 && shape.conv_kernel <= 4;
+    const bool chunked = fast && prompt_pass_ && opt_.prompt_chunked_deltanet;
+    const DeltaRuleChunks chunks = chunked ? prompt_deltanet_chunks(shape, n) : DeltaRuleChunks{};
     if (fast)
-      deltanet_decode(shape, w, wins, s.n_windows, rows, n, st);
+      deltanet_decode(shape, w, wins, s.n_windows, rows, n, st, chunked ? &chunks : nullptr);
     else
       deltanet_decode_generic(shape, w, wins, s.n_windows, rows, n, st);
     op("deltanet out");
@@ -389,7 +391,7 @@ int64_t CudaModel::run(std::span<const CudaSegment> segments) {
       const auto pos0 = static_cast<int32_t>(sg.state->position),
                  cap = static_cast<int32_t>(opt_.max_context);
       if (c.layer_kinds[l] == LayerKind::LinearAttention)
-        dn.push_back({row0, count, base + conv_off_[l], base + rec_off_[l]});
+        dn.push_back({row0, count, base + conv_off_[l], base + rec_off_[l], pos0});
       else
         at.push_back({row0, count, pos0, cap, base + keys_off_[l], base + values_off_[l]});
       if (layers_[l].has_indexer)

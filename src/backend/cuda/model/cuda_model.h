@@ -25,6 +25,8 @@ namespace ds::cuda {
 struct AttentionShape;
 struct AttentionRows;
 struct AttentionSelection;
+struct DeltaNetShape;
+struct DeltaRuleChunks;
 
 struct CudaModelOptions {
   int64_t max_context = 4096;   // positions a stream's device caches hold
@@ -45,6 +47,12 @@ struct CudaModelOptions {
   // it measured slower on the H200 at 1 and 8 streams (docs/receipts/cuda-decode.md, "fastdec").
   bool fused_hc = false;
   int prompt_pass_rows = 2048;  // a prompt call runs in passes of at most this many rows (a multiple of 64)
+  // Prompt passes run DeltaNet's chunked (C = 64) rule (deltanet_chunked.h) instead of the per-token
+  // recurrence: off by default, as it measured 1.5x slower on the H200 (docs/receipts/cuda-prompt.md).
+  bool prompt_chunked_deltanet = false;
+  // Prompt rows past the indexer's budget attend by attention_prompt_selected (a block per row and kv head);
+  // off: the any-shape kernel, one warp per (row, head).
+  bool prompt_selected_tiles = true;
 };
 
 // Encodings for random weights: MLX affine bits/group for the experts and for every other matrix (bits 0:
@@ -143,6 +151,8 @@ class CudaModel {
   const std::map<std::string, double>& op_times() const { return op_ms_; }
   void reset_op_times() { op_ms_.clear(); }
   void set_time_ops(bool on) { opt_.time_ops = on; }
+  void set_prompt_chunked_deltanet(bool on) { opt_.prompt_chunked_deltanet = on; }
+  void set_prompt_selected_tiles(bool on) { opt_.prompt_selected_tiles = on; }
   void set_graphs(bool on) { opt_.graphs = on; }
   void set_expert_windows(bool on) { opt_.expert_windows = on; }
   void set_programmatic_launch(bool on) { opt_.programmatic_launch = on; }
@@ -184,6 +194,8 @@ class CudaModel {
   const int32_t* prompt_experts(const Layer& L, int n, const float* x);  // returns slot_of
   void prompt_attention(const Layer& L, const AttentionShape& shape, const void* wins,
                         const AttentionRows& rows, int n, const AttentionSelection& sel);
+  // The chunked delta rule's arguments for a prompt pass of n rows (scratch grown to fit).
+  DeltaRuleChunks prompt_deltanet_chunks(const DeltaNetShape& shape, int n);
   bool prompt_needs_passes(std::span<const CudaSegment> segments) const;
   // Runs a long prompt call in passes of at most prompt_pass_rows rows; logits, or the greedy tokens into
   // *greedy.

@@ -122,10 +122,10 @@ struct CudaModel::Scratch {
 };
 
 // Device scratch of a prompt pass (cuda_model_prompt.cpp): the expert tiles and their grouping scratch, the
-// attention windows split at the indexer's budget.
+// attention windows split at the indexer's budget, the chunked delta rule's per-row transforms.
 struct CudaModel::PromptScratch {
   int rows = 0, windows = 0, max_tiles = 0;
-  DeviceBuffer tiles, group, split;
+  DeviceBuffer tiles, group, split, chunks;
 };
 
 }  // namespace ds::cuda

@@ -1,11 +1,14 @@
 // The prompt path of CudaModel (docs/backend-cuda.md, "Prompt path"): in a prompt pass every product runs on
-// the tensor cores (tc_products.h), the routed experts grouped into tiles of one expert's rows, the attention
-// of rows past the indexer's budget only over their chosen blocks, and a long prompt call runs in passes cut
-// at multiples of 64 positions. Each choice depends on a matrix's shape or a row's position alone, so a row's
-// bits do not depend on the other rows, streams or passes.
+// the tensor cores (tc_products.h), DeltaNet's rule in chunks of 64 positions (deltanet_chunked.h), the
+// routed experts grouped into tiles of one expert's rows, the attention of rows past the indexer's budget
+// only over their chosen blocks (attention_prompt.h), and a long prompt call runs in passes cut at multiples
+// of 64 positions. Each choice depends on a matrix's shape or a row's position alone, so a row's bits do not
+// depend on the other rows, streams or passes cut on the 64-grid.
 #include <algorithm>
 
 #include "backend/cuda/attention_decode.h"
+#include "backend/cuda/deltanet_chunked.h"
+#include "backend/cuda/model/attention_prompt.h"
 #include "backend/cuda/model/cuda_model_parts.h"
 #include "backend/cuda/model/generic_mixers.h"
 #include "backend/cuda/model/glue_kernels.h"
@@ -130,7 +133,19 @@ void CudaModel::prompt_attention(const Layer& L, const AttentionShape& shape, co
   const int threshold = static_cast<int>(std::min<int64_t>((top + 1) * cfg_.indexer_ratio - 1, INT32_MAX));
   split_windows(static_cast<const AttentionWindow*>(wins), nw, threshold, prefix, suffix, st);
   attention_decode(shape, w, prefix, nw, s.max_count, rows, n, s.attn_ws, s.attn_ws_bytes, st);
-  attention_decode_generic(shape, w, suffix, nw, s.max_count, rows, n, sel, false, st);
+  if (opt_.prompt_selected_tiles && shape.nh / shape.nkv <= 16) {
+    attention_norm_rope_append(shape, w, suffix, nw, s.max_count, rows, n, st);
+    attention_prompt_selected(shape, suffix, nw, s.max_count, rows, n, sel, st);
+  } else {
+    attention_decode_generic(shape, w, suffix, nw, s.max_count, rows, n, sel, false, st);
+  }
+}
+
+DeltaRuleChunks CudaModel::prompt_deltanet_chunks(const DeltaNetShape& shape, int n) {
+  if (!prompt_scratch_) prompt_scratch_ = std::make_unique<PromptScratch>();
+  PromptScratch& ps = *prompt_scratch_;
+  grow(ps.chunks, deltanet_chunked_scratch_bytes(shape, n));
+  return DeltaRuleChunks{scratch_->max_count, ps.chunks.as<float>(), ps.chunks.bytes()};
 }
 
 bool CudaModel::prompt_needs_passes(std::span<const CudaSegment> segments) const {
