@@ -17,9 +17,10 @@ using detail::kOutputsPerWarp;
 using detail::kWarpsPerBlock;
 
 constexpr int kThreads = kWarpsPerBlock * 32;
-constexpr int kStreams = 4;             // the tail's warps are the streams
-constexpr int kNormThreads = 256;       // rms_norm_rows' threads per group: the order the head reproduces
-constexpr int kMaxStreamWidth = 12288;  // S*D floats of the normed row in (default) shared memory
+constexpr int kStreams = 4;        // the tail's warps are the streams
+constexpr int kNormThreads = 256;  // rms_norm_rows' threads per group: the order the head reproduces
+// S*D floats of the row in shared memory: with the static part, under the 48 KB a block gets without opt-in.
+constexpr int kMaxStreamWidth = 11264;
 constexpr int kMaxRank = 1024;
 constexpr int kChunk = 10;  // float4 loads a thread keeps in flight (a 10240-float row: two chunks)
 static_assert(kNormThreads == 2 * kThreads, "a head thread plays two of rms_norm_rows' threads");

@@ -14,7 +14,7 @@
 namespace ds::cuda {
 
 // Whether hc_head/hc_tail take the mix: MLX affine down|inject [R (+ S), S*D] and up [S*D, R] of one encoding
-// each, S == 4 streams, D % 4 == 0, R % 8 == 0, R <= 1024, S*D <= 12288 (the normed row in shared memory), up
+// each, S == 4 streams, D % 4 == 0, R % 8 == 0, R <= 1024, S*D <= 11264 (the normed row in shared memory), up
 // not split into column slices. False: run the separate ops.
 bool hc_fused_takes(const AffineWeight& down_inject, const AffineWeight& up, int S, int D, int R);
 
