@@ -38,7 +38,7 @@ struct StepResult {
 StepResult run_step(const DeltaNetCase& c, const DeviceWeights& w, const std::vector<int>& sel, int t0, int n,
                     const std::vector<std::vector<float>>& conv_states,
                     const std::vector<std::vector<float>>& states, const Stream& stream, bool chunked = false,
-                    const std::vector<int>& pos0 = {}) {
+                    const std::vector<int>& pos0 = {}, bool separate_norm = false) {
   const DeltaNetShape& s = c.shape;
   const int64_t cd = s.conv_dim(), vd = s.value_dim(), nv = s.nv;
   std::vector<float> mixed, z, b, a;
@@ -71,7 +71,7 @@ StepResult run_step(const DeltaNetCase& c, const DeviceWeights& w, const std::ve
   scratch.fill_bytes(0xFF);
   const DeltaRuleChunks chunks{max_count, scratch.as<float>(), scratch.bytes()};
   deltanet_decode(s, w.view(), d_wins.as<DeltaNetWindow>(), static_cast<int>(wins.size()), r, rows,
-                  stream.get(), chunked ? &chunks : nullptr);
+                  stream.get(), chunked ? &chunks : nullptr, separate_norm);
   stream.synchronize();
   StepResult out;
   out.core = download<float>(core, rows * vd);
@@ -133,6 +133,12 @@ void check_shape(Tally& tally, const DeltaNetShape& s, const std::string& name, 
                "deltanet " + name + ": negative control (beta 1% off) exceeds the core bound");
   tally.expect(state_control > 1.0, "deltanet " + name + ": negative control exceeds the state bound");
   tally.expect(conv_exact, "deltanet " + name + ": conv state = the last K-1 inputs, exactly");
+
+  // The delta rule and gated norm in one launch (dv <= 128) == the two launches, bit for bit.
+  const StepResult apart = run_step(c, w, all, 0, 1 << 30, conv0, st0, stream, false, {}, true);
+  bool apart_same = same_bits(apart.core, full.core);
+  for (int i = 0; i < nw; ++i) apart_same = apart_same && same_bits(apart.states[i], full.states[i]);
+  tally.expect(apart_same, "deltanet " + name + ": rule + gated norm in one launch == apart (bits)");
 
   // Each window alone (its rows at row 0, one window per launch) == inside the full launch, bit for bit.
   bool alone_same = true;

@@ -66,13 +66,15 @@ struct DeltaRuleChunks {
   size_t scratch_bytes = 0;
 };
 
-// Enqueues the step on `stream`: 3 launches (4 with `chunks`). `windows` is a device array of n_windows
-// disjoint windows. The bits of a stream's outputs and states depend only on its own rows and states, not on
-// the other windows, and a window of L tokens gives the same bits as L successive one-token steps. With
-// `chunks` the rule runs in chunks of 64 positions aligned to each window's pos0 (a prompt pass): the bits
-// then depend on the stream's own rows and on where its windows start relative to the 64-grid.
+// Enqueues the step on `stream`: 2 launches (dv <= 128: the per-token delta rule and the gated norm in one
+// block per value head), else 3; 4 with `chunks`; separate_norm keeps the per-token rule and the norm apart
+// (the same bits: for checks). `windows` is a device array of n_windows disjoint windows. The bits of a
+// stream's outputs and states depend only on its own rows and states, not on the other windows, and a window
+// of L tokens gives the same bits as L successive one-token steps. With `chunks` the rule runs in chunks of
+// 64 positions aligned to each window's pos0 (a prompt pass): the bits then depend on the stream's own rows
+// and on where its windows start relative to the 64-grid.
 void deltanet_decode(const DeltaNetShape& shape, const DeltaNetWeights& w, const DeltaNetWindow* windows,
                      int n_windows, const DeltaNetRows& rows, int n_rows, cudaStream_t stream,
-                     const DeltaRuleChunks* chunks = nullptr);
+                     const DeltaRuleChunks* chunks = nullptr, bool separate_norm = false);
 
 }  // namespace ds::cuda

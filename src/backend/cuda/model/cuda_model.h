@@ -51,6 +51,10 @@ struct CudaModelOptions {
   // Matrices over the same activations uploaded as one matrix where they share an encoding, one product
   // (hc down|inject, router|shared gate|up|shared gate); off: one product each, same layout, same bits.
   bool joint_products = true;
+  // A decode call's hyper-connection mix in two launches per mix (hc_kernels.h: the norm folded into the
+  // down|inject product, the inject stored by the tail); off: the separate ops. Same bits. Off by default:
+  // it measured slower on the H200 at 1 and 8 streams (docs/receipts/cuda-decode.md, "fastdec").
+  bool fused_hc = false;
   int prompt_pass_rows = 2048;  // a prompt call runs in passes of at most this many rows (a multiple of 64)
   // Prompt passes run DeltaNet's chunked (C = 64) rule (deltanet_chunked.h) instead of the per-token
   // recurrence: off by default, as it measured 1.5x slower on the H200 (docs/receipts/cuda-prompt.md).
@@ -163,6 +167,7 @@ class CudaModel {
   void set_graphs(bool on) { opt_.graphs = on; }
   void set_expert_windows(bool on) { opt_.expert_windows = on; }
   void set_programmatic_launch(bool on) { opt_.programmatic_launch = on; }
+  void set_fused_hc(bool on) { opt_.fused_hc = on; }
   const CudaModelOptions& options() const { return opt_; }
   // Nodes (launches, copies, timing events) of the last captured round's graph.
   size_t graph_nodes() const { return graph_nodes_; }
@@ -184,8 +189,10 @@ class CudaModel {
   void moe(const Layer& L, int n, const float* x, float* y);
   void mlp_in(const DeviceMatrix& gate_up, const DeviceMatrix& up_alone, int64_t inter, int n, const float* x,
               float* gu, float* h);
-  // pending: the previous block's output, injected into H (with the previous iota) by the mix's norm.
-  void hc_mix(const struct DeviceHc& hc, int n, float* H, const float* pending, float* x, float* iota);
+  // pending: the previous block's output, injected into H (with the previous iota) by the mix.
+  // iota_in: the previous mix's iota (for pending); iota_out: this mix's (null: none), a different buffer.
+  void hc_mix(const struct DeviceHc& hc, int n, float* H, const float* pending, const float* iota_in,
+              float* x, float* iota_out);
   void op(const char* name);  // starts timing `name` (ends the previous op)
   std::vector<std::pair<int64_t, int64_t>> recurrent_ranges() const;  // (first float, floats), merged
   // Prompt path (cuda_model_prompt.cpp). Inside the forward's members an unqualified wx(...) names this

@@ -97,7 +97,8 @@ struct CudaModel::HostTables {
 struct CudaModel::Scratch {
   int capacity = 0;  // rows
   DeviceBuffer arena;
-  float *H, *x, *y, *normed, *low, *low_iota, *mix, *iota, *rjoint, *mixed, *gates, *core, *qg, *attn;
+  float *H, *x, *y, *normed, *low, *low_iota, *mix, *iota, *iota_next, *rjoint, *mixed, *gates, *core, *qg,
+      *attn;
   float *scores, *weights, *gu, *h, *slots, *sgu, *sh, *shared, *pkey, *pval, *qn, *gated, *gn;
   float *xs, *logits;
   int32_t *select_mode, *ids, *want, *argmax, *row_ids, *slot_of;
@@ -120,6 +121,7 @@ struct CudaModel::Scratch {
   std::vector<const void*> win_mixer, win_indexer, win_ple;
   std::vector<const float*> emb;  // per PLE layer: the gathered rows [n, ple_embed_dim]
   int n_windows = 0, max_count = 0, max_blocks = 0;
+  bool any_selecting = true;  // a row of the call may be past the indexer's budget
   ~Scratch() {
     if (pinned) cudaFreeHost(pinned);
   }
