@@ -5,7 +5,8 @@
 # products), (b) the prompt products' checks (--only tiled --no-bench: they share tc_common.cuh), (c)
 # cuda_model_check's checks on the fixtures with DS_CUDA_DECODE_PRODUCTS=tensor-all (every matrix the tensor
 # products take), (d) the real-shape bench on $BENCH_CONFIG with DS_CUDA_DECODE_PRODUCTS=tensor, then fma. Each
-# part under its own timeout, each run even when another fails; logs under $OUT. MODES: the bench modes.
+# part under its own timeout, each run even when another fails; logs under $OUT. MODES: the bench's
+# DS_CUDA_DECODE_PRODUCTS values (default "tensor fma"; e.g. "tensor:8192" for the wide matrices alone).
 # Usage: DS_VENDOR_INCLUDE=DIR [FIXTURE_ROOT=DIR] BENCH_CONFIG=FILE tools/device/cuda_tcdecode.sh [bench args]
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -46,9 +47,10 @@ tail -3 "$out/checks_tensor.log" | tee -a "$out/summary.txt"
 if [[ -n "${BENCH_CONFIG:-}" ]]; then
   for mode in ${MODES:-tensor fma}; do
     stamp "== (d) model bench, $mode =="
+    log="$out/bench_${mode//:/-}.log"  # tensor:8192 -> bench_tensor-8192.log
     DS_CUDA_DECODE_PRODUCTS=$mode timeout "${BENCH_TIMEOUT:-75}" "$bm/cuda_model_check" "$fixtures" --no-checks \
-      --bench "$BENCH_CONFIG" "$@" >"$out/bench_$mode.log" 2>&1 || status=1
-    grep -E "^ +[0-9]+ +[0-9]+ " "$out/bench_$mode.log" | tee -a "$out/summary.txt"
+      --bench "$BENCH_CONFIG" "$@" >"$log" 2>&1 || status=1
+    grep -E "^ +[0-9]+ +[0-9]+ " "$log" | tee -a "$out/summary.txt"
   done
 fi
 stamp "done (status $status)"
