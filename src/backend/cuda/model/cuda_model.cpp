@@ -84,7 +84,7 @@ void CudaModel::moe(const Layer& L, int n, const float* x, float* y) {
   moe_route(s.rjoint, n, E, K, cfg_.norm_topk_prob, s.ids, s.weights, st, RW, pairs ? s.up_pairs : nullptr,
             pairs ? s.down_pairs : nullptr, stacked ? E : -1);
   const int32_t* slot_of = nullptr;
-  if (prompt_pass_ && prompt_experts_tiled(L)) {
+  if ((prompt_pass_ || decode_tensor_experts(L)) && prompt_experts_tiled(L)) {
     slot_of = prompt_experts(L, n, x);
   } else if (windows) {
     moe_expert_windows(s.ids, n, K, E, s.windows, s.row_ids, s.slot_of, st);
@@ -245,6 +245,7 @@ void CudaModel::ensure_scratch(int n) {
                               static_cast<int>(c.head_dim), static_cast<int>(c.rotary_dim), c.rms_eps};
   const size_t attn_ws =
       c.head_dim == 128 || c.head_dim == 256 ? attention_decode_workspace_bytes(ashape, n) : 0;
+  const TcScratchBytes tc = tc_scratch_bytes(c, n);  // the decode tensor products' (cuda_model_prompt.cpp)
   std::vector<std::pair<void**, int64_t>> parts = {
       {(void**)&s->H, n * SD * 4},
       {(void**)&s->x, n * D * 4},
@@ -289,7 +290,10 @@ void CudaModel::ensure_scratch(int n) {
       {(void**)&s->xs, n * D * 4},
       {(void**)&s->logits, n * V * 4},
       {(void**)&s->want, n * 4},
-      {(void**)&s->argmax, n * 4}};
+      {(void**)&s->argmax, n * 4},
+      {(void**)&s->tc_split, tc.split},
+      {(void**)&s->tc_tiles, tc.tiles},
+      {(void**)&s->tc_group, tc.group}};
   size_t total = 0;
   for (auto& p : parts) total += align256(static_cast<size_t>(p.second));
   s->arena = DeviceBuffer(total);
@@ -299,6 +303,7 @@ void CudaModel::ensure_scratch(int n) {
     at += align256(static_cast<size_t>(p.second));
   }
   s->attn_ws_bytes = attn_ws;
+  s->tc_split_bytes = static_cast<size_t>(tc.split);
   scratch_ = std::move(s);
 }
 

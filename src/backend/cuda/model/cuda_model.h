@@ -28,6 +28,15 @@ struct AttentionSelection;
 struct DeltaNetShape;
 struct DeltaRuleChunks;
 
+// The weight products of decode calls (docs/backend-cuda.md, "Decode products on the tensor cores"): the FMA
+// kernels (wx_products.h) or the tensor-core ones (tc_decode.h) for every matrix with at least
+// tensor_min_rows outputs that they take (a choice by the matrix alone, so a row's bits never depend on the
+// call's rows either way). The defaults come from DS_CUDA_DECODE_PRODUCTS: fma (or unset), tensor,
+// tensor-all (tensor_min_rows 0: every matrix they take, for the checks) or tensor:ROWS.
+enum class DecodeProducts { Fma, Tensor };
+DecodeProducts decode_products_default();
+int64_t tensor_min_rows_default();
+
 struct CudaModelOptions {
   int64_t max_context = 4096;   // positions a stream's device caches hold
   bool generic_mixers = false;  // use the any-shape DeltaNet/attention kernels even where the fast ones fit
@@ -53,6 +62,8 @@ struct CudaModelOptions {
   // Prompt rows past the indexer's budget attend by attention_prompt_selected (a block per row and kv head);
   // off: the any-shape kernel, one warp per (row, head).
   bool prompt_selected_tiles = true;
+  DecodeProducts decode_products = decode_products_default();
+  int64_t tensor_min_rows = tensor_min_rows_default();
 };
 
 // Encodings for random weights: MLX affine bits/group for the experts and for every other matrix (bits 0:
@@ -191,7 +202,10 @@ class CudaModel {
   // y[r*width + offset[i] + o] = part i of W times x[r] for every part: one product when joined.
   void wx(const JointMatrix& m, const float* x, int64_t ldx, int n, float* y, cudaStream_t st);
   bool prompt_experts_tiled(const Layer& L) const;
-  const int32_t* prompt_experts(const Layer& L, int n, const float* x);  // returns slot_of
+  // Routed experts in tiles of one expert's rows (returns slot_of): the prompt products in a prompt pass, the
+  // decode tensor products in a decode call (decode_tensor_experts).
+  const int32_t* prompt_experts(const Layer& L, int n, const float* x);
+  bool decode_tensor_experts(const Layer& L) const;
   void prompt_attention(const Layer& L, const AttentionShape& shape, const void* wins,
                         const AttentionRows& rows, int n, const AttentionSelection& sel);
   // The chunked delta rule's arguments for a prompt pass of n rows (scratch grown to fit).

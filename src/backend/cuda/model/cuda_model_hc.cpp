@@ -40,8 +40,10 @@ void CudaModel::hc_mix(const DeviceHc& hc, int n, float* H, const float* pending
   wx(hc.down_inject, s.normed, int64_t{S} * D, n, s.low_iota, st);
   op("hc up");
   // One row: activations, up product and combine in one launch where the kernel takes the shape (same bits).
-  // Not in a prompt pass: there every row takes the tiled products, whatever the pass's row count.
-  if (n == 1 && !prompt_pass_ && hc.up.kind == DeviceMatrix::Kind::Affine && S == 4 &&
+  // Not in a prompt pass: there every row takes the tiled products, whatever the pass's row count; nor with
+  // the tensor decode products, which then take hc up at every row count.
+  if (n == 1 && !prompt_pass_ && opt_.decode_products == DecodeProducts::Fma &&
+      hc.up.kind == DeviceMatrix::Kind::Affine && S == 4 &&
       affine_wx_hc_tail(hc.up.affine, s.low_iota, R, inv_s, s.normed, D, x, iota_out, st))
     return;
   hc_activations(s.low_iota, n, hc.down_inject.width, R, S, inv_s, s.low, iota_out, st);

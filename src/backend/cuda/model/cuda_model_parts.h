@@ -108,6 +108,12 @@ struct CudaModel::Scratch {
   void*
       attn_ws;  // attention_decode's split-KV partials (caller-owned, so a captured graph allocates nothing)
   size_t attn_ws_bytes = 0;
+  // The decode tensor products' x planes (tc_decode_scratch_bytes) and their expert tiles and grouping
+  // scratch.
+  void* tc_split = nullptr;
+  size_t tc_split_bytes = 0;
+  ExpertWindow* tc_tiles = nullptr;
+  void* tc_group = nullptr;
   DeviceBuffer staged_buf;
   uint8_t* pinned = nullptr;
   size_t pinned_bytes = 0;
@@ -120,6 +126,14 @@ struct CudaModel::Scratch {
     if (pinned) cudaFreeHost(pinned);
   }
 };
+
+// Bytes of the decode tensor products' scratch for calls of up to n rows (cuda_model_prompt.cpp): x split
+// into planes (the widest product input, or the routed experts' rows), the expert tiles and their grouping
+// scratch.
+struct TcScratchBytes {
+  int64_t split, tiles, group;
+};
+TcScratchBytes tc_scratch_bytes(const ModelConfig& c, int n);
 
 // Device scratch of a prompt pass (cuda_model_prompt.cpp): the expert tiles and their grouping scratch, the
 // attention windows split at the indexer's budget, the chunked delta rule's per-row transforms.
