@@ -49,16 +49,13 @@ LoadedBackend load_cuda(const std::string& dir, int64_t context, bool prompt_pat
 void add_backend_options(CLI::App& cmd, std::string& backend, bool& cuda_prompt_passes) {
   cmd.add_option("--backend", backend, "cpu, or cuda (the GPU; a -DDELTASERVE_CUDA=ON build)");
   cmd.add_flag("--cuda-prompt-passes", cuda_prompt_passes,
-               "cuda: prompts as tensor-core prompt passes (docs/backend-cuda.md \"Prompt path\"); default: "
-               "decode windows");
+               "cuda: prompts as tensor-core prompt passes (docs/backend-cuda.md \"Prompt path\"; default; "
+               "=false: as decode windows)");
 }
 
 LoadedBackend load_backend(const std::string& name, const std::string& model_dir, int64_t context,
-                           bool cuda_prompt_path) {
-  if (name == "cpu") {
-    if (cuda_prompt_path) fail("--cuda-prompt-passes needs --backend cuda");
-    return load_cpu(model_dir, context);
-  }
+                           [[maybe_unused]] bool cuda_prompt_path) {
+  if (name == "cpu") return load_cpu(model_dir, context);  // --cuda-prompt-passes is the CUDA backend's alone
   if (name != "cuda") fail("--backend '{}' is not one of cpu, cuda", name);
 #ifdef DELTASERVE_HAS_CUDA
   return load_cuda(model_dir, context, cuda_prompt_path);

@@ -35,6 +35,7 @@ struct BenchOptions {
   int bandwidth_mib = 1024;
   int draft_tokens = 64;  // reply length of the drafts off/on line; 0 skips it
   bool json = false, no_drafts = false, no_weight_tiles = false;
+  bool cuda_prompt_passes = true;
 };
 
 double seconds_since(Clock::time_point t0) {
@@ -187,9 +188,8 @@ void print_table(const json& r) {
 
 void run_bench(const BenchOptions& o) {
   if (o.backend == "cuda") {
-    run_cuda_bench(
-        {o.model, o.load_format, o.config, o.seed, o.streams, o.decode_tokens, o.warmup_rounds, o.json, true,
-         !o.no_drafts});
+    run_cuda_bench({o.model, o.load_format, o.config, o.seed, o.streams, o.decode_tokens, o.warmup_rounds,
+                    o.json, true, o.prompt_lengths, o.cuda_prompt_passes, !o.no_drafts});
     return;
   }
   if (o.backend != "cpu") fail("--backend '{}' is not one of cpu, cuda", o.backend);
@@ -260,6 +260,9 @@ void register_bench_command(CLI::App& app) {
   cmd->add_option("--backend", o->backend,
                   "cpu, or cuda (decode rounds on the GPU; a -DDELTASERVE_CUDA=ON build)");
   cmd->add_option("--seed", o->seed, "seed of the dummy weights and the token ids");
+  cmd->add_flag("--cuda-prompt-passes", o->cuda_prompt_passes,
+                "cuda: prompts through the engine as prompt passes (docs/backend-cuda.md \"Prompt path\"; "
+                "default; =false: as decode windows)");
   cmd->add_option("--prompt-lengths", o->prompt_lengths, "prompt lengths, one stream each")->delimiter(',');
   cmd->add_option("--streams", o->streams, "decode stream counts")->delimiter(',');
   cmd->add_option("--decode-tokens", o->decode_tokens, "timed decode rounds per stream count");

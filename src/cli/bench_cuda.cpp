@@ -11,6 +11,7 @@
 #include <fstream>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "backend/cuda/engine/cuda_backend.h"
 #include "backend/cuda/model/cuda_bench.h"
@@ -82,10 +83,51 @@ nlohmann::json engine_rate(const std::shared_ptr<cuda::CudaBackend>& backend, in
           {"tokens_per_s", decode_s > 0 ? decoded / decode_s : 0}};
 }
 
+// One prompt of `length` tokens through the engine (one stream, no prompt cache, one greedy token): prompt
+// tokens/s by the engine's prefill time (admission to the first token) and by the wall clock of the request.
+nlohmann::json engine_prompt_rate(const std::shared_ptr<const cuda::CudaBackend>& backend, int length) {
+  EngineOptions eo;
+  eo.parallel = 1;
+  eo.prompt_cache_gib = 0;
+  eo.drafts = false;
+  eo.context = backend->max_context();
+  Engine engine(backend, eo);
+  std::mutex mutex;
+  std::condition_variable cv;
+  std::optional<TokenEvent> last;
+  const int64_t V = backend->config().vocab_size;
+  GenerationRequest r;
+  for (int t = 0; t < length; ++t)
+    r.prompt.push_back(static_cast<int32_t>((7919 * int64_t{t} + 13 + length) % V));
+  r.max_tokens = 1;
+  r.ignore_eos = true;
+  r.sampling.temperature = 0;
+  r.use_prompt_cache = false;
+  const auto t0 = std::chrono::steady_clock::now();
+  engine.submit(std::move(r), [&](const TokenEvent& ev) {
+    if (!ev.finished) return;
+    std::lock_guard lock(mutex);
+    last = ev;
+    cv.notify_all();
+  });
+  std::unique_lock lock(mutex);
+  cv.wait(lock, [&] { return last.has_value(); });
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (last->reason == FinishReason::Error) fail("prompt bench through the engine: {}", last->error);
+  return {{"tokens", length},
+          {"prefill_s", last->prefill_seconds},
+          {"wall_s", wall},
+          {"tokens_per_s", last->prefill_seconds > 0 ? length / last->prefill_seconds : 0}};
+}
+
 void bench(const CudaBenchOptions& o) {
   using nlohmann::json;
   cuda::CudaModelOptions opt;
   opt.max_context = 2048;
+  for (int len : o.prompt_lengths) {
+    if (len <= 0) fail("--prompt-lengths: {} is not a positive length", len);
+    opt.max_context = std::max<int64_t>(opt.max_context, len + 64);
+  }
   std::unique_ptr<Model> host;  // a checkpoint's bound weights, which the CUDA model reads its tables from
   std::unique_ptr<cuda::CudaModel> m;
   if (o.load_format == "dummy") {
@@ -107,7 +149,7 @@ void bench(const CudaBenchOptions& o) {
     m = std::make_unique<cuda::CudaModel>(host->config(), host->weights(), opt,
                                           host->has_mtp() ? &host->mtp_weights() : nullptr);
   }
-  auto backend = std::make_shared<cuda::CudaBackend>(std::move(m));
+  auto backend = std::make_shared<cuda::CudaBackend>(std::move(m), o.prompt_passes);
   cuda::CudaModel& model = backend->model();
   json r;
   r["backend"] = "cuda";
@@ -117,6 +159,24 @@ void bench(const CudaBenchOptions& o) {
   r["engine"] = json::array();
   r["engine_drafts"] = json::array();      // the same with drafts (MTP head, depth by measured cost)
   r["engine_host_draws"] = json::array();  // no drafts, every logits row to the host's KeyedSampler
+  // Prompts first, each line printed as it is measured (a long one may be cut by the caller's timeout).
+  r["prompt_passes"] = o.prompt_passes;
+  r["prompt"] = json::array();
+  if (!o.prompt_lengths.empty()) {
+    engine_prompt_rate(backend, std::min(o.prompt_lengths.front(), 512));  // warm-up
+    if (!o.json)
+      std::printf("prompts through the engine (%s):\n%10s %12s %10s %12s\n",
+                  o.prompt_passes ? "prompt passes" : "decode windows", "tokens", "prefill s", "wall s",
+                  "tok/s");
+  }
+  for (int len : o.prompt_lengths) {
+    const json p = engine_prompt_rate(backend, len);
+    r["prompt"].push_back(p);
+    if (!o.json)
+      std::printf("%10d %12.3f %10.3f %12.1f\n", len, p["prefill_s"].get<double>(), p["wall_s"].get<double>(),
+                  p["tokens_per_s"].get<double>());
+    std::fflush(stdout);
+  }
   for (int s : o.streams) {
     const cuda::DecodeRate d = cuda::bench_decode_rounds(model, s, o.decode_tokens, o.warmup_rounds);
     r["decode"].push_back(

@@ -28,7 +28,7 @@ namespace {
 
 struct RunOptions {
   std::string model, prompt, system, backend = "cpu";
-  bool cuda_prompt_passes = false;
+  bool cuda_prompt_passes = true;
   int64_t context = 0;
   bool chat = false, no_think = false, ignore_eos = false, no_drafts = false;
   int max_tokens = 256, threads = 0;

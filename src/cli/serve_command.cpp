@@ -26,7 +26,7 @@ namespace {
 
 struct ServeOptions {
   std::string model, host = "127.0.0.1", api_key, backend = "cpu";
-  bool cuda_prompt_passes = false;
+  bool cuda_prompt_passes = true;
   int port = 8080, parallel = 4, threads = 0;
   int64_t context = 0, max_queue = 256;
   double prompt_cache_gib = 1.0, memory_limit_gib = 0;

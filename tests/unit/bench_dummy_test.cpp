@@ -146,9 +146,6 @@ TEST(BackendOption, RunAndServeNameTheChoices) {
     EXPECT_NE(rc2, 0) << cmd;
     EXPECT_NE(cuda.find("-DDELTASERVE_CUDA=ON"), std::string::npos) << cuda;
 #endif
-    auto [passes, rc3] = run_cli(cmd + " --cuda-prompt-passes");  // the CUDA backend's option, on the CPU
-    EXPECT_NE(rc3, 0) << cmd;
-    EXPECT_NE(passes.find("--cuda-prompt-passes needs --backend cuda"), std::string::npos) << passes;
   }
 }
 

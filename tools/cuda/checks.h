@@ -65,4 +65,10 @@ void run_moe_bench(int reps);
 void run_tc_checks(Tally& tally);
 void run_tc_bench(int reps);
 
+// The tensor-core decode products (tc_decode_checks.cpp): bound, negative control, a row alone == in every
+// count 1..64 at every position, expert tiles == each expert alone, bad shapes refused; and their timings
+// against the FMA products at 1/8/16/64 rows (tc_decode_bench.cpp).
+void run_tc_decode_checks(Tally& tally);
+void run_tc_decode_bench(int reps);
+
 }  // namespace ds::cuda::wxcheck

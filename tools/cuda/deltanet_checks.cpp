@@ -1,11 +1,13 @@
 // Checks and timings of the DeltaNet decode step (backend/cuda/deltanet_decode.h) against the float64
 // reference: bound, negative control, streams alone == streams in one launch, a window == its tokens one by
-// one.
+// one; and of the chunked prompt form (deltanet_chunked.h): bound, against the per-token form, alone ==
+// together, a window cut on the 64-grid == one launch.
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <string>
 
+#include "backend/cuda/deltanet_chunked.h"
 #include "backend/cuda/device_buffer.h"
 #include "backend/cuda/stream.h"
 #include "checks.h"
@@ -32,15 +34,17 @@ struct StepResult {
 
 // Runs windows `sel` of case `c` (their rows packed in the given order, starting at row 0) for tokens
 // [t0, t0+n) of each window, starting from `conv_states`/`states`; core of the packed rows is poisoned first.
+// chunked: the prompt form, window i's first token at position pos0[i] (0 where pos0 is empty) + t0.
 StepResult run_step(const DeltaNetCase& c, const DeviceWeights& w, const std::vector<int>& sel, int t0, int n,
                     const std::vector<std::vector<float>>& conv_states,
-                    const std::vector<std::vector<float>>& states, const Stream& stream) {
+                    const std::vector<std::vector<float>>& states, const Stream& stream, bool chunked = false,
+                    const std::vector<int>& pos0 = {}, bool separate_norm = false) {
   const DeltaNetShape& s = c.shape;
   const int64_t cd = s.conv_dim(), vd = s.value_dim(), nv = s.nv;
   std::vector<float> mixed, z, b, a;
   std::vector<DeltaNetWindow> wins;
   std::vector<DeviceBuffer> conv_bufs, state_bufs;
-  int rows = 0;
+  int rows = 0, max_count = 0;
   for (int i : sel) {
     const HostWindow& hw = c.windows[i];
     const int cnt = std::min(n, hw.count - t0);
@@ -51,8 +55,10 @@ StepResult run_step(const DeltaNetCase& c, const DeviceWeights& w, const std::ve
     a.insert(a.end(), c.a.begin() + src * nv, c.a.begin() + (src + cnt) * nv);
     conv_bufs.push_back(upload(conv_states[i]));
     state_bufs.push_back(upload(states[i]));
-    wins.push_back({rows, cnt, conv_bufs.back().as<float>(), state_bufs.back().as<float>()});
+    const int p0 = (pos0.empty() ? 0 : pos0[i]) + t0;
+    wins.push_back({rows, cnt, conv_bufs.back().as<float>(), state_bufs.back().as<float>(), p0});
     rows += cnt;
+    max_count = std::max(max_count, cnt);
   }
   DeviceBuffer d_mixed = upload(mixed), d_z = upload(z), d_b = upload(b), d_a = upload(a),
                d_wins = upload(wins);
@@ -61,8 +67,11 @@ StepResult run_step(const DeltaNetCase& c, const DeviceWeights& w, const std::ve
   gates.fill_bytes(0xFF);
   DeltaNetRows r{d_mixed.as<float>(), d_z.as<float>(),   d_b.as<float>(),
                  d_a.as<float>(),     gates.as<float>(), core.as<float>()};
+  DeviceBuffer scratch(chunked ? deltanet_chunked_scratch_bytes(s, rows) : 16);
+  scratch.fill_bytes(0xFF);
+  const DeltaRuleChunks chunks{max_count, scratch.as<float>(), scratch.bytes()};
   deltanet_decode(s, w.view(), d_wins.as<DeltaNetWindow>(), static_cast<int>(wins.size()), r, rows,
-                  stream.get());
+                  stream.get(), chunked ? &chunks : nullptr, separate_norm);
   stream.synchronize();
   StepResult out;
   out.core = download<float>(core, rows * vd);
@@ -125,6 +134,12 @@ void check_shape(Tally& tally, const DeltaNetShape& s, const std::string& name, 
   tally.expect(state_control > 1.0, "deltanet " + name + ": negative control exceeds the state bound");
   tally.expect(conv_exact, "deltanet " + name + ": conv state = the last K-1 inputs, exactly");
 
+  // The delta rule and gated norm in one launch (dv <= 128) == the two launches, bit for bit.
+  const StepResult apart = run_step(c, w, all, 0, 1 << 30, conv0, st0, stream, false, {}, true);
+  bool apart_same = same_bits(apart.core, full.core);
+  for (int i = 0; i < nw; ++i) apart_same = apart_same && same_bits(apart.states[i], full.states[i]);
+  tally.expect(apart_same, "deltanet " + name + ": rule + gated norm in one launch == apart (bits)");
+
   // Each window alone (its rows at row 0, one window per launch) == inside the full launch, bit for bit.
   bool alone_same = true;
   packed = 0;
@@ -172,6 +187,109 @@ void check_shape(Tally& tally, const DeltaNetShape& s, const std::string& name, 
   }
 }
 
+// The chunked prompt form: windows longer than a chunk, starting on and off the 64-grid.
+void check_chunked(Tally& tally, const DeltaNetShape& s, const std::string& name, std::mt19937_64& rng) {
+  const std::vector<int> counts = {200, 37, 130, 64, 1, 90};
+  const std::vector<int> pos0 = {0, 27, 64, 100, 63, 250};
+  const DeltaNetCase c = random_deltanet_case(s, counts, rng);
+  const DeviceWeights w(c);
+  Stream stream;
+  const int64_t vd = s.value_dim(), nw = static_cast<int64_t>(c.windows.size());
+  std::vector<std::vector<float>> conv0, st0;
+  for (const auto& hw : c.windows) {
+    conv0.push_back(hw.conv_state);
+    st0.push_back(hw.state);
+  }
+  const DeltaNetReference ref = deltanet_reference(c, 1.0), control = deltanet_reference(c, 1.01);
+  std::vector<int> all(nw);
+  for (int i = 0; i < nw; ++i) all[i] = i;
+  const StepResult full = run_step(c, w, all, 0, 1 << 30, conv0, st0, stream, true, pos0);
+  const StepResult token = run_step(c, w, all, 0, 1 << 30, conv0, st0, stream);
+  double core_ratio = 0, core_control = 0, state_ratio = 0, state_control = 0, vs_token = 0,
+         state_vs_token = 0;
+  bool finite = true;
+  int64_t packed = 0;
+  const int64_t state_rows = int64_t{s.nv} * s.dk;
+  for (int i = 0; i < nw; ++i) {
+    const HostWindow& hw = c.windows[i];
+    const int64_t heads = hw.count * int64_t{s.nv};
+    const float* got = full.core.data() + packed * vd;
+    const double* want = ref.core.data() + int64_t{hw.row0} * vd;
+    for (int64_t j = 0; j < hw.count * vd; ++j) finite = finite && std::isfinite(got[j]);
+    core_ratio = std::max(core_ratio, head_err_ratio(got, want, heads, s.dv));
+    core_control =
+        std::max(core_control, head_err_ratio(got, control.core.data() + int64_t{hw.row0} * vd, heads, s.dv));
+    state_ratio =
+        std::max(state_ratio, head_err_ratio(full.states[i].data(), ref.states[i].data(), state_rows, s.dv));
+    state_control = std::max(
+        state_control, head_err_ratio(full.states[i].data(), control.states[i].data(), state_rows, s.dv));
+    // Against the per-token form: the same bound, measured from the per-token output (as float64).
+    const std::vector<double> tok(token.core.begin() + packed * vd,
+                                  token.core.begin() + (packed + hw.count) * vd);
+    const std::vector<double> tok_state(token.states[i].begin(), token.states[i].end());
+    vs_token = std::max(vs_token, head_err_ratio(got, tok.data(), heads, s.dv));
+    state_vs_token =
+        std::max(state_vs_token, head_err_ratio(full.states[i].data(), tok_state.data(), state_rows, s.dv));
+    packed += hw.count;
+  }
+  std::printf(
+      "deltanet chunked %-20s core err/bound %.4f (control %.1f)  state %.4f (control %.1f)  vs per-token "
+      "core %.4f state %.4f\n",
+      name.c_str(), core_ratio, core_control, state_ratio, state_control, vs_token, state_vs_token);
+  const std::string what = "deltanet chunked " + name;
+  tally.expect(finite, what + ": every core output written and finite");
+  tally.expect(core_ratio <= 1.0 && state_ratio <= 1.0, what + ": core and state within the bound");
+  tally.expect(core_control > 1.0 && state_control > 1.0,
+               what + ": negative control (beta 1% off) exceeds the core and state bounds");
+  tally.expect(vs_token <= 1.0 && state_vs_token <= 1.0, what + ": within the bound of the per-token form");
+  tally.expect(!same_bits(full.core, token.core), what + ": is not the per-token form (other bits)");
+
+  // Each window alone == inside the 6-stream launch; a window cut on the 64-grid (pieces of 64 and of 128
+  // positions, each its own launch) == one launch, bit for bit.
+  bool alone = true, cut64 = true, cut128 = true;
+  double odd_ratio = 0;
+  packed = 0;
+  for (int i = 0; i < nw; ++i) {
+    const int cnt = c.windows[i].count;
+    const StepResult one = run_step(c, w, {i}, 0, 1 << 30, conv0, st0, stream, true, pos0);
+    alone = alone && std::memcmp(one.core.data(), full.core.data() + packed * vd, cnt * vd * 4) == 0 &&
+            same_bits(one.states[i], full.states[i]);
+    for (int piece : {64, 128, 0}) {
+      auto conv = conv0, st = st0;
+      std::vector<float> core;
+      for (int t0 = 0; t0 < cnt;) {
+        // piece 0: cut at 37 and 101 tokens into the window (off the grid): bits may differ, within bound
+        const int grid_end = piece ? ((pos0[i] + t0) / piece + 1) * piece - pos0[i]
+                                   : (t0 < 37    ? 37
+                                      : t0 < 101 ? 101
+                                                 : cnt);
+        const int n = std::min(cnt, grid_end) - t0;
+        const StepResult r = run_step(c, w, {i}, t0, n, conv, st, stream, true, pos0);
+        core.insert(core.end(), r.core.begin(), r.core.begin() + int64_t{n} * vd);
+        conv = r.conv_states;
+        st = r.states;
+        t0 += n;
+      }
+      if (piece == 0) {
+        odd_ratio =
+            std::max(odd_ratio, head_err_ratio(core.data(), ref.core.data() + int64_t{c.windows[i].row0} * vd,
+                                               cnt * int64_t{s.nv}, s.dv));
+        continue;
+      }
+      const bool same = std::memcmp(core.data(), full.core.data() + packed * vd, cnt * vd * 4) == 0 &&
+                        same_bits(st[i], full.states[i]) && same_bits(conv[i], full.conv_states[i]);
+      (piece == 64 ? cut64 : cut128) = (piece == 64 ? cut64 : cut128) && same;
+    }
+    packed += cnt;
+  }
+  std::printf("deltanet chunked %-20s cut off the grid (37, 101): core err/bound %.4f\n", name.c_str(),
+              odd_ratio);
+  tally.expect(alone, what + ": each stream alone == inside the 6-stream launch (bits)");
+  tally.expect(cut64, what + ": a window cut at every multiple of 64 positions == one launch (bits)");
+  tally.expect(cut128, what + ": a window cut at multiples of 128 positions == one launch (bits)");
+  tally.expect(odd_ratio <= 1.0, what + ": a window cut off the grid stays within the bound");
+}
+
 void check_arguments(Tally& tally) {
   DeltaNetShape bad;
   bad.dk = 64;
@@ -183,6 +301,15 @@ void check_arguments(Tally& tally) {
     named = std::string(e.what()).find("dk must be 128") != std::string::npos;
   }
   tally.expect(named, "deltanet: dk = 64 is an ArgumentError naming dk");
+  bool scratch_named = false;
+  try {
+    DeltaNetShape ok;
+    const DeltaRuleChunks small{1, nullptr, 0};
+    delta_rule_chunked(ok, nullptr, 1, nullptr, ok.conv_dim(), nullptr, nullptr, 1, small, nullptr);
+  } catch (const ArgumentError& e) {
+    scratch_named = std::string(e.what()).find("scratch") != std::string::npos;
+  }
+  tally.expect(scratch_named, "deltanet chunked: a missing scratch is an ArgumentError naming it");
 }
 
 }  // namespace
@@ -201,8 +328,54 @@ void run_deltanet_checks(Tally& tally) {
   small.dv = 64;
   small.conv_kernel = 3;
   check_shape(tally, small, "small 2/6 dv64 silu K3", rng);
+  check_chunked(tally, flash, "flashnext 16/48", rng);
+  check_chunked(tally, small, "small 2/6 dv64", rng);
   check_arguments(tally);
 }
+
+namespace {
+
+// Microseconds of one step of `streams` windows of `window` tokens at shape s (the per-token or the chunked
+// rule), over `reps` launches after 3 warm-ups.
+double time_step(const DeltaNetShape& s, int streams, int window, bool chunked, int reps,
+                 std::mt19937_64& rng) {
+  const int rows = streams * window;
+  const int64_t cd = s.conv_dim(), vd = s.value_dim(), state_n = int64_t{s.nv} * s.dk * s.dv;
+  DeltaNetCase weights_only = random_deltanet_case(s, {1}, rng);
+  const DeviceWeights w(weights_only);
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  std::vector<float> mixed(rows * cd), small(rows * vd);
+  for (auto& x : mixed) x = d(rng);
+  for (auto& x : small) x = d(rng);
+  DeviceBuffer d_mixed = upload(mixed), d_z = upload(small), d_ba = upload(small);
+  DeviceBuffer gates(rows * 2 * s.nv * sizeof(float)), core(rows * vd * sizeof(float));
+  DeviceBuffer conv(streams * (s.conv_kernel - 1) * cd * sizeof(float)), state(streams * state_n * 4);
+  DeviceBuffer scratch(chunked ? deltanet_chunked_scratch_bytes(s, rows) : 16);
+  conv.fill_bytes(0);
+  state.fill_bytes(0);
+  std::vector<DeltaNetWindow> wins;
+  for (int i = 0; i < streams; ++i)
+    wins.push_back({i * window, window, conv.as<float>() + i * (s.conv_kernel - 1) * cd,
+                    state.as<float>() + i * state_n});
+  DeviceBuffer d_wins = upload(wins);
+  DeltaNetRows r{d_mixed.as<float>(), d_z.as<float>(),   d_ba.as<float>(),
+                 d_ba.as<float>(),    gates.as<float>(), core.as<float>()};
+  const DeltaRuleChunks chunks{window, scratch.as<float>(), scratch.bytes()};
+  Stream stream;
+  Event start, stop;
+  auto launch = [&] {
+    deltanet_decode(s, w.view(), d_wins.as<DeltaNetWindow>(), streams, r, rows, stream.get(),
+                    chunked ? &chunks : nullptr);
+  };
+  for (int i = 0; i < 3; ++i) launch();
+  start.record(stream.get());
+  for (int i = 0; i < reps; ++i) launch();
+  stop.record(stream.get());
+  stop.synchronize();
+  return 1000.0 * stop.ms_since(start) / reps;
+}
+
+}  // namespace
 
 void run_deltanet_bench(int reps) {
   std::printf(
@@ -212,42 +385,23 @@ void run_deltanet_bench(int reps) {
               "us/token");
   const DeltaNetShape s;
   std::mt19937_64 rng(11);
+  const int64_t state_n = int64_t{s.nv} * s.dk * s.dv;
   for (int streams : {1, 8, 32, 128}) {
     for (int window : {1, 4, 16}) {
-      const int rows = streams * window;
-      const int64_t cd = s.conv_dim(), vd = s.value_dim(), state_n = int64_t{s.nv} * s.dk * s.dv;
-      DeltaNetCase weights_only = random_deltanet_case(s, {1}, rng);
-      const DeviceWeights w(weights_only);
-      std::normal_distribution<float> d(0.0f, 1.0f);
-      std::vector<float> mixed(rows * cd), small(rows * vd);
-      for (auto& x : mixed) x = d(rng);
-      for (auto& x : small) x = d(rng);
-      DeviceBuffer d_mixed = upload(mixed), d_z = upload(small), d_ba = upload(small);
-      DeviceBuffer gates(rows * 2 * s.nv * sizeof(float)), core(rows * vd * sizeof(float));
-      DeviceBuffer conv(streams * (s.conv_kernel - 1) * cd * sizeof(float)), state(streams * state_n * 4);
-      conv.fill_bytes(0);
-      state.fill_bytes(0);
-      std::vector<DeltaNetWindow> wins;
-      for (int i = 0; i < streams; ++i)
-        wins.push_back({i * window, window, conv.as<float>() + i * (s.conv_kernel - 1) * cd,
-                        state.as<float>() + i * state_n});
-      DeviceBuffer d_wins = upload(wins);
-      DeltaNetRows r{d_mixed.as<float>(), d_z.as<float>(),   d_ba.as<float>(),
-                     d_ba.as<float>(),    gates.as<float>(), core.as<float>()};
-      Stream stream;
-      Event start, stop;
-      auto launch = [&] {
-        deltanet_decode(s, w.view(), d_wins.as<DeltaNetWindow>(), streams, r, rows, stream.get());
-      };
-      for (int i = 0; i < 3; ++i) launch();
-      start.record(stream.get());
-      for (int i = 0; i < reps; ++i) launch();
-      stop.record(stream.get());
-      stop.synchronize();
-      const double us = 1000.0 * stop.ms_since(start) / reps;
+      const double us = time_step(s, streams, window, false, reps, rng);
       const double gbs = streams * 2.0 * state_n * 4 / (us * 1e3);
-      std::printf("%8d %7d %10.2f %12.0f %7.1f%% %12.3f\n", streams, window, us, gbs, gbs / 43.0, us / rows);
+      std::printf("%8d %7d %10.2f %12.0f %7.1f%% %12.3f\n", streams, window, us, gbs, gbs / 43.0,
+                  us / (streams * window));
     }
+  }
+  std::printf(
+      "\nDeltaNet prompt step (conv, rule, gated norm), Flash Next shape: per-token vs chunked rule\n");
+  std::printf("%8s %7s %14s %14s %9s\n", "streams", "window", "per-token us", "chunked us", "speed-up");
+  for (auto [streams, window] :
+       {std::pair{1, 2048}, std::pair{4, 512}, std::pair{1, 512}, std::pair{1, 64}}) {
+    const double a = time_step(s, streams, window, false, std::max(2, reps / 4), rng);
+    const double b = time_step(s, streams, window, true, std::max(2, reps / 4), rng);
+    std::printf("%8d %7d %14.1f %14.1f %8.2fx\n", streams, window, a, b, a / b);
   }
 }
 

@@ -58,6 +58,7 @@ int main(int argc, char** argv) {
     if (wanted("routing")) section(tally, "routing checks", [&] { wx::run_routing_checks(tally); });
     if (wanted("moe")) section(tally, "moe checks", [&] { wx::run_moe_checks(tally); });
     if (wanted("tiled")) section(tally, "tiled product checks", [&] { wx::run_tc_checks(tally); });
+    if (wanted("decode-tc")) section(tally, "decode tc checks", [&] { wx::run_tc_decode_checks(tally); });
   }
   std::printf("checks: %d passed, %d failed\n", tally.passed, tally.failed);
   std::fflush(stdout);
@@ -68,6 +69,8 @@ int main(int argc, char** argv) {
     if (wanted("routing")) section(tally, "routing bench", [&] { wx::run_routing_bench(reps); });
     if (wanted("moe")) section(tally, "moe bench", [&] { wx::run_moe_bench(reps); });
     if (wanted("tiled")) section(tally, "tiled bench", [&] { wx::run_tc_bench(std::min(reps, 20)); });
+    if (wanted("decode-tc"))
+      section(tally, "decode tc bench", [&] { wx::run_tc_decode_bench(std::min(reps, 20)); });
   }
   if (tally.failed > 0) {
     std::printf("\nFAILED checks:\n");

@@ -284,6 +284,18 @@ size_t attention_decode_workspace_bytes(const AttentionShape& s, int n_rows) {
   return size_t(n_rows) * s.nh * kMaxChunks * (s.hd + 2) * sizeof(float);
 }
 
+void attention_norm_rope_append(const AttentionShape& s, const AttentionWeights& w,
+                                const AttentionWindow* windows, int n_windows, int max_count,
+                                const AttentionRows& rows, int n_rows, cudaStream_t stream) {
+  if (n_windows <= 0 || n_windows > 65535 || max_count <= 0 || max_count > 65535 || n_rows <= 0)
+    fail("n_windows and max_count must be in 1..65535, n_rows positive");
+  const int prep_threads = 256;
+  const size_t prep_shared = static_cast<size_t>(prep_threads / kWarp) * s.hd * sizeof(float);
+  norm_rope_append_kernel<<<dim3(max_count, n_windows), prep_threads, prep_shared, stream>>>(s, windows, rows,
+                                                                                             w, n_rows);
+  check_launch("attention_decode norm/rope/append");
+}
+
 void attention_decode(const AttentionShape& s, const AttentionWeights& w, const AttentionWindow* windows,
                       int n_windows, int max_count, const AttentionRows& rows, int n_rows, void* workspace,
                       size_t workspace_bytes, cudaStream_t stream) {
@@ -299,11 +311,7 @@ void attention_decode(const AttentionShape& s, const AttentionWeights& w, const 
     fail("workspace must hold attention_decode_workspace_bytes(shape, n_rows) = " +
          std::to_string(attention_decode_workspace_bytes(s, n_rows)) + " bytes (got " +
          std::to_string(workspace_bytes) + ")");
-  const int prep_threads = 256;
-  const size_t prep_shared = static_cast<size_t>(prep_threads / kWarp) * s.hd * sizeof(float);
-  norm_rope_append_kernel<<<dim3(max_count, n_windows), prep_threads, prep_shared, stream>>>(s, windows, rows,
-                                                                                             w, n_rows);
-  check_launch("attention_decode norm/rope/append");
+  attention_norm_rope_append(s, w, windows, n_windows, max_count, rows, n_rows, stream);
   // 1/sqrt(hd) is a power of two for hd 256 (exact); for 128 it is the f32 rounding of the CPU's double
   // scale.
   const float scale = static_cast<float>(1.0 / __builtin_sqrt(static_cast<double>(s.hd)));

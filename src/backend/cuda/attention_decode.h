@@ -59,6 +59,12 @@ void attention_decode(const AttentionShape& shape, const AttentionWeights& w, co
                       int n_windows, int max_count, const AttentionRows& rows, int n_rows,
                       cudaStream_t stream);
 
+// Only the first launch of the step: the norms and RoPE of q (in place) and k, the K/V cache append, for
+// attention kernels of their own (the prompt path's selected-blocks attention).
+void attention_norm_rope_append(const AttentionShape& shape, const AttentionWeights& w,
+                                const AttentionWindow* windows, int n_windows, int max_count,
+                                const AttentionRows& rows, int n_rows, cudaStream_t stream);
+
 // The same with caller-owned scratch (device memory of at least attention_decode_workspace_bytes(shape,
 // n_rows) bytes, 16-byte aligned, not used by anything else until the step has run): nothing is allocated.
 size_t attention_decode_workspace_bytes(const AttentionShape& shape, int n_rows);

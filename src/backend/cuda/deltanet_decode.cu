@@ -3,6 +3,7 @@
 #include <string>
 
 #include "backend/cuda/cuda_error.h"
+#include "backend/cuda/deltanet_chunked.h"
 #include "backend/cuda/deltanet_decode.h"
 #include "backend/cuda/device_math.cuh"
 #include "backend/cuda/grid_dependency.cuh"
@@ -134,6 +135,76 @@ __global__ void __launch_bounds__(128)
   for (int i = 0; i < kRowsPerWarp; ++i) S[int64_t{warp * kRowsPerWarp + i} * s.dv + c] = st[i];
 }
 
+// The delta rule and the gated norm of one (window, value head) in one block, for dv <= 128: warps 4j..4j+3
+// are delta_rule_kernel's block for value columns 32j..32j+31 (the same chains and shared-memory sums), and
+// per token warp 0 then runs gated_norm_kernel's warp over the head's dv outputs (same order): the bits of
+// the two kernels run apart, in one launch.
+constexpr int kMaxFusedColumns = 128;
+
+__global__ void __launch_bounds__(4 * kMaxFusedColumns)
+    delta_rule_norm_kernel(DeltaNetShape s, DeltaNetWindow* windows, const float* mixed, int64_t lm,
+                           const float* gates, const float* z, int64_t lz, const float* norm, float* core,
+                           int n_rows) {
+  dev::grid_dependency_wait();
+  __shared__ float q_sh[kKeyRows], k_sh[kKeyRows], part[4][kMaxFusedColumns], o_sh[kMaxFusedColumns];
+  const DeltaNetWindow win = windows[blockIdx.z];
+  if (!window_ok(win, n_rows)) return;
+  const int h = blockIdx.y, warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  const int kw = warp % 4;                             // key rows 32kw..32kw+31
+  const int c = (warp / 4) * kColumnsPerBlock + lane;  // value column
+  const int key_head = h / (s.nv / s.nk);
+  const int64_t kd = s.key_dim(), vd = s.value_dim();
+  float* S = win.state + int64_t{h} * kKeyRows * s.dv;
+  float st[kRowsPerWarp];
+  for (int i = 0; i < kRowsPerWarp; ++i) st[i] = S[int64_t{kw * kRowsPerWarp + i} * s.dv + c];
+  for (int t = 0; t < win.count; ++t) {
+    const int64_t row = int64_t{win.row0} + t;
+    const float* m = mixed + row * lm;
+    __syncthreads();  // the previous token is done with q_sh, k_sh, part, o_sh
+    if (threadIdx.x < kKeyRows) {
+      q_sh[threadIdx.x] = m[int64_t{key_head} * kKeyRows + threadIdx.x];
+      k_sh[threadIdx.x] = m[kd + int64_t{key_head} * kKeyRows + threadIdx.x];
+    }
+    const float v = m[2 * kd + int64_t{h} * s.dv + c];
+    const float beta = gates[row * 2 * s.nv + h];
+    const float alpha = expf(gates[row * 2 * s.nv + s.nv + h]);
+    __syncthreads();
+    float u = 0.0f;
+    for (int i = 0; i < kRowsPerWarp; ++i) {
+      st[i] = __fmul_rn(st[i], alpha);
+      u = __fmaf_rn(k_sh[kw * kRowsPerWarp + i], st[i], u);
+    }
+    part[kw][c] = u;
+    __syncthreads();
+    u = __fadd_rn(__fadd_rn(part[0][c], part[1][c]), __fadd_rn(part[2][c], part[3][c]));
+    const float kv = __fmul_rn(__fsub_rn(v, u), beta);
+    float o = 0.0f;
+    for (int i = 0; i < kRowsPerWarp; ++i) {
+      st[i] = __fmaf_rn(k_sh[kw * kRowsPerWarp + i], kv, st[i]);
+      o = __fmaf_rn(q_sh[kw * kRowsPerWarp + i], st[i], o);
+    }
+    __syncthreads();  // every warp has read part's u
+    part[kw][c] = o;
+    __syncthreads();
+    if (kw == 0) o_sh[c] = __fadd_rn(__fadd_rn(part[0][c], part[1][c]), __fadd_rn(part[2][c], part[3][c]));
+    __syncthreads();
+    if (warp == 0) {
+      const float* zz = z + row * lz + int64_t{h} * s.dv;
+      float ss = 0.0f;
+      for (int i = lane; i < s.dv; i += kWarp) ss = __fmaf_rn(o_sh[i], o_sh[i], ss);
+      ss = warp_sum(ss);
+      const float inv =
+          __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(ss, static_cast<float>(s.dv)), s.rms_eps)));
+      float* out = core + row * vd + int64_t{h} * s.dv;
+      for (int i = lane; i < s.dv; i += kWarp) {
+        const float gate = s.gate_sigmoid ? dev::sigmoid(zz[i]) : dev::silu(zz[i]);
+        out[i] = __fmul_rn(__fmul_rn(__fmul_rn(o_sh[i], inv), norm[i]), gate);
+      }
+    }
+  }
+  for (int i = 0; i < kRowsPerWarp; ++i) S[int64_t{kw * kRowsPerWarp + i} * s.dv + c] = st[i];
+}
+
 // Gated RMSNorm per (row, value head), one warp per head: o / sqrt(mean(o^2) + eps) * w * gate(z).
 __global__ void gated_norm_kernel(DeltaNetShape s, float* core, const float* z, int64_t lz,
                                   const float* norm) {
@@ -162,7 +233,8 @@ void fail(const std::string& what) {
 }  // namespace
 
 void deltanet_decode(const DeltaNetShape& s, const DeltaNetWeights& w, const DeltaNetWindow* windows,
-                     int n_windows, const DeltaNetRows& rows, int n_rows, cudaStream_t stream) {
+                     int n_windows, const DeltaNetRows& rows, int n_rows, cudaStream_t stream,
+                     const DeltaRuleChunks* chunks, bool separate_norm) {
   if (s.dk != kKeyRows) fail("dk must be 128 (got " + std::to_string(s.dk) + ")");
   if (s.dv <= 0 || s.dv % kColumnsPerBlock != 0) fail("dv must be a positive multiple of 32");
   if (s.nk <= 0 || s.nv <= 0 || s.nv % s.nk != 0) fail("nv must be a positive multiple of nk");
@@ -198,10 +270,20 @@ void deltanet_decode(const DeltaNetShape& s, const DeltaNetWeights& w, const Del
                                                                     rows.gates, q_scale, n_rows);
   }
   check_launch("deltanet_decode conv, q/k norm, gates");
-  const dim3 rule_grid(static_cast<unsigned>(s.dv / kColumnsPerBlock), static_cast<unsigned>(s.nv),
-                       static_cast<unsigned>(n_windows));
-  delta_rule_kernel<<<rule_grid, 128, 0, stream>>>(s, wins, rows.mixed, lm, rows.gates, rows.core, n_rows);
-  check_launch("deltanet_decode delta rule");
+  if (chunks != nullptr) {
+    delta_rule_chunked(s, wins, n_windows, rows.mixed, lm, rows.gates, rows.core, n_rows, *chunks, stream);
+  } else if (s.dv <= kMaxFusedColumns && !separate_norm) {  // one block per (window, value head)
+    const dim3 grid(1, static_cast<unsigned>(s.nv), static_cast<unsigned>(n_windows));
+    delta_rule_norm_kernel<<<grid, 4 * s.dv, 0, stream>>>(s, wins, rows.mixed, lm, rows.gates, rows.z,
+                                                          rows.ld_z(s), w.norm, rows.core, n_rows);
+    check_launch("deltanet_decode delta rule + gated norm");
+    return;
+  } else {
+    const dim3 rule_grid(static_cast<unsigned>(s.dv / kColumnsPerBlock), static_cast<unsigned>(s.nv),
+                         static_cast<unsigned>(n_windows));
+    delta_rule_kernel<<<rule_grid, 128, 0, stream>>>(s, wins, rows.mixed, lm, rows.gates, rows.core, n_rows);
+    check_launch("deltanet_decode delta rule");
+  }
   gated_norm_kernel<<<n_rows, 256, 0, stream>>>(s, rows.core, rows.z, rows.ld_z(s), w.norm);
   check_launch("deltanet_decode gated norm");
 }

@@ -31,11 +31,13 @@ struct DeltaNetWeights {
 // One stream's window: rows row0 .. row0+count-1 of the step's rows, in token order. conv_state [K-1,
 // conv_dim] holds the stream's last K-1 pre-conv rows; state [nv, dk, dv] the recurrent state (row = key
 // index). Both are updated in place. A window out of range of n_rows (checked on the device) is skipped.
+// pos0: the stream's position of row0 (the chunked prompt form aligns its chunks to absolute positions).
 struct DeltaNetWindow {
   int32_t row0 = 0;
   int32_t count = 0;
   float* conv_state = nullptr;
   float* state = nullptr;
+  int32_t pos0 = 0;
 };
 
 // Per-row buffers of the step in device memory. mixed [n_rows, conv_dim] holds the qkv projection on entry
@@ -56,10 +58,23 @@ struct DeltaNetRows {
   int64_t ld_gates_in(const DeltaNetShape& s) const { return ld ? ld : s.nv; }
 };
 
-// Enqueues the step on `stream`: 4 launches. `windows` is a device array of n_windows disjoint windows. The
-// bits of a stream's outputs and states depend only on its own rows and states, not on the other windows,
-// and a window of L tokens gives the same bits as L successive one-token steps.
+// The chunked delta rule of prompt passes (deltanet_chunked.h) in place of the per-token one: max_count is
+// the longest window's count; scratch of deltanet_chunked_scratch_bytes(shape, n_rows) bytes.
+struct DeltaRuleChunks {
+  int max_count = 0;
+  float* scratch = nullptr;
+  size_t scratch_bytes = 0;
+};
+
+// Enqueues the step on `stream`: 2 launches (dv <= 128: the per-token delta rule and the gated norm in one
+// block per value head), else 3; 4 with `chunks`; separate_norm keeps the per-token rule and the norm apart
+// (the same bits: for checks). `windows` is a device array of n_windows disjoint windows. The bits of a
+// stream's outputs and states depend only on its own rows and states, not on the other windows, and a window
+// of L tokens gives the same bits as L successive one-token steps. With `chunks` the rule runs in chunks of
+// 64 positions aligned to each window's pos0 (a prompt pass): the bits then depend on the stream's own rows
+// and on where its windows start relative to the 64-grid.
 void deltanet_decode(const DeltaNetShape& shape, const DeltaNetWeights& w, const DeltaNetWindow* windows,
-                     int n_windows, const DeltaNetRows& rows, int n_rows, cudaStream_t stream);
+                     int n_windows, const DeltaNetRows& rows, int n_rows, cudaStream_t stream,
+                     const DeltaRuleChunks* chunks = nullptr, bool separate_norm = false);
 
 }  // namespace ds::cuda

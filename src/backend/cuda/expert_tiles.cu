@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "backend/cuda/cuda_error.h"
+#include "backend/cuda/grid_dependency.cuh"
 #include "backend/cuda/tc_products.h"
 
 namespace ds::cuda {
@@ -13,7 +14,10 @@ namespace {
 // and tile offsets; one block per expert writes its slots (in pair order, by a block-wide prefix) and tiles.
 constexpr int kGroupThreads = 256;
 
+// Each kernel waits for the one before it first: the decode tensor products run them inside a round's graph
+// with programmatic edges (grid_dependency.cuh).
 __global__ void count_pairs_kernel(const int32_t* topk, int total, int32_t* counts) {
+  dev::grid_dependency_wait();
   const int e = blockIdx.x;
   int c = 0;
   for (int i0 = 0; i0 < total; i0 += kGroupThreads) {
@@ -24,7 +28,8 @@ __global__ void count_pairs_kernel(const int32_t* topk, int total, int32_t* coun
 }
 
 __global__ void offsets_kernel(const int32_t* counts, int n_experts, int32_t* slot_start, int32_t* tile_start,
-                               ExpertWindow* tiles, int max_tiles) {
+                               ExpertWindow* tiles, int max_tiles, int tile_rows) {
+  dev::grid_dependency_wait();
   __shared__ int n_tiles;
   if (threadIdx.x == 0) {
     int slots = 0, ts = 0;
@@ -32,7 +37,7 @@ __global__ void offsets_kernel(const int32_t* counts, int n_experts, int32_t* sl
       slot_start[e] = slots;
       tile_start[e] = ts;
       slots += counts[e];
-      ts += (counts[e] + kTileRows - 1) / kTileRows;
+      ts += (counts[e] + tile_rows - 1) / tile_rows;
     }
     n_tiles = ts;
   }
@@ -42,7 +47,8 @@ __global__ void offsets_kernel(const int32_t* counts, int n_experts, int32_t* sl
 
 __global__ void fill_slots_kernel(const int32_t* topk, int total, int k, int n_experts, const int32_t* counts,
                                   const int32_t* slot_start, const int32_t* tile_start, ExpertWindow* tiles,
-                                  int max_tiles, int32_t* row_ids, int32_t* slot_of) {
+                                  int max_tiles, int tile_rows, int32_t* row_ids, int32_t* slot_of) {
+  dev::grid_dependency_wait();
   __shared__ int warp_total[kGroupThreads / 32];
   const int e = blockIdx.x, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int base = slot_start[e];
@@ -66,16 +72,16 @@ __global__ void fill_slots_kernel(const int32_t* topk, int total, int k, int n_e
     __syncthreads();
   }
   const int c = counts[e];
-  for (int j = threadIdx.x; j * kTileRows < c; j += blockDim.x)
+  for (int j = threadIdx.x; j * tile_rows < c; j += blockDim.x)
     if (tile_start[e] + j < max_tiles)
-      tiles[tile_start[e] + j] = ExpertWindow{e, base + j * kTileRows, min(kTileRows, c - j * kTileRows)};
+      tiles[tile_start[e] + j] = ExpertWindow{e, base + j * tile_rows, min(tile_rows, c - j * tile_rows)};
 }
 
 }  // namespace
 
-int max_expert_tiles(int n_rows, int k, int n_experts) {
+int max_expert_tiles(int n_rows, int k, int n_experts, int tile_rows) {
   const int total = n_rows * k;
-  return (total + kTileRows - 1) / kTileRows + std::min(n_experts, total);
+  return (total + tile_rows - 1) / tile_rows + std::min(n_experts, total);
 }
 
 size_t expert_tiles_scratch_bytes(int n_experts) {
@@ -83,11 +89,15 @@ size_t expert_tiles_scratch_bytes(int n_experts) {
 }
 
 void moe_expert_tiles(const int32_t* topk, int n_rows, int k, int n_experts, ExpertWindow* tiles,
-                      int max_tiles, int32_t* row_ids, int32_t* slot_of, void* scratch, cudaStream_t stream) {
+                      int max_tiles, int32_t* row_ids, int32_t* slot_of, void* scratch, cudaStream_t stream,
+                      int tile_rows) {
   if (n_experts < 1 || n_experts > 65536 || k < 1 || n_rows < 0)
     throw ArgumentError("moe_expert_tiles: n_experts must be 1..65536, k >= 1");
-  if (max_tiles < max_expert_tiles(n_rows, k, n_experts))
-    throw ArgumentError("moe_expert_tiles: max_tiles is below max_expert_tiles(n_rows, k, n_experts)");
+  if (tile_rows < 1 || tile_rows > kTileRows)
+    throw ArgumentError("moe_expert_tiles: tile_rows must be 1..64");
+  if (max_tiles < max_expert_tiles(n_rows, k, n_experts, tile_rows))
+    throw ArgumentError(
+        "moe_expert_tiles: max_tiles is below max_expert_tiles(n_rows, k, n_experts, tile_rows)");
   const int total = n_rows * k;
   if (total == 0) return;
   auto* counts = static_cast<int32_t*>(scratch);
@@ -95,11 +105,12 @@ void moe_expert_tiles(const int32_t* topk, int n_rows, int k, int n_experts, Exp
   int32_t* tile_start = slot_start + n_experts;
   count_pairs_kernel<<<n_experts, kGroupThreads, 0, stream>>>(topk, total, counts);
   check_launch("moe_expert_tiles: count");
-  offsets_kernel<<<1, kGroupThreads, 0, stream>>>(counts, n_experts, slot_start, tile_start, tiles,
-                                                  max_tiles);
+  offsets_kernel<<<1, kGroupThreads, 0, stream>>>(counts, n_experts, slot_start, tile_start, tiles, max_tiles,
+                                                  tile_rows);
   check_launch("moe_expert_tiles: offsets");
   fill_slots_kernel<<<n_experts, kGroupThreads, 0, stream>>>(topk, total, k, n_experts, counts, slot_start,
-                                                             tile_start, tiles, max_tiles, row_ids, slot_of);
+                                                             tile_start, tiles, max_tiles, tile_rows, row_ids,
+                                                             slot_of);
   check_launch("moe_expert_tiles: slots");
 }
 

@@ -2,12 +2,13 @@
 // three exact bf16 planes and each 32-column tile's sum). Then one block of 4 warps per (row tile, output
 // tile); warp w computes rows 32*(w/2).. and outputs 32*(w%2).. as 2 x 4 m16n8 fragments. Per k tile of 32
 // columns: the x planes and sums arrive by cp.async in two stages (the next tile's copy runs during this
-// tile's MMAs); the weights (codes as exact bf16 integers, or the bf16 values) and the tile's scales and biases
-// are loaded a tile ahead into registers and stored to shared memory; then each warp runs its MMAs in a fixed
-// order.
+// tile's MMAs); the weights (codes as exact bf16 integers, or the bf16 values) and the tile's scales and
+// biases are loaded a tile ahead into registers and stored to shared memory; then each warp runs its MMAs in
+// a fixed order.
 #include <cuda_bf16.h>
 
 #include "backend/cuda/cuda_error.h"
+#include "backend/cuda/tc_common.cuh"
 #include "backend/cuda/tc_products.h"
 
 namespace ds::cuda {
@@ -16,7 +17,14 @@ namespace {
 
 constexpr int kThreads = 128;
 constexpr int kPad = 40;  // bf16 per shared row (32 + 8): the fragment loads of a warp hit 32 distinct banks
-constexpr int kTerms = 3;
+using tc::cp_async16;
+using tc::cp_async4;
+using tc::cp_async_commit;
+using tc::from_bf16;
+using tc::kTerms;
+using tc::mma_bf16;
+using tc::split3;
+using tc::to_bf16;
 
 constexpr int kStages = 2;
 
@@ -25,28 +33,6 @@ struct TileSmem {
   uint16_t w[kTileOutputs][kPad];
   float scale[kTileOutputs], bias[kTileOutputs], sumx[kStages][kTileRows];
 };
-
-__device__ __forceinline__ uint16_t to_bf16(float v) {
-  return __bfloat16_as_ushort(__float2bfloat16_rn(v));
-}
-__device__ __forceinline__ float from_bf16(uint16_t v) {
-  return __uint_as_float(uint32_t{v} << 16);
-}
-
-// v = t0 + t1 + t2 exactly (each residual is exact in fp32; three 8-bit terms cover the 24-bit significand).
-__device__ __forceinline__ void split3(float v, uint16_t (&t)[kTerms]) {
-  t[0] = to_bf16(v);
-  const float r1 = __fsub_rn(v, from_bf16(t[0]));
-  t[1] = to_bf16(r1);
-  t[2] = to_bf16(__fsub_rn(r1, from_bf16(t[1])));
-}
-
-__device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
 
 __device__ __forceinline__ uint32_t ld32(const uint16_t* p) {
   return *reinterpret_cast<const uint32_t*>(p);
@@ -163,26 +149,9 @@ __global__ void split_kernel(const float* x, int64_t ldx, int64_t n_x, int64_t c
     for (int j = 0; j < kTerms; ++j)
       *reinterpret_cast<uint2*>(planes + (j * n_x + r) * cols + c0 + 4 * c) = make_uint2(
           parts[0][j] | (uint32_t{parts[1][j]} << 16), parts[2][j] | (uint32_t{parts[3][j]} << 16));
-    q[c] = __fadd_rn(__fadd_rn(vals[0], vals[1]), __fadd_rn(vals[2], vals[3]));
+    q[c] = tc::sum4(vals[0], vals[1], vals[2], vals[3]);
   }
-  sums[i] = __fadd_rn(__fadd_rn(__fadd_rn(q[0], q[1]), __fadd_rn(q[2], q[3])),
-                      __fadd_rn(__fadd_rn(q[4], q[5]), __fadd_rn(q[6], q[7])));
-}
-
-// Asynchronous global -> shared copies; src_bytes 0 writes zeros (rows past the tile's count).
-__device__ __forceinline__ void cp_async16(void* dst, const void* src, int src_bytes) {
-  const uint32_t d = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d), "l"(src), "r"(src_bytes) : "memory");
-}
-__device__ __forceinline__ void cp_async4(void* dst, const void* src, int src_bytes) {
-  const uint32_t d = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(d), "l"(src), "r"(src_bytes) : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() {
-  asm volatile("cp.async.commit_group;" ::: "memory");
-}
-__device__ __forceinline__ void cp_async_wait_all_but_one() {
-  asm volatile("cp.async.wait_group 1;" ::: "memory");
+  sums[i] = tc::tree8(q);
 }
 
 // x as the tile kernel reads it (split_kernel's output).
@@ -271,7 +240,7 @@ __global__ void __launch_bounds__(kThreads, 4)
       cp_async_commit();  // an empty group keeps the wait below uniform
     store_tile<Bits>(sm, L);
     if (kt + 1 < n_k) load_tile<Bits>(L, W, n0, (kt + 1) * kTileCols);
-    cp_async_wait_all_but_one();  // this tile's copy has landed (the next one may still be in flight)
+    tc::cp_async_wait<1>();  // this tile's copy has landed (the next one may still be in flight)
     __syncthreads();
     float(&target)[2][4][4] = Bits == 0 ? acc : part;
     if constexpr (Bits != 0) {

@@ -54,16 +54,18 @@ void tiled_wx_experts(const TiledWeight& w, const ExpertWindow* tiles, int max_t
                       const float* x, int64_t ldx, int n_x_rows, float* y, int64_t ldy, cudaStream_t stream);
 
 // Expert tiles (expert_tiles.cu). The most expert tiles a routing of n_rows x k can need with n_experts
-// experts.
-int max_expert_tiles(int n_rows, int k, int n_experts);
+// experts and tiles of at most tile_rows slots.
+int max_expert_tiles(int n_rows, int k, int n_experts, int tile_rows = kTileRows);
 // Bytes of scratch moe_expert_tiles needs.
 size_t expert_tiles_scratch_bytes(int n_experts);
 
 // Groups a routing (topk [n_rows, k] expert ids, device) into expert tiles, deterministically (no atomics on
 // the order): slots are experts ascending, each expert's (row, rank) pairs in ascending row order; tiles of
-// up to kTileRows slots of one expert; unused tiles up to max_tiles get count 0. row_ids [n_rows*k] (x row of
-// each slot), slot_of [n_rows*k] (slot of pair (row, rank); -1 for an id out of range). n_experts <= 65536.
+// up to tile_rows (1..kTileRows) slots of one expert; unused tiles up to max_tiles get count 0. row_ids
+// [n_rows*k] (x row of each slot), slot_of [n_rows*k] (slot of pair (row, rank); -1 for an id out of range).
+// n_experts <= 65536.
 void moe_expert_tiles(const int32_t* topk, int n_rows, int k, int n_experts, ExpertWindow* tiles,
-                      int max_tiles, int32_t* row_ids, int32_t* slot_of, void* scratch, cudaStream_t stream);
+                      int max_tiles, int32_t* row_ids, int32_t* slot_of, void* scratch, cudaStream_t stream,
+                      int tile_rows = kTileRows);
 
 }  // namespace ds::cuda

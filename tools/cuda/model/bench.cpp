@@ -73,6 +73,13 @@ void run_fast_vs_generic(Tally& tally, const std::string& config_path) {
   std::printf("  fast kernels: windows of 4 == single steps: %s\n",
               steps_same ? "bit-identical" : "DIFFERENT");
   tally.expect(steps_same, "fast kernels: a window == its single steps");
+  fast.set_fused_hc(!fast.options().fused_hc);
+  CudaStreamState s3 = fast.new_state(), s4 = fast.new_state();
+  const bool hc_same = run_windows(fast, s3, tokens, 4) == lf && run_windows(fast, s4, tokens, 1) == lf;
+  fast.set_fused_hc(!fast.options().fused_hc);
+  std::printf("  fast kernels: fused hc mix == separate ops (windows of 4 and steps): %s\n",
+              hc_same ? "bit-identical" : "DIFFERENT");
+  tally.expect(hc_same, "fast kernels: fused hc mix == separate ops");
   fast.set_expert_windows(!fast.options().expert_windows);
   CudaStreamState s2 = fast.new_state();
   const bool pairs_same = run_windows(fast, s2, tokens, 4) == lf;
@@ -116,6 +123,13 @@ void run_bench(const std::string& config_path, int bits, int group, const std::v
                   bytes * r.tokens_per_s / 1e9, m.graph_nodes(), m.graph_programmatic_edges());
     std::printf("\n");
     std::fflush(stdout);
+    // The other hyper-connection mix (fused / separate ops: the same bits), at every stream count.
+    const bool fused = m.options().fused_hc;
+    m.set_fused_hc(!fused);
+    const DecodeRate other_hc = bench_decode_rounds(m, n, rounds, 1);
+    m.set_fused_hc(fused);
+    std::printf("%8d %10d %12.3f %12.1f  (%s)\n", n, rounds, other_hc.ms_per_round, other_hc.tokens_per_s,
+                fused ? "hc mix as separate ops" : "fused hc mix, hc_kernels");
     // The other routed-expert path (expert windows / per-pair products), same rounds; up to 8 streams (it
     // measured slower at 8-64, docs/receipts/cuda-decode.md).
     if (n > 8) continue;
@@ -136,16 +150,24 @@ void run_bench(const std::string& config_path, int bits, int group, const std::v
     m.set_graphs(true);
     std::printf("%8d %10d %12.3f %12.1f  (without CUDA graphs)\n", n, rounds, plain.ms_per_round,
                 plain.tokens_per_s);
+    // The op table of both hyper-connection paths (the default first): the events split the programmatic
+    // chain at every op, so compare fusions by the untimed rounds above, not by these sums.
     const int timed = 8;
-    const auto ops = op_breakdown(m, timed);
-    double total = 0;
-    for (const auto& o : ops) total += o.second;
-    std::printf(
-        "  per-op GPU time of one batch-1 round (graph replay, CUDA events as graph nodes; mean of %d):\n",
-        timed);
-    for (const auto& [k, us] : ops)
-      std::printf("    %-20s %9.1f us %5.1f%%\n", k.c_str(), us, 100 * us / total);
-    std::printf("    %-20s %9.1f us\n", "total", total);
+    for (const bool fused : {m.options().fused_hc, !m.options().fused_hc}) {
+      const bool was = m.options().fused_hc;
+      m.set_fused_hc(fused);
+      const auto ops = op_breakdown(m, timed);
+      m.set_fused_hc(was);
+      double total = 0;
+      for (const auto& o : ops) total += o.second;
+      std::printf(
+          "  per-op GPU time of one batch-1 round, %s (graph replay, CUDA events as graph nodes; mean of "
+          "%d):\n",
+          fused ? "fused hc mix" : "hc mix as separate ops", timed);
+      for (const auto& [k, us] : ops)
+        std::printf("    %-20s %9.1f us %5.1f%%\n", k.c_str(), us, 100 * us / total);
+      std::printf("    %-20s %9.1f us\n", "total", total);
+    }
   }
   // Batch 1 at longer contexts: past the indexer budget the block selection and the selected attention run.
   for (int context : {1024, 4000}) {

@@ -191,6 +191,15 @@ void run_fixture_checks(Tally& tally, const std::string& root, const std::vector
         CudaStreamState sq = m.new_state();
         const bool serial_same = same_bits(run_windows(m, sq, prompt, 16), got);
         m.set_programmatic_launch(true);
+        // The fused hyper-connection mix (hc_kernels.h) == the separate ops, in windows of 16 and in steps.
+        m.set_fused_hc(!m.options().fused_hc);
+        CudaStreamState sh16 = m.new_state(), sh1 = m.new_state();
+        const bool hc_same = same_bits(run_windows(m, sh16, prompt, 16), got) &&
+                             same_bits(run_windows(m, sh1, prompt, 1), got);
+        m.set_fused_hc(!m.options().fused_hc);
+        std::printf("  %s: fused hc mix == separate ops (windows of 16 and steps): %s\n", name.c_str(),
+                    hc_same ? "bit-identical" : "DIFFERENT");
+        tally.expect(hc_same, name + ": fused hc mix == separate ops");
         std::printf("  %s: joint products == separate: %s; programmatic launch == plain edges: %s\n",
                     name.c_str(), joint_same ? "bit-identical" : "DIFFERENT",
                     serial_same ? "bit-identical" : "DIFFERENT");

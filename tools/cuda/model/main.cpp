@@ -85,6 +85,7 @@ int main(int argc, char** argv) {
       });
       section(tally, "fast vs generic", [&] { mc::run_fast_vs_generic(tally, small_config); });
       section(tally, "prompt real heads", [&] { mc::run_prompt_real_heads(tally, small_config); });
+      section(tally, "prompt attention", [&] { mc::run_attention_prompt_checks(tally); });
     }
     section(tally, "mtp head", [&] { mc::run_mtp_checks(tally, root, small_config); });
     std::printf("checks: %d passed, %d failed\n", tally.passed, tally.failed);

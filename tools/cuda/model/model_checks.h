@@ -61,12 +61,15 @@ void run_bench(const std::string& config_path, int bits, int group, const std::v
                int rounds);
 
 // The prompt path (prompt_checks.cpp): a fixture's teacher-forced logits through prompt passes within the
-// bound, and the prompt invariances (cut at 64 == cut anywhere == one pass; alone == beside other prompts).
+// bound, and the prompt invariances (cut at 64 == one pass, cut elsewhere within 1e-3 of the largest logit;
+// alone == beside other prompts).
 void check_prompt_fixture(Tally& tally, CudaModel& m, const std::vector<int32_t>& prompt,
                           const std::vector<float>& want, const std::vector<double>& margins,
                           const std::string& name);
 // The same on a small model of the real head shapes, against its decode path; passes of 64 == one pass.
 void run_prompt_real_heads(Tally& tally, const std::string& config_path);
+// The prompt path's selected-blocks attention kernel (attention_prompt_checks.cpp) against float64.
+void run_attention_prompt_checks(Tally& tally);
 // Prompt tokens/s at the real shape (4-bit g32), batch 1, for each prompt length.
 void run_prompt_bench(const std::string& config_path, const std::vector<int>& lengths);
 

@@ -387,6 +387,19 @@ void check_fast_head(Tally& tally, const std::string& config_path) {
   std::printf("  %s: CUDA-graph replay == direct launches: %s\n", name.c_str(),
               same ? "bit-identical" : "DIFFERENT");
   tally.expect(same, name + ": graph == direct");
+  // The head's graph with programmatic edges == plain edges; the fused hc mix == the separate ops.
+  m.set_programmatic_launch(false);
+  CudaStreamState sp = m.new_state();
+  const bool plain_same = same_bits(head(m, sp, H.row(0), next), all);
+  m.set_programmatic_launch(true);
+  m.set_fused_hc(!m.options().fused_hc);
+  CudaStreamState sf = m.new_state();
+  const bool hc_same = same_bits(head(m, sf, H.row(0), next), all);
+  m.set_fused_hc(!m.options().fused_hc);
+  std::printf("  %s: programmatic edges == plain edges: %s; fused hc mix == separate ops: %s\n", name.c_str(),
+              plain_same ? "bit-identical" : "DIFFERENT", hc_same ? "bit-identical" : "DIFFERENT");
+  tally.expect(plain_same, name + ": programmatic edges == plain edges");
+  tally.expect(hc_same, name + ": fused hc mix == separate ops");
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <utility>
 
 #include "backend/cpu/matmul.h"
 #include "backend/cuda/attention_decode.h"
@@ -41,33 +42,6 @@ void CudaModel::op(const char* name) {
                    : cudaEventRecord(ev, stream_.get()),
         "cudaEventRecord");
   op_events_.push_back({name, ev});
-}
-
-void CudaModel::hc_mix(const DeviceHc& hc, int n, float* H, const float* pending, float* x, float* iota) {
-  Scratch& s = *scratch_;
-  const int S = static_cast<int>(cfg_.hc_count), D = static_cast<int>(cfg_.hidden),
-            R = static_cast<int>(cfg_.hc_rank);
-  const float inv_s = 1.0f / static_cast<float>(S);
-  const cudaStream_t st = stream_.get();
-  op("hc norm");
-  if (pending != nullptr)  // the previous block's output, injected with the previous iota first
-    add_rms_norm_rows(H, int64_t{S} * D, s.iota, pending, hc.norm.as<float>(), S, D, cfg_.rms_eps, s.normed,
-                      int64_t{S} * D, n, st);
-  else
-    rms_norm_rows(H, int64_t{S} * D, hc.norm.as<float>(), S, D, cfg_.rms_eps, s.normed, int64_t{S} * D, n,
-                  st);
-  op("hc down|inject");
-  wx(hc.down_inject, s.normed, int64_t{S} * D, n, s.low_iota, st);
-  op("hc up");
-  // One row: activations, up product and combine in one launch where the kernel takes the shape (same bits).
-  // Not in a prompt pass: there every row takes the tiled products, whatever the pass's row count.
-  if (n == 1 && !prompt_pass_ && hc.up.kind == DeviceMatrix::Kind::Affine && S == 4 &&
-      affine_wx_hc_tail(hc.up.affine, s.low_iota, R, inv_s, s.normed, D, x, iota, st))
-    return;
-  hc_activations(s.low_iota, n, hc.down_inject.width, R, S, inv_s, s.low, iota, st);
-  wx(hc.up, s.low, R, n, s.mix, int64_t{S} * D, st);
-  op("hc combine");
-  hc_combine(s.mix, s.normed, n, S, D, x, st);
 }
 
 // gate|up of an MLP on n rows of x: one product into gu [n, 2 inter] (two when the encodings differ), then
@@ -110,7 +84,7 @@ void CudaModel::moe(const Layer& L, int n, const float* x, float* y) {
   moe_route(s.rjoint, n, E, K, cfg_.norm_topk_prob, s.ids, s.weights, st, RW, pairs ? s.up_pairs : nullptr,
             pairs ? s.down_pairs : nullptr, stacked ? E : -1);
   const int32_t* slot_of = nullptr;
-  if (prompt_pass_ && prompt_experts_tiled(L)) {
+  if ((prompt_pass_ || decode_tensor_experts(L)) && prompt_experts_tiled(L)) {
     slot_of = prompt_experts(L, n, x);
   } else if (windows) {
     moe_expert_windows(s.ids, n, K, E, s.windows, s.row_ids, s.slot_of, st);
@@ -208,8 +182,10 @@ void CudaModel::mixer(const Layer& L, int layer, int n, const float* x, float* y
     const auto* wins = static_cast<const DeltaNetWindow*>(s.win_mixer[layer]);
     const bool fast = !opt_.generic_mixers && shape.dk == 128 && shape.dv % 32 == 0 &&
                       shape.conv_kernel >= 2 && shape.conv_kernel <= 4;
+    const bool chunked = fast && prompt_pass_ && opt_.prompt_chunked_deltanet;
+    const DeltaRuleChunks chunks = chunked ? prompt_deltanet_chunks(shape, n) : DeltaRuleChunks{};
     if (fast)
-      deltanet_decode(shape, w, wins, s.n_windows, rows, n, st);
+      deltanet_decode(shape, w, wins, s.n_windows, rows, n, st, chunked ? &chunks : nullptr);
     else
       deltanet_decode_generic(shape, w, wins, s.n_windows, rows, n, st);
     op("deltanet out");
@@ -226,6 +202,9 @@ void CudaModel::mixer(const Layer& L, int layer, int n, const float* x, float* y
   const AttentionRows rows{s.qg, s.qg + qw, s.qg + qw + kvw, s.attn, JW};
   const auto* wins = static_cast<const AttentionWindow*>(s.win_mixer[layer]);
   AttentionSelection sel;
+  const bool fast = !opt_.generic_mixers && (hd == 128 || hd == 256);
+  // The any-shape kernel reads every row's selection mode; the fast decode path only the selecting rows'.
+  const bool select = s.any_selecting || !fast || prompt_pass_;
   if (L.has_indexer) {
     op("indexer");
     const int64_t ihd = c.indexer_head_dim;
@@ -239,16 +218,15 @@ void CudaModel::mixer(const Layer& L, int layer, int n, const float* x, float* y
                           JW};
     indexer_decode(is, L.iq_norm.as<float>(), L.ik_norm.as<float>(), inv_freq_.as<float>(),
                    static_cast<const IndexerWindow*>(s.win_indexer[layer]), s.n_windows, s.max_count, idx, n,
-                   s.max_blocks, s.select_mode, s.scores, s.chosen, st);
+                   s.max_blocks, s.select_mode, s.scores, s.chosen, st, select);
     sel = AttentionSelection{s.select_mode, s.chosen, s.max_blocks, static_cast<int>(c.indexer_ratio)};
   }
   op("attention core");
-  const bool fast = !opt_.generic_mixers && (hd == 128 || hd == 256);
   if (fast && prompt_pass_ && L.has_indexer) {
     prompt_attention(L, shape, wins, rows, n, sel);
   } else if (fast) {
     attention_decode(shape, w, wins, s.n_windows, s.max_count, rows, n, s.attn_ws, s.attn_ws_bytes, st);
-    if (L.has_indexer)
+    if (L.has_indexer && select)  // the rows past the budget, over their chosen blocks
       attention_decode_generic(shape, w, wins, s.n_windows, s.max_count, rows, n, sel, true, st);
   } else {
     attention_decode_generic(shape, w, wins, s.n_windows, s.max_count, rows, n, sel, false, st);
@@ -273,6 +251,7 @@ void CudaModel::ensure_scratch(int n) {
                               static_cast<int>(c.head_dim), static_cast<int>(c.rotary_dim), c.rms_eps};
   const size_t attn_ws =
       c.head_dim == 128 || c.head_dim == 256 ? attention_decode_workspace_bytes(ashape, n) : 0;
+  const TcScratchBytes tc = tc_scratch_bytes(c, n);  // the decode tensor products' (cuda_model_prompt.cpp)
   std::vector<std::pair<void**, int64_t>> parts = {
       {(void**)&s->H, n * SD * 4},
       {(void**)&s->x, n * D * 4},
@@ -283,6 +262,7 @@ void CudaModel::ensure_scratch(int n) {
       {(void**)&s->rjoint, n * (c.n_experts + 2 * c.shared_inter + 1) * 4},
       {(void**)&s->mix, n * SD * 4},
       {(void**)&s->iota, n * S * 4},
+      {(void**)&s->iota_next, n * S * 4},
       {(void**)&s->mixed, n * (c.linear_conv_dim() + vd + 2 * nv) * 4},
       {(void**)&s->gates, n * 2 * nv * 4},
       {(void**)&s->core, n * vd * 4},
@@ -316,7 +296,10 @@ void CudaModel::ensure_scratch(int n) {
       {(void**)&s->xs, n * D * 4},
       {(void**)&s->logits, n * V * 4},
       {(void**)&s->want, n * 4},
-      {(void**)&s->argmax, n * 4}};
+      {(void**)&s->argmax, n * 4},
+      {(void**)&s->tc_split, tc.split},
+      {(void**)&s->tc_tiles, tc.tiles},
+      {(void**)&s->tc_group, tc.group}};
   size_t total = 0;
   for (auto& p : parts) total += align256(static_cast<size_t>(p.second));
   s->arena = DeviceBuffer(total);
@@ -326,6 +309,7 @@ void CudaModel::ensure_scratch(int n) {
     at += align256(static_cast<size_t>(p.second));
   }
   s->attn_ws_bytes = attn_ws;
+  s->tc_split_bytes = static_cast<size_t>(tc.split);
   scratch_ = std::move(s);
 }
 
@@ -418,7 +402,7 @@ int64_t CudaModel::run(std::span<const CudaSegment> segments) {
       const auto pos0 = static_cast<int32_t>(sg.state->position),
                  cap = static_cast<int32_t>(opt_.max_context);
       if (c.layer_kinds[l] == LayerKind::LinearAttention)
-        dn.push_back({row0, count, base + conv_off_[l], base + rec_off_[l]});
+        dn.push_back({row0, count, base + conv_off_[l], base + rec_off_[l], pos0});
       else
         at.push_back({row0, count, pos0, cap, base + keys_off_[l], base + values_off_[l]});
       if (layers_[l].has_indexer)
@@ -452,6 +436,15 @@ int64_t CudaModel::run(std::span<const CudaSegment> segments) {
   s.n_windows = nw;
   s.max_count = max_count;
   s.max_blocks = c.indexer_ratio > 0 ? static_cast<int>(opt_.max_context / c.indexer_ratio) : 0;
+  // Whether a row may select blocks (a position past the indexer's budget): else the selection and the
+  // selected rows' attention launches, which would change nothing, are left out of the round.
+  s.any_selecting = prompt_pass_;
+  if (c.indexer_ratio > 0) {
+    const int64_t first = (c.indexer_budget / c.indexer_ratio + 1) * c.indexer_ratio - 1;
+    for (const CudaSegment& sg : segments)
+      s.any_selecting =
+          s.any_selecting || sg.state->position + static_cast<int64_t>(sg.tokens.size()) - 1 >= first;
+  }
   // Everything enqueued from here depends only on the call's shape (rows, windows, longest window, logits
   // rows) and on buffers that stay put, so a decode round of the same shape replays it as one CUDA graph.
   auto enqueue = [&] {
@@ -462,8 +455,14 @@ int64_t CudaModel::run(std::span<const CudaSegment> segments) {
 
     if (c.family == ModelFamily::Qwen4Exp) {
       hc_expand(e, n, static_cast<int>(S), static_cast<int>(D), s.H, st);
-      // A block's output waits to be injected into H (with s.iota) by the next op that reads H.
+      // A block's output waits to be injected into H (with `iota`, its mix's) by the next op that reads H.
+      // Each mix writes the other iota buffer: the fused tail reads the previous iota while writing its own.
       const float* pending = nullptr;
+      float *iota = s.iota, *iota_next = s.iota_next;
+      auto mix = [&](const DeviceHc& hc, const float* block_out, bool makes_iota) {
+        hc_mix(hc, n, s.H, block_out, iota, s.x, makes_iota ? iota_next : nullptr);
+        if (makes_iota) std::swap(iota, iota_next);
+      };
       for (int l = 0; l < c.layers; ++l) {
         const Layer& L = layers_[l];
         if (L.has_ple) {
@@ -474,8 +473,8 @@ int64_t CudaModel::run(std::span<const CudaSegment> segments) {
           wx(L.ple_value, emb, E, n, s.pval, D, st);
           rms_norm_rows(s.pkey, SD, L.ple_norm_key.as<float>(), S, D, c.rms_eps, s.pkey, SD, n, st);
           if (pending != nullptr)
-            add_rms_norm_rows(s.H, SD, s.iota, pending, L.ple_norm_query.as<float>(), S, D, c.rms_eps, s.qn,
-                              SD, n, st);
+            add_rms_norm_rows(s.H, SD, iota, pending, L.ple_norm_query.as<float>(), S, D, c.rms_eps, s.qn, SD,
+                              n, st);
           else
             rms_norm_rows(s.H, SD, L.ple_norm_query.as<float>(), S, D, c.rms_eps, s.qn, SD, n, st);
           pending = nullptr;
@@ -484,13 +483,13 @@ int64_t CudaModel::run(std::span<const CudaSegment> segments) {
           ple_conv(static_cast<const PleWindow*>(s.win_ple[l]), nw, s.gn, s.gated, L.ple_conv.as<float>(),
                    static_cast<int>(c.ple_conv_kernel), static_cast<int>(c.ngram_size), SD, s.H, st);
         }
-        hc_mix(L.hc_attn, n, s.H, pending, s.x, s.iota);
+        mix(L.hc_attn, pending, true);
         mixer(L, l, n, s.x, s.y);
-        hc_mix(L.hc_mlp, n, s.H, s.y, s.x, s.iota);
+        mix(L.hc_mlp, s.y, true);
         moe(L, n, s.x, s.y);
         pending = s.y;
       }
-      hc_mix(*final_mixer_, n, s.H, pending, s.x, nullptr);
+      mix(*final_mixer_, pending, false);
       // H is complete now (the mixer's norm injected the last block): the MTP head's input rows.
       if (any_hidden) scatter_rows(s.H, n, SD, reinterpret_cast<float* const*>(dev + off_hidden), st);
     } else {
@@ -530,6 +529,8 @@ int64_t CudaModel::run(std::span<const CudaSegment> segments) {
                                  opt_.time_ops ? 1 : 0,
                                  opt_.expert_windows ? 1 : 0,
                                  opt_.programmatic_launch ? 1 : 0,
+                                 opt_.fused_hc ? 1 : 0,
+                                 s.any_selecting ? 1 : 0,
                                  any_hidden ? 1 : 0};
   if (!use_graph) {
     if (graph_exec_ != nullptr) {  // its timing events would be mixed with these

@@ -25,6 +25,17 @@ namespace ds::cuda {
 struct AttentionShape;
 struct AttentionRows;
 struct AttentionSelection;
+struct DeltaNetShape;
+struct DeltaRuleChunks;
+
+// The weight products of decode calls (docs/backend-cuda.md, "Decode products on the tensor cores"): the FMA
+// kernels (wx_products.h) or the tensor-core ones (tc_decode.h) for every matrix with at least
+// tensor_min_rows outputs that they take (a choice by the matrix alone, so a row's bits never depend on the
+// call's rows either way). The defaults come from DS_CUDA_DECODE_PRODUCTS: fma (or unset), tensor,
+// tensor-all (tensor_min_rows 0: every matrix they take, for the checks) or tensor:ROWS.
+enum class DecodeProducts { Fma, Tensor };
+DecodeProducts decode_products_default();
+int64_t tensor_min_rows_default();
 
 struct CudaModelOptions {
   int64_t max_context = 4096;   // positions a stream's device caches hold
@@ -40,7 +51,19 @@ struct CudaModelOptions {
   // Matrices over the same activations uploaded as one matrix where they share an encoding, one product
   // (hc down|inject, router|shared gate|up|shared gate); off: one product each, same layout, same bits.
   bool joint_products = true;
+  // A decode call's hyper-connection mix in two launches per mix (hc_kernels.h: the norm folded into the
+  // down|inject product, the inject stored by the tail); off: the separate ops. Same bits. Off by default:
+  // it measured slower on the H200 at 1 and 8 streams (docs/receipts/cuda-decode.md, "fastdec").
+  bool fused_hc = false;
   int prompt_pass_rows = 2048;  // a prompt call runs in passes of at most this many rows (a multiple of 64)
+  // Prompt passes run DeltaNet's chunked (C = 64) rule (deltanet_chunked.h) instead of the per-token
+  // recurrence: off by default, as it measured 1.5x slower on the H200 (docs/receipts/cuda-prompt.md).
+  bool prompt_chunked_deltanet = false;
+  // Prompt rows past the indexer's budget attend by attention_prompt_selected (a block per row and kv head);
+  // off: the any-shape kernel, one warp per (row, head).
+  bool prompt_selected_tiles = true;
+  DecodeProducts decode_products = decode_products_default();
+  int64_t tensor_min_rows = tensor_min_rows_default();
 };
 
 // Encodings for random weights: MLX affine bits/group for the experts and for every other matrix (bits 0:
@@ -143,9 +166,12 @@ class CudaModel {
   const std::map<std::string, double>& op_times() const { return op_ms_; }
   void reset_op_times() { op_ms_.clear(); }
   void set_time_ops(bool on) { opt_.time_ops = on; }
+  void set_prompt_chunked_deltanet(bool on) { opt_.prompt_chunked_deltanet = on; }
+  void set_prompt_selected_tiles(bool on) { opt_.prompt_selected_tiles = on; }
   void set_graphs(bool on) { opt_.graphs = on; }
   void set_expert_windows(bool on) { opt_.expert_windows = on; }
   void set_programmatic_launch(bool on) { opt_.programmatic_launch = on; }
+  void set_fused_hc(bool on) { opt_.fused_hc = on; }
   const CudaModelOptions& options() const { return opt_; }
   // Nodes (launches, copies, timing events) of the last captured round's graph.
   size_t graph_nodes() const { return graph_nodes_; }
@@ -167,8 +193,10 @@ class CudaModel {
   void moe(const Layer& L, int n, const float* x, float* y);
   void mlp_in(const DeviceMatrix& gate_up, const DeviceMatrix& up_alone, int64_t inter, int n, const float* x,
               float* gu, float* h);
-  // pending: the previous block's output, injected into H (with the previous iota) by the mix's norm.
-  void hc_mix(const struct DeviceHc& hc, int n, float* H, const float* pending, float* x, float* iota);
+  // pending: the previous block's output, injected into H (with the previous iota) by the mix.
+  // iota_in: the previous mix's iota (for pending); iota_out: this mix's (null: none), a different buffer.
+  void hc_mix(const struct DeviceHc& hc, int n, float* H, const float* pending, const float* iota_in,
+              float* x, float* iota_out);
   void op(const char* name);  // starts timing `name` (ends the previous op)
   std::vector<std::pair<int64_t, int64_t>> recurrent_ranges() const;  // (first float, floats), merged
   // Prompt path (cuda_model_prompt.cpp). Inside the forward's members an unqualified wx(...) names this
@@ -178,9 +206,14 @@ class CudaModel {
   // y[r*width + offset[i] + o] = part i of W times x[r] for every part: one product when joined.
   void wx(const JointMatrix& m, const float* x, int64_t ldx, int n, float* y, cudaStream_t st);
   bool prompt_experts_tiled(const Layer& L) const;
-  const int32_t* prompt_experts(const Layer& L, int n, const float* x);  // returns slot_of
+  // Routed experts in tiles of one expert's rows (returns slot_of): the prompt products in a prompt pass, the
+  // decode tensor products in a decode call (decode_tensor_experts).
+  const int32_t* prompt_experts(const Layer& L, int n, const float* x);
+  bool decode_tensor_experts(const Layer& L) const;
   void prompt_attention(const Layer& L, const AttentionShape& shape, const void* wins,
                         const AttentionRows& rows, int n, const AttentionSelection& sel);
+  // The chunked delta rule's arguments for a prompt pass of n rows (scratch grown to fit).
+  DeltaRuleChunks prompt_deltanet_chunks(const DeltaNetShape& shape, int n);
   bool prompt_needs_passes(std::span<const CudaSegment> segments) const;
   // Runs a long prompt call in passes of at most prompt_pass_rows rows; logits, or the greedy tokens into
   // *greedy.

@@ -97,7 +97,8 @@ struct CudaModel::HostTables {
 struct CudaModel::Scratch {
   int capacity = 0;  // rows
   DeviceBuffer arena;
-  float *H, *x, *y, *normed, *low, *low_iota, *mix, *iota, *rjoint, *mixed, *gates, *core, *qg, *attn;
+  float *H, *x, *y, *normed, *low, *low_iota, *mix, *iota, *iota_next, *rjoint, *mixed, *gates, *core, *qg,
+      *attn;
   float *scores, *weights, *gu, *h, *slots, *sgu, *sh, *shared, *pkey, *pval, *qn, *gated, *gn;
   float *xs, *logits;
   int32_t *select_mode, *ids, *want, *argmax, *row_ids, *slot_of;
@@ -107,6 +108,12 @@ struct CudaModel::Scratch {
   void*
       attn_ws;  // attention_decode's split-KV partials (caller-owned, so a captured graph allocates nothing)
   size_t attn_ws_bytes = 0;
+  // The decode tensor products' x planes (tc_decode_scratch_bytes) and their expert tiles and grouping
+  // scratch.
+  void* tc_split = nullptr;
+  size_t tc_split_bytes = 0;
+  ExpertWindow* tc_tiles = nullptr;
+  void* tc_group = nullptr;
   DeviceBuffer staged_buf;
   uint8_t* pinned = nullptr;
   size_t pinned_bytes = 0;
@@ -114,16 +121,25 @@ struct CudaModel::Scratch {
   std::vector<const void*> win_mixer, win_indexer, win_ple;
   std::vector<const float*> emb;  // per PLE layer: the gathered rows [n, ple_embed_dim]
   int n_windows = 0, max_count = 0, max_blocks = 0;
+  bool any_selecting = true;  // a row of the call may be past the indexer's budget
   ~Scratch() {
     if (pinned) cudaFreeHost(pinned);
   }
 };
 
+// Bytes of the decode tensor products' scratch for calls of up to n rows (cuda_model_prompt.cpp): x split
+// into planes (the widest product input, or the routed experts' rows), the expert tiles and their grouping
+// scratch.
+struct TcScratchBytes {
+  int64_t split, tiles, group;
+};
+TcScratchBytes tc_scratch_bytes(const ModelConfig& c, int n);
+
 // Device scratch of a prompt pass (cuda_model_prompt.cpp): the expert tiles and their grouping scratch, the
-// attention windows split at the indexer's budget.
+// attention windows split at the indexer's budget, the chunked delta rule's per-row transforms.
 struct CudaModel::PromptScratch {
   int rows = 0, windows = 0, max_tiles = 0;
-  DeviceBuffer tiles, group, split;
+  DeviceBuffer tiles, group, split, chunks;
 };
 
 }  // namespace ds::cuda

@@ -1,15 +1,22 @@
 // The prompt path of CudaModel (docs/backend-cuda.md, "Prompt path"): in a prompt pass every product runs on
-// the tensor cores (tc_products.h), the routed experts grouped into tiles of one expert's rows, the attention
-// of rows past the indexer's budget only over their chosen blocks, and a long prompt call runs in passes cut
-// at multiples of 64 positions. Each choice depends on a matrix's shape or a row's position alone, so a row's
-// bits do not depend on the other rows, streams or passes.
+// the tensor cores (tc_products.h), DeltaNet's rule in chunks of 64 positions (deltanet_chunked.h), the
+// routed experts grouped into tiles of one expert's rows, the attention of rows past the indexer's budget
+// only over their chosen blocks (attention_prompt.h), and a long prompt call runs in passes cut at multiples
+// of 64 positions. Each choice depends on a matrix's shape or a row's position alone, so a row's bits do not
+// depend on the other rows, streams or passes cut on the 64-grid.
 #include <algorithm>
+#include <cstdlib>
+#include <string>
+#include <utility>
 
 #include "backend/cuda/attention_decode.h"
+#include "backend/cuda/deltanet_chunked.h"
+#include "backend/cuda/model/attention_prompt.h"
 #include "backend/cuda/model/cuda_model_parts.h"
 #include "backend/cuda/model/generic_mixers.h"
 #include "backend/cuda/model/glue_kernels.h"
 #include "backend/cuda/model/prompt_kernels.h"
+#include "backend/cuda/tc_decode.h"
 #include "backend/cuda/tc_products.h"
 #include "core/error.h"
 
@@ -53,16 +60,60 @@ void grow(DeviceBuffer& b, size_t bytes) {
   if (b.bytes() < bytes) b = DeviceBuffer(bytes);
 }
 
+// DS_CUDA_DECODE_PRODUCTS: fma (or unset), tensor, tensor-all (min rows 0) or tensor:N (min rows N).
+std::pair<DecodeProducts, int64_t> decode_products_env() {
+  const char* env = std::getenv("DS_CUDA_DECODE_PRODUCTS");
+  const std::string v = env != nullptr ? env : "";
+  if (v.empty() || v == "fma") return {DecodeProducts::Fma, kDecodeMinRows};
+  if (v == "tensor") return {DecodeProducts::Tensor, kDecodeMinRows};
+  if (v == "tensor-all") return {DecodeProducts::Tensor, 0};
+  if (v.rfind("tensor:", 0) == 0 && v.size() > 7 && v.find_first_not_of("0123456789", 7) == std::string::npos)
+    return {DecodeProducts::Tensor, std::stoll(v.substr(7))};
+  fail("DS_CUDA_DECODE_PRODUCTS must be fma, tensor, tensor-all or tensor:ROWS (got '{}')", v);
+}
+
+}  // namespace
+
+DecodeProducts decode_products_default() {
+  return decode_products_env().first;
+}
+
+int64_t tensor_min_rows_default() {
+  return decode_products_env().second;
+}
+
+TcScratchBytes tc_scratch_bytes(const ModelConfig& c, int n) {
+  const int64_t K = std::max<int64_t>(c.experts_per_tok, 1) + 1;  // + the stacked shared expert's slot
+  const int64_t inter = std::max({c.moe_inter, c.dense_inter, int64_t{1}});
+  const int64_t widest = std::max({c.stream_width(), c.hidden, c.linear_value_dim(), c.n_heads * c.head_dim,
+                                   c.hc_rank, c.shared_inter, inter, c.ple_embed_dim});
+  const int E = static_cast<int>(std::max<int64_t>(c.n_experts, 1));
+  return {static_cast<int64_t>(
+              std::max(tc_decode_scratch_bytes(widest, n), tc_decode_scratch_bytes(inter, n * K))),
+          int64_t{max_expert_tiles(n, static_cast<int>(K), E, kDecodeExpertTileRows)} *
+              int64_t{sizeof(ExpertWindow)},
+          static_cast<int64_t>(expert_tiles_scratch_bytes(E))};
+}
+
+namespace {
+
+// Whether a decode call runs matrix t on the tensor cores: by the options and the matrix alone.
+bool decode_tensor(const CudaModelOptions& opt, const TiledWeight& t) {
+  return opt.decode_products == DecodeProducts::Tensor && t.rows >= opt.tensor_min_rows &&
+         tc_decode_supported(t);
+}
+
 }  // namespace
 
 void CudaModel::wx(const DeviceMatrix& m, const float* x, int64_t ldx, int n, float* y, int64_t ldy,
                    cudaStream_t st) {
   TiledWeight t;
-  if (prompt_pass_ && m.n_experts == 1 && tiled_view(m, t) && ldx % 4 == 0 &&
-      reinterpret_cast<uintptr_t>(x) % 16 == 0)
-    tiled_wx(t, x, ldx, n, y, ldy, st);
-  else
-    ds::cuda::wx(m, x, ldx, n, y, ldy, st);
+  if (m.n_experts == 1 && tiled_view(m, t) && ldx % 4 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0) {
+    if (prompt_pass_) return tiled_wx(t, x, ldx, n, y, ldy, st);
+    if (decode_tensor(opt_, t))
+      return tc_decode_wx(t, x, ldx, n, y, ldy, scratch_->tc_split, scratch_->tc_split_bytes, st);
+  }
+  ds::cuda::wx(m, x, ldx, n, y, ldy, st);
 }
 
 void CudaModel::wx(const JointMatrix& m, const float* x, int64_t ldx, int n, float* y, cudaStream_t st) {
@@ -76,39 +127,64 @@ bool CudaModel::prompt_experts_tiled(const Layer& L) const {
          (!L.up_alone.valid() || tiled_view(L.up_alone, t));
 }
 
+bool CudaModel::decode_tensor_experts(const Layer& L) const {
+  TiledWeight t;
+  auto takes = [&](const DeviceMatrix& m) { return tiled_view(m, t) && decode_tensor(opt_, t); };
+  return !prompt_pass_ && takes(L.gate_up) && takes(L.down) && (!L.up_alone.valid() || takes(L.up_alone));
+}
+
 const int32_t* CudaModel::prompt_experts(const Layer& L, int n, const float* x) {
   Scratch& s = *scratch_;
-  if (!prompt_scratch_) prompt_scratch_ = std::make_unique<PromptScratch>();
-  PromptScratch& ps = *prompt_scratch_;
   const cudaStream_t st = stream_.get();
   const int K = static_cast<int>(cfg_.experts_per_tok), E = static_cast<int>(cfg_.n_experts),
             I = static_cast<int>(cfg_.moe_inter);
   const int64_t D = cfg_.hidden;
-  const int max_tiles = max_expert_tiles(n, K, E);
-  grow(ps.tiles, static_cast<size_t>(max_tiles) * sizeof(ExpertWindow));
-  grow(ps.group, expert_tiles_scratch_bytes(E));
-  auto* tiles = ps.tiles.as<ExpertWindow>();
+  const int tile_rows = prompt_pass_ ? kTileRows : kDecodeExpertTileRows;
+  const int max_tiles = max_expert_tiles(n, K, E, tile_rows);
+  ExpertWindow* tiles = s.tc_tiles;  // decode: the call's scratch (a captured graph allocates nothing)
+  void* group = s.tc_group;
+  if (prompt_pass_) {
+    if (!prompt_scratch_) prompt_scratch_ = std::make_unique<PromptScratch>();
+    PromptScratch& ps = *prompt_scratch_;
+    grow(ps.tiles, static_cast<size_t>(max_tiles) * sizeof(ExpertWindow));
+    grow(ps.group, expert_tiles_scratch_bytes(E));
+    tiles = ps.tiles.as<ExpertWindow>(), group = ps.group.data();
+  }
+  // The routed products over the tiles and the stacked shared expert's over every row, prompt or decode kind.
+  auto experts = [&](const TiledWeight& w, const int32_t* row_ids, const float* xs, int64_t ldx, int n_x,
+                     float* y, int64_t ldy) {
+    if (prompt_pass_)
+      tiled_wx_experts(w, tiles, max_tiles, row_ids, xs, ldx, n_x, y, ldy, st);
+    else
+      tc_decode_experts(w, tiles, max_tiles, tile_rows, row_ids, xs, ldx, n_x, y, ldy, s.tc_split,
+                        s.tc_split_bytes, st);
+  };
+  auto one = [&](const TiledWeight& w, const float* xs, int64_t ldx, float* y, int64_t ldy) {
+    if (prompt_pass_)
+      tiled_wx(w, xs, ldx, n, y, ldy, st);
+    else
+      tc_decode_wx(w, xs, ldx, n, y, ldy, s.tc_split, s.tc_split_bytes, st);
+  };
   op("moe expert gate|up");
-  moe_expert_tiles(s.ids, n, K, E, tiles, max_tiles, s.row_ids, s.slot_of, ps.group.data(), st);
+  moe_expert_tiles(s.ids, n, K, E, tiles, max_tiles, s.row_ids, s.slot_of, group, st, tile_rows);
   TiledWeight t;
   tiled_view(L.gate_up, t);
-  tiled_wx_experts(t, tiles, max_tiles, s.row_ids, x, D, n, s.gu, 2 * I, st);
+  experts(t, s.row_ids, x, D, n, s.gu, 2 * I);
   // The shared expert stacked as expert E (joint products): every row, in the slots after the routed ones,
   // where moe() and the combine expect it.
   const int routed = n * K, all = routed + (L.shared_stacked ? n : 0);
-  if (L.shared_stacked) tiled_wx(expert_slice(t, E), x, D, n, s.gu + int64_t{routed} * 2 * I, 2 * I, st);
+  if (L.shared_stacked) one(expert_slice(t, E), x, D, s.gu + int64_t{routed} * 2 * I, 2 * I);
   if (L.up_alone.valid()) {
     tiled_view(L.up_alone, t);
-    tiled_wx_experts(t, tiles, max_tiles, s.row_ids, x, D, n, s.gu + I, 2 * I, st);
-    if (L.shared_stacked)
-      tiled_wx(expert_slice(t, E), x, D, n, s.gu + int64_t{routed} * 2 * I + I, 2 * I, st);
+    experts(t, s.row_ids, x, D, n, s.gu + I, 2 * I);
+    if (L.shared_stacked) one(expert_slice(t, E), x, D, s.gu + int64_t{routed} * 2 * I + I, 2 * I);
   }
   silu_mul_halves(s.gu, all, I, s.h, st);
   op("moe expert down");
   tiled_view(L.down, t);
-  tiled_wx_experts(t, tiles, max_tiles, nullptr, s.h, I, routed, s.slots, D, st);
+  experts(t, nullptr, s.h, I, routed, s.slots, D);
   if (L.shared_stacked)
-    tiled_wx(expert_slice(t, E), s.h + int64_t{routed} * I, I, n, s.slots + int64_t{routed} * D, D, st);
+    one(expert_slice(t, E), s.h + int64_t{routed} * I, I, s.slots + int64_t{routed} * D, D);
   return s.slot_of;
 }
 
@@ -130,7 +206,19 @@ void CudaModel::prompt_attention(const Layer& L, const AttentionShape& shape, co
   const int threshold = static_cast<int>(std::min<int64_t>((top + 1) * cfg_.indexer_ratio - 1, INT32_MAX));
   split_windows(static_cast<const AttentionWindow*>(wins), nw, threshold, prefix, suffix, st);
   attention_decode(shape, w, prefix, nw, s.max_count, rows, n, s.attn_ws, s.attn_ws_bytes, st);
-  attention_decode_generic(shape, w, suffix, nw, s.max_count, rows, n, sel, false, st);
+  if (opt_.prompt_selected_tiles && shape.nh / shape.nkv <= 16) {
+    attention_norm_rope_append(shape, w, suffix, nw, s.max_count, rows, n, st);
+    attention_prompt_selected(shape, suffix, nw, s.max_count, rows, n, sel, st);
+  } else {
+    attention_decode_generic(shape, w, suffix, nw, s.max_count, rows, n, sel, false, st);
+  }
+}
+
+DeltaRuleChunks CudaModel::prompt_deltanet_chunks(const DeltaNetShape& shape, int n) {
+  if (!prompt_scratch_) prompt_scratch_ = std::make_unique<PromptScratch>();
+  PromptScratch& ps = *prompt_scratch_;
+  grow(ps.chunks, deltanet_chunked_scratch_bytes(shape, n));
+  return DeltaRuleChunks{scratch_->max_count, ps.chunks.as<float>(), ps.chunks.bytes()};
 }
 
 bool CudaModel::prompt_needs_passes(std::span<const CudaSegment> segments) const {

@@ -350,7 +350,8 @@ void CudaModel::build(const ModelWeights* w, const DummySpec* spec, const MtpWei
 CudaStreamState CudaModel::new_state() const {
   CudaStreamState s;
   s.device = DeviceBuffer(static_cast<size_t>(state_floats_) * sizeof(float));
-  s.device.fill_bytes(0);
+  // On the model's (non-blocking) stream, so the zeros land before any forward that takes the state.
+  check(cudaMemsetAsync(s.device.data(), 0, s.device.bytes(), stream_.get()), "CudaModel::new_state");
   if (!cfg_.ple_layer_ids.empty()) s.ple_context.assign(cfg_.ngram_size - 1, cfg_.eos());
   return s;
 }

@@ -11,6 +11,7 @@
 #include "backend/cuda/model/glue_kernels.h"
 #include "backend/cuda/model/indexer_kernels.h"
 #include "backend/cuda/model/mtp_kernels.h"
+#include "backend/cuda/model/programmatic_graph.h"
 #include "core/error.h"
 
 namespace ds::cuda {
@@ -134,6 +135,7 @@ int64_t CudaModel::mtp_run(std::span<const CudaMtpSegment> segments) {
   s.n_windows = static_cast<int>(segments.size());
   s.max_count = max_count;
   s.max_blocks = c.indexer_ratio > 0 ? static_cast<int>(opt_.max_context / c.indexer_ratio) : 0;
+  s.any_selecting = true;  // the head's rows always run the selection launches
   const cudaStream_t st = stream_.get();
 
   // Depends only on the call's shape and on buffers that stay put (as run()'s rounds), so it is replayed.
@@ -152,20 +154,20 @@ int64_t CudaModel::mtp_run(std::span<const CudaMtpSegment> segments) {
     wx(h.fc_hidden, s.normed, D, n * static_cast<int>(S), s.H, D, st);
     add_to_streams(s.H, s.y, n, static_cast<int>(S), static_cast<int>(D), st);
     // One decoder layer exactly as a main attention layer without PLE.
-    hc_mix(L.hc_attn, n, s.H, nullptr, s.x, s.iota);
+    hc_mix(L.hc_attn, n, s.H, nullptr, nullptr, s.x, s.iota);
     mixer(L, slot, n, s.x, s.y);
-    hc_mix(L.hc_mlp, n, s.H, s.y, s.x, s.iota);
+    hc_mix(L.hc_mlp, n, s.H, s.y, s.iota, s.x, s.iota_next);
     moe(L, n, s.x, s.y);
     // The MLP block's output injected into H (the head mixer's norm computes it; its normed rows go unused):
     // every row's X, fed back by chained drafts.
     op("head inject, out rows");
-    add_rms_norm_rows(s.H, SD, s.iota, s.y, h.mixer.norm.as<float>(), static_cast<int>(S),
+    add_rms_norm_rows(s.H, SD, s.iota_next, s.y, h.mixer.norm.as<float>(), static_cast<int>(S),
                       static_cast<int>(D), c.rms_eps, s.normed, SD, n, st);
     if (any_out) scatter_rows(s.H, n, SD, reinterpret_cast<float* const*>(dev + off_out), st);
     if (n_out > 0) {
       copy_rows(s.H, SD, reinterpret_cast<const int32_t*>(dev + off_want), n_out, static_cast<int>(SD), s.gn,
                 st);
-      hc_mix(h.mixer, n_out, s.gn, nullptr, s.x, nullptr);
+      hc_mix(h.mixer, n_out, s.gn, nullptr, nullptr, s.x, nullptr);
       op("lm_head");
       wx(lm_head_, s.x, D, n_out, s.logits, V, st);
     }
@@ -194,7 +196,9 @@ int64_t CudaModel::mtp_run(std::span<const CudaMtpSegment> segments) {
                                      reinterpret_cast<int64_t>(s.arena.data()),
                                      opt_.expert_windows ? 1 : 0,
                                      any_out ? 1 : 0,
-                                     opt_.time_ops ? 1 : 0};
+                                     opt_.time_ops ? 1 : 0,
+                                     opt_.programmatic_launch ? 1 : 0,
+                                     opt_.fused_hc ? 1 : 0};
       if (h.graph == nullptr || key != h.graph_key) {
         if (h.graph != nullptr) cudaGraphExecDestroy(h.graph);
         h.graph = nullptr;
@@ -214,6 +218,15 @@ int64_t CudaModel::mtp_run(std::span<const CudaMtpSegment> segments) {
         }
         cudaGraph_t graph = nullptr;
         check(cudaStreamEndCapture(st, &graph), "cudaStreamEndCapture");
+        // As a round's graph: every kernel waits on its predecessor first (docs/backend-cuda.md).
+        if (opt_.programmatic_launch) {
+          try {
+            make_kernel_edges_programmatic(graph);
+          } catch (...) {
+            cudaGraphDestroy(graph);
+            throw;
+          }
+        }
         const cudaError_t made = cudaGraphInstantiate(&h.graph, graph, 0);
         cudaGraphDestroy(graph);
         check(made, "cudaGraphInstantiate");

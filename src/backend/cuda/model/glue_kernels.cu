@@ -15,6 +15,23 @@ unsigned blocks_for(int64_t n, int threads) {
 
 constexpr int kNormThreads = 256;
 
+// The norm's block reduction, shared by both kernels: each warp's butterfly of its threads' double sums, then
+// thread 0 adds the kNormThreads / 32 warp sums in order; returns 1 / rms to every thread.
+__device__ __forceinline__ float block_inv_rms(double ss, int width, float eps) {
+  __shared__ double part[kNormThreads / kWarp];
+  __shared__ float inv_shared;
+  ss = dev::warp_sum(ss);
+  if (threadIdx.x % kWarp == 0) part[threadIdx.x / kWarp] = ss;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    double total = 0;
+    for (int w = 0; w < kNormThreads / kWarp; ++w) total = __dadd_rn(total, part[w]);
+    inv_shared = dev::inv_rms(total, width, eps);
+  }
+  __syncthreads();
+  return inv_shared;
+}
+
 // One block per (row, group): thread-strided double sums, the warps' butterflies, then warp 0 adds the 8 warp
 // sums in order. The order depends on the width alone; the many threads keep enough loads in flight.
 // kAdd: first x += scale[r, g] * add[r, :] (scale null: x += add), written back, each value by the thread
@@ -23,9 +40,7 @@ template <bool kAdd>
 __global__ void rms_norm_kernel(float* x, int64_t ldx, const float* add_scale, const float* add,
                                 const float* mult, int width, float eps, float* y, int64_t ldy) {
   dev::grid_dependency_wait();
-  __shared__ double part[kNormThreads / kWarp];
-  __shared__ float inv_shared;
-  const int r = blockIdx.x, g = blockIdx.y, lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+  const int r = blockIdx.x, g = blockIdx.y;
   float* xr = x + r * ldx + int64_t{g} * width;
   if constexpr (kAdd) {
     const float* ar = add + int64_t{r} * width;
@@ -38,16 +53,7 @@ __global__ void rms_norm_kernel(float* x, int64_t ldx, const float* add_scale, c
   }
   double ss = 0;
   for (int i = threadIdx.x; i < width; i += kNormThreads) ss = __dadd_rn(ss, __dmul_rn(xr[i], xr[i]));
-  ss = dev::warp_sum(ss);
-  if (lane == 0) part[warp] = ss;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    double total = 0;
-    for (int w = 0; w < kNormThreads / kWarp; ++w) total = __dadd_rn(total, part[w]);
-    inv_shared = dev::inv_rms(total, width, eps);
-  }
-  __syncthreads();
-  const float inv = inv_shared;
+  const float inv = block_inv_rms(ss, width, eps);
   float* yr = y + r * ldy + int64_t{g} * width;
   const float* m = mult + int64_t{g} * width;
   for (int i = threadIdx.x; i < width; i += kNormThreads) yr[i] = __fmul_rn(__fmul_rn(xr[i], inv), m[i]);
@@ -61,9 +67,7 @@ constexpr int kNormItems = 16;
 template <bool kAdd>
 __global__ void rms_norm_reg_kernel(float* x, int64_t ldx, const float* add_scale, const float* add,
                                     const float* mult, int width, float eps, float* y, int64_t ldy) {
-  __shared__ double part[kNormThreads / kWarp];
-  __shared__ float inv_shared;
-  const int r = blockIdx.x, g = blockIdx.y, lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+  const int r = blockIdx.x, g = blockIdx.y;
   const float* m = mult + int64_t{g} * width;
   float v[kNormItems], mv[kNormItems];
 #pragma unroll
@@ -94,16 +98,7 @@ __global__ void rms_norm_reg_kernel(float* x, int64_t ldx, const float* add_scal
 #pragma unroll
   for (int k = 0; k < kNormItems; ++k)
     if (threadIdx.x + k * kNormThreads < width) ss = __dadd_rn(ss, __dmul_rn(v[k], v[k]));
-  ss = dev::warp_sum(ss);
-  if (lane == 0) part[warp] = ss;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    double total = 0;
-    for (int w = 0; w < kNormThreads / kWarp; ++w) total = __dadd_rn(total, part[w]);
-    inv_shared = dev::inv_rms(total, width, eps);
-  }
-  __syncthreads();
-  const float inv = inv_shared;
+  const float inv = block_inv_rms(ss, width, eps);
   float* yr = y + r * ldy + int64_t{g} * width;
 #pragma unroll
   for (int k = 0; k < kNormItems; ++k) {
@@ -152,6 +147,9 @@ __global__ void silu_mul_halves_kernel(const float* gu, int64_t ld, int n_rows, 
   h[i] = __fmul_rn(dev::silu(gu[r * ld + c]), gu[r * ld + I + c]);
 }
 
+// kMaxK > 0 (K <= kMaxK): every rank's slot id, weight and value load goes out at once (a loop over the ranks
+// waits one memory round trip per rank); the sum is the loop's, ranks in order.
+template <int kMaxK>
 __global__ void moe_combine_kernel(const float* weights, const float* slots, const int32_t* slot_of,
                                    int n_rows, int K, int D, const float* shared, const float* shared_gate,
                                    int64_t ld_gate, float* out) {
@@ -159,13 +157,30 @@ __global__ void moe_combine_kernel(const float* weights, const float* slots, con
   const int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
   if (i >= int64_t{n_rows} * D) return;
   const int64_t r = i / D, d = i % D;
+  float gate = 0.0f, shared_v = 0.0f;
+  if (shared != nullptr) gate = dev::sigmoid(shared_gate[r * ld_gate]), shared_v = shared[i];
+  const float nan = __int_as_float(0x7FC00000);
   float s = 0.0f;
-  for (int k = 0; k < K; ++k) {
-    const int64_t p = slot_of != nullptr ? slot_of[r * K + k] : r * K + k;
-    const float v = p < 0 ? __int_as_float(0x7FC00000) : slots[p * D + d];
-    s = __fadd_rn(s, __fmul_rn(weights[r * K + k], v));
+  if constexpr (kMaxK > 0) {
+    int64_t p[kMaxK];
+    float w[kMaxK], v[kMaxK];
+#pragma unroll
+    for (int k = 0; k < kMaxK; ++k)
+      if (k < K) p[k] = slot_of != nullptr ? slot_of[r * K + k] : r * K + k, w[k] = weights[r * K + k];
+#pragma unroll
+    for (int k = 0; k < kMaxK; ++k)
+      if (k < K) v[k] = p[k] < 0 ? nan : slots[p[k] * D + d];
+#pragma unroll
+    for (int k = 0; k < kMaxK; ++k)
+      if (k < K) s = __fadd_rn(s, __fmul_rn(w[k], v[k]));
+  } else {
+    for (int k = 0; k < K; ++k) {
+      const int64_t p = slot_of != nullptr ? slot_of[r * K + k] : r * K + k;
+      const float v = p < 0 ? nan : slots[p * D + d];
+      s = __fadd_rn(s, __fmul_rn(weights[r * K + k], v));
+    }
   }
-  if (shared != nullptr) s = __fadd_rn(s, __fmul_rn(dev::sigmoid(shared_gate[r * ld_gate]), shared[i]));
+  if (shared != nullptr) s = __fadd_rn(s, __fmul_rn(gate, shared_v));
   out[i] = s;
 }
 
@@ -321,8 +336,13 @@ void silu_mul_halves(const float* gu, int n_rows, int I, float* h, cudaStream_t 
 void moe_combine(const float* weights, const float* slots, const int32_t* slot_of, int n_rows, int K, int D,
                  const float* shared, const float* shared_gate, float* out, cudaStream_t stream,
                  int64_t ld_gate) {
-  moe_combine_kernel<<<blocks_for(int64_t{n_rows} * D, kThreads), kThreads, 0, stream>>>(
-      weights, slots, slot_of, n_rows, K, D, shared, shared_gate, ld_gate, out);
+  const unsigned blocks = blocks_for(int64_t{n_rows} * D, kThreads);
+  if (K <= 16)
+    moe_combine_kernel<16><<<blocks, kThreads, 0, stream>>>(weights, slots, slot_of, n_rows, K, D, shared,
+                                                            shared_gate, ld_gate, out);
+  else
+    moe_combine_kernel<0><<<blocks, kThreads, 0, stream>>>(weights, slots, slot_of, n_rows, K, D, shared,
+                                                           shared_gate, ld_gate, out);
   check_launch("moe_combine");
 }
 

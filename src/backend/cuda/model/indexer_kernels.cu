@@ -155,8 +155,8 @@ __global__ void select_kernel(IndexerShape s, const IndexerWindow* wins, const f
 
 void indexer_decode(const IndexerShape& s, const float* q_norm, const float* k_norm, const float* inv_freq,
                     const IndexerWindow* windows, int n_windows, int max_count, float* idx, int n_rows,
-                    int max_blocks, int32_t* select_mode, float* scores, uint8_t* chosen,
-                    cudaStream_t stream) {
+                    int max_blocks, int32_t* select_mode, float* scores, uint8_t* chosen, cudaStream_t stream,
+                    bool select) {
   if (s.head_dim > 1024 || s.heads < 1 || s.heads > 31 || s.ratio < 1 || s.rotary_dim > s.head_dim)
     throw ArgumentError("indexer_decode: heads must be 1..31, head_dim at most 1024, rotary_dim <= head_dim");
   if (n_windows <= 0 || n_rows <= 0 || max_count <= 0) return;
@@ -167,6 +167,7 @@ void indexer_decode(const IndexerShape& s, const float* q_norm, const float* k_n
   blocks_kernel<<<n_windows, kWarp, 2 * sizeof(float) * s.head_dim, stream>>>(s, windows, n_rows, k_norm,
                                                                               inv_freq);
   check_launch("indexer_decode: blocks");
+  if (!select) return;
   select_kernel<<<dim3(max_count, n_windows), kSelectThreads, 0, stream>>>(
       s, windows, idx, n_rows, max_blocks, select_mode, scores, chosen);
   check_launch("indexer_decode: select");

@@ -27,10 +27,12 @@ struct IndexerWindow {
 // idx [n_rows, (heads + 1) * head_dim]: the indexer projection (q heads, then the raw key); q is normed and
 // rotated in place. select_mode [n_rows] receives -1 (every key visible: within the budget) or the row's
 // complete block count; scores [n_rows, max_blocks] is scratch; chosen [n_rows, max_blocks] marks the chosen
-// blocks. q_norm/k_norm are effective multipliers [head_dim]; inv_freq [rotary_dim / 2].
+// blocks. q_norm/k_norm are effective multipliers [head_dim]; inv_freq [rotary_dim / 2]. select false: the
+// caller knows every row is within the budget; the selection launch (which would only write -1s) is skipped
+// and select_mode is left unwritten (read nothing from it).
 void indexer_decode(const IndexerShape& s, const float* q_norm, const float* k_norm, const float* inv_freq,
                     const IndexerWindow* windows, int n_windows, int max_count, float* idx, int n_rows,
-                    int max_blocks, int32_t* select_mode, float* scores, uint8_t* chosen,
-                    cudaStream_t stream);
+                    int max_blocks, int32_t* select_mode, float* scores, uint8_t* chosen, cudaStream_t stream,
+                    bool select = true);
 
 }  // namespace ds::cuda

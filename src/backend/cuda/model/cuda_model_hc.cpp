@@ -1,0 +1,55 @@
+// CudaModel's hyper-connection mix (docs/backend-cuda.md "Whole model"): the separate ops, or with
+// fused_hc the two launches of hc_kernels.h (the same bits). CPU math: src/model/layers/hyper_connection.cpp.
+#include "backend/cuda/model/cuda_model.h"
+#include "backend/cuda/model/cuda_model_parts.h"
+#include "backend/cuda/model/glue_kernels.h"
+#include "backend/cuda/model/hc_kernels.h"
+
+namespace ds::cuda {
+
+void CudaModel::hc_mix(const DeviceHc& hc, int n, float* H, const float* pending, const float* iota_in,
+                       float* x, float* iota_out) {
+  Scratch& s = *scratch_;
+  const int S = static_cast<int>(cfg_.hc_count), D = static_cast<int>(cfg_.hidden),
+            R = static_cast<int>(cfg_.hc_rank);
+  const float inv_s = 1.0f / static_cast<float>(S);
+  const cudaStream_t st = stream_.get();
+  // With fused_hc, a decode call: the inject + norm + down|inject in one launch, the tail (which stores the
+  // inject) in a second, each row in its own blocks, at every row count (the same bits as the ops below,
+  // checked). Not in a prompt pass: there every product is the tiled one.
+  const DeviceMatrix& di = hc.down_inject.joined;
+  if (opt_.fused_hc && !prompt_pass_ && di.kind == DeviceMatrix::Kind::Affine &&
+      hc.up.kind == DeviceMatrix::Kind::Affine && hc_fused_takes(di.affine, hc.up.affine, S, D, R) &&
+      (iota_out == nullptr || di.rows == int64_t{R} + S)) {
+    op("hc norm|down|inject");
+    hc_head(di.affine, H, pending, iota_in, hc.norm.as<float>(), S, D, cfg_.rms_eps, s.normed, s.low_iota,
+            hc.down_inject.width, n, st);
+    op("hc up");
+    hc_tail(hc.up.affine, s.low_iota, hc.down_inject.width, R, inv_s, s.normed, S, D, H, pending, iota_in, x,
+            iota_out, n, st);
+    return;
+  }
+  op("hc norm");
+  if (pending != nullptr)  // the previous block's output, injected with the previous iota first
+    add_rms_norm_rows(H, int64_t{S} * D, iota_in, pending, hc.norm.as<float>(), S, D, cfg_.rms_eps, s.normed,
+                      int64_t{S} * D, n, st);
+  else
+    rms_norm_rows(H, int64_t{S} * D, hc.norm.as<float>(), S, D, cfg_.rms_eps, s.normed, int64_t{S} * D, n,
+                  st);
+  op("hc down|inject");
+  wx(hc.down_inject, s.normed, int64_t{S} * D, n, s.low_iota, st);
+  op("hc up");
+  // One row: activations, up product and combine in one launch where the kernel takes the shape (same bits).
+  // Not in a prompt pass: there every row takes the tiled products, whatever the pass's row count; nor with
+  // the tensor decode products, which then take hc up at every row count.
+  if (n == 1 && !prompt_pass_ && opt_.decode_products == DecodeProducts::Fma &&
+      hc.up.kind == DeviceMatrix::Kind::Affine && S == 4 &&
+      affine_wx_hc_tail(hc.up.affine, s.low_iota, R, inv_s, s.normed, D, x, iota_out, st))
+    return;
+  hc_activations(s.low_iota, n, hc.down_inject.width, R, S, inv_s, s.low, iota_out, st);
+  wx(hc.up, s.low, R, n, s.mix, int64_t{S} * D, st);
+  op("hc combine");
+  hc_combine(s.mix, s.normed, n, S, D, x, st);
+}
+
+}  // namespace ds::cuda

@@ -1,0 +1,488 @@
+// Tensor-core decode products (tc_decode.h). A split launch writes x as three exact bf16 planes, the 8 values
+// of each lane's columns in MMA-fragment order, and each 32-column tile's sum. The product launch: blocks of
+// 4 warps, each warp owns 16 outputs (one A fragment) and streams their weights through its own ring of
+// shared-memory stages by cp.async (4 stages of 4 units of 32 columns: three in flight while one is decoded);
+// each lane decodes its 8 codes per output row and unit straight into bf16 A fragments, reads the rows' x
+// fragments (L1) and runs 6 MMAs per 8 rows (2 k steps x 3 terms) into the tile's d, then y = fma(bias,
+// sum(x), fma(scale, d, y)). Rows come in tiers of 8/16/32/64 (template NF); a tile row past the count is a
+// zero column of B, so the tier changes no bits.
+//
+// The lane <-> column map (MMA k slots are a sum, so any permutation applied to A and B alike is the same
+// dot product): lane (g, t) of a warp holds, per unit, the codes of columns 8t .. 8t+7, contiguous in the
+// bit stream. Register pair p (p = 0..3) packs columns (8t + p, 8t + p + 4) as bf16x2: k step s takes pairs
+// 2s (k slots 2t, 2t+1) and 2s + 1 (slots 2t+8, 2t+9). x is stored in the same order: per 8 columns
+// x0 x4 x1 x5 x2 x6 x3 x7, one 16-byte load per lane and term. Codes become bf16 with the integer trick
+// (learned from Marlin's dequantizers, IST-DASLab/marlin, ideas only: (q | 0x4300) is the bf16 128 + q,
+// exact for q < 128; minus 128 in one bf16x2 FMA); 8-bit codes go through fp32 (2^23 + q) instead.
+#include <algorithm>
+#include <string>
+
+#include "backend/cuda/cuda_error.h"
+#include "backend/cuda/grid_dependency.cuh"
+#include "backend/cuda/tc_common.cuh"
+#include "backend/cuda/tc_decode.h"
+
+namespace ds::cuda {
+
+namespace {
+
+using tc::cp_async16;
+using tc::cp_async4;
+using tc::cp_async_commit;
+using tc::from_bf16;
+using tc::kTerms;
+using tc::mma_bf16;
+
+constexpr int kWarps = 4;
+constexpr int kThreads = kWarps * 32;
+constexpr int kWarpOutputs = 16;
+constexpr int kBlockOutputs = kWarps * kWarpOutputs;
+constexpr int kUnitsPerStage = 4;  // units of 32 columns
+constexpr int kStages = 4;
+
+// One warp's stage: per output row the codes of 4 units (+ 4 words of padding: distinct banks for 4-bit),
+// then for affine 3 words of bf16 scales and 3 of biases (the words covering the stage's groups).
+template <int Bits>
+struct Stage {
+  static constexpr int kCodeWords = (Bits == 0 ? 16 : Bits) * kUnitsPerStage + 4;
+  static constexpr int kSbWords = Bits == 0 ? 0 : 8;  // scales at +0, biases at +4
+  static constexpr int kRowWords = kCodeWords + kSbWords;
+  static constexpr int kWords = kWarpOutputs * kRowWords;
+  static constexpr size_t kBlockBytes = size_t{kWarps} * kStages * kWords * 4;
+};
+
+struct DecodeWeight {
+  const uint32_t* codes;   // affine codes, or dense bf16 pairs
+  const uint32_t* scales;  // affine only: bf16 pairs from a 4-byte aligned base
+  const uint32_t* biases;
+  int64_t sb_base;  // bf16 index of the matrix's first scale (and bias) from those bases
+  int64_t rows, cols, words_per_row, groups_per_row;
+  int group_shift;
+  bool chunk16;  // rows of codes are a multiple of 16 bytes: 16-byte copies
+};
+
+struct DecodeX {
+  const uint4* planes;  // [kTerms, n_x, cols] bf16 in fragment order, as uint4 (8 values)
+  const float* sums;    // [n_x, cols / 32]
+  int64_t n_x, cols;
+};
+
+__device__ __forceinline__ uint32_t and_or_code(uint32_t a, uint32_t mask, uint32_t c) {
+  uint32_t d;
+  asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(d) : "r"(a), "r"(mask), "r"(c));  // (a & b) | c
+  return d;
+}
+
+// bf16x2 (128 + q) -> q, exactly.
+__device__ __forceinline__ uint32_t minus128(uint32_t v) {
+  uint32_t d;
+  asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(v), "r"(0x3F803F80u), "r"(0xC300C300u));
+  return d;
+}
+
+constexpr uint32_t kBf16Magic = 0x43004300u;  // bf16 128.0 in both halves
+
+template <int Bits, int I>
+__device__ __forceinline__ uint32_t code_of(uint32_t lo, uint32_t hi) {
+  constexpr int b = I * Bits;
+  constexpr uint32_t mask = (1u << Bits) - 1u;
+  if constexpr (b + Bits <= 32)
+    return (lo >> b) & mask;
+  else if constexpr (b >= 32)
+    return (hi >> (b - 32)) & mask;
+  else
+    return __funnelshift_r(lo, hi, b) & mask;
+}
+
+// The 4 bf16x2 pairs (columns (8t + p, 8t + p + 4), p = 0..3) of one output row's unit; uw: the unit's words.
+template <int Bits>
+__device__ __forceinline__ void unit_pairs(const uint32_t* uw, int t, uint32_t (&P)[4]) {
+  if constexpr (Bits == 0) {
+    const uint4 v = *reinterpret_cast<const uint4*>(uw + 4 * t);
+    P[0] = __byte_perm(v.x, v.z, 0x5410);
+    P[1] = __byte_perm(v.x, v.z, 0x7632);
+    P[2] = __byte_perm(v.y, v.w, 0x5410);
+    P[3] = __byte_perm(v.y, v.w, 0x7632);
+  } else if constexpr (Bits == 4) {
+    const uint32_t v = uw[t];
+#pragma unroll
+    for (int p = 0; p < 4; ++p) P[p] = minus128(and_or_code(v >> (4 * p), 0x000F000Fu, kBf16Magic));
+  } else if constexpr (Bits == 8) {
+    const uint32_t v0 = uw[2 * t], v1 = uw[2 * t + 1];
+#pragma unroll
+    for (int p = 0; p < 4; ++p) {
+      // 2^23 + q as fp32 (byte p into the low byte of 0x4B000000), minus 2^23: q exactly, then two to bf16x2.
+      const float lo = __fsub_rn(__uint_as_float(__byte_perm(v0, 0x4B000000u, 0x7540 | p)), 8388608.0f);
+      const float hi = __fsub_rn(__uint_as_float(__byte_perm(v1, 0x4B000000u, 0x7540 | p)), 8388608.0f);
+      const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);  // q < 256: exact
+      P[p] = *reinterpret_cast<const uint32_t*>(&h);
+    }
+  } else {
+    const int bit0 = t * 8 * Bits, w0 = bit0 >> 5, sh = bit0 & 31;
+    const uint32_t lo = __funnelshift_r(uw[w0], uw[w0 + 1], sh);
+    uint32_t hi = 0;
+    if constexpr (8 * Bits > 32) hi = __funnelshift_r(uw[w0 + 1], uw[w0 + 2], sh);
+    const uint32_t c[8] = {code_of<Bits, 0>(lo, hi), code_of<Bits, 1>(lo, hi), code_of<Bits, 2>(lo, hi),
+                           code_of<Bits, 3>(lo, hi), code_of<Bits, 4>(lo, hi), code_of<Bits, 5>(lo, hi),
+                           code_of<Bits, 6>(lo, hi), code_of<Bits, 7>(lo, hi)};
+#pragma unroll
+    for (int p = 0; p < 4; ++p) P[p] = minus128(c[p] | (c[p + 4] << 16) | kBf16Magic);
+  }
+}
+
+// Copies stage s (units 4s .. 4s+nu-1) of the warp's 16 outputs from o0 into dst; one commit group per call.
+template <int Bits>
+__device__ __forceinline__ void issue_stage(const DecodeWeight& W, int64_t o0, int64_t s, int64_t n_stages,
+                                            uint32_t* dst, int lane) {
+  using L = Stage<Bits>;
+  if (s < n_stages) {
+    const int64_t T = W.cols / 32, t0 = s * kUnitsPerStage;
+    const int nu = static_cast<int>(min(int64_t{kUnitsPerStage}, T - t0));
+    if constexpr (Bits == 0) {
+      const int cpr = nu * 4;  // 16-byte chunks per output row (a unit is 64 bytes)
+      for (int c = lane; c < kWarpOutputs * cpr; c += 32) {
+        const int r = c / cpr, k = c % cpr;
+        const int64_t o = min(o0 + r, W.rows - 1);
+        cp_async16(dst + r * L::kRowWords + 4 * k, W.codes + o * W.words_per_row + t0 * 16 + 4 * k, 16);
+      }
+    } else {
+      const int rw = nu * Bits;
+      if (W.chunk16) {
+        const int cpr = rw / 4;
+        for (int c = lane; c < kWarpOutputs * cpr; c += 32) {
+          const int r = c / cpr, k = c % cpr;
+          const int64_t o = min(o0 + r, W.rows - 1);
+          cp_async16(dst + r * L::kRowWords + 4 * k, W.codes + o * W.words_per_row + t0 * Bits + 4 * k, 16);
+        }
+      } else {
+        for (int c = lane; c < kWarpOutputs * rw; c += 32) {
+          const int r = c / rw, k = c % rw;
+          const int64_t o = min(o0 + r, W.rows - 1);
+          cp_async4(dst + r * L::kRowWords + k, W.codes + o * W.words_per_row + t0 * Bits + k, 4);
+        }
+      }
+      // Lanes 0-15 the scales of output row lane, 16-31 the biases: the 1-3 words covering the stage's
+      // groups.
+      const int half = lane >> 4, r = lane & 15;
+      const int64_t o = min(o0 + r, W.rows - 1);
+      const int64_t i_lo = W.sb_base + o * W.groups_per_row + ((t0 * 32) >> W.group_shift);
+      const int64_t i_hi = W.sb_base + o * W.groups_per_row + (((t0 + nu) * 32 - 1) >> W.group_shift);
+      const uint32_t* src = half == 0 ? W.scales : W.biases;
+      for (int64_t w = i_lo >> 1; w <= (i_hi >> 1); ++w)
+        cp_async4(dst + r * L::kRowWords + L::kCodeWords + 4 * half + (w - (i_lo >> 1)), src + w, 4);
+    }
+  }
+  cp_async_commit();
+}
+
+template <int Bits, int NF>
+__global__ void __launch_bounds__(kThreads)
+    decode_kernel(DecodeWeight W, const ExpertWindow* tiles, int n_rows, const int32_t* row_ids, DecodeX X,
+                  float* y, int64_t ldy, int64_t n_experts) {
+  using L = Stage<Bits>;
+  extern __shared__ __align__(16) uint32_t smem[];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int64_t o0 = int64_t{blockIdx.x} * kBlockOutputs + warp * kWarpOutputs;
+  // Expert tiles are written by the previous kernel: wait before reading them. A single matrix's weights
+  // never change during a round, so their first stages go out before the wait (programmatic launch).
+  if (tiles != nullptr) dev::grid_dependency_wait();
+  int64_t first = 0;
+  int count = 0;
+  if (tiles != nullptr) {
+    const ExpertWindow tw = tiles[blockIdx.y];
+    if (tw.count <= 0 || tw.count > kDecodeTileRows || tw.expert < 0 || tw.expert >= n_experts) return;
+    first = tw.first, count = tw.count;
+    const int64_t e = tw.expert;
+    W.codes += e * W.rows * W.words_per_row;
+    W.sb_base += e * W.rows * W.groups_per_row;
+  } else {
+    first = int64_t{blockIdx.y} * kDecodeTileRows;
+    count = static_cast<int>(min(int64_t{kDecodeTileRows}, n_rows - first));
+  }
+  if (o0 >= W.rows) return;  // uniform over the warp; warps never meet at a barrier
+  uint32_t* ring = smem + warp * (kStages * L::kWords);
+  const int64_t T = W.cols / 32, n_stages = (T + kUnitsPerStage - 1) / kUnitsPerStage;
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) issue_stage<Bits>(W, o0, s, n_stages, ring + s * L::kWords, lane);
+  if (tiles == nullptr) dev::grid_dependency_wait();
+
+  // x rows of this lane's B column (tile row 8f + g) and of its C columns (8f + 2t, 8f + 2t + 1); -1: none.
+  auto x_row = [&](int r) -> int64_t {
+    return r < count ? (row_ids != nullptr ? int64_t{row_ids[first + r]} : first + r) : -1;
+  };
+  int64_t xb[NF], xc[NF][2];
+#pragma unroll
+  for (int f = 0; f < NF; ++f) {
+    xb[f] = x_row(8 * f + g);
+    xc[f][0] = x_row(8 * f + 2 * t);
+    xc[f][1] = x_row(8 * f + 2 * t + 1);
+  }
+  float acc[NF][4];
+#pragma unroll
+  for (int f = 0; f < NF; ++f)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) acc[f][e] = 0.0f;
+  const int64_t og[2] = {min(o0 + g, W.rows - 1), min(o0 + g + 8, W.rows - 1)};
+
+  // One unit of 32 columns of stage st (its first unit t0): decode, MMAs per 8 rows, epilogue in order.
+  auto unit_step = [&](const uint32_t* st, int64_t t0, int u) {
+    const int64_t unit = t0 + u;
+    uint32_t P[2][4];
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+      unit_pairs<Bits>(st + (g + 8 * h) * L::kRowWords + u * (Bits == 0 ? 16 : Bits), t, P[h]);
+    const uint32_t a[2][4] = {{P[0][0], P[1][0], P[0][1], P[1][1]}, {P[0][2], P[1][2], P[0][3], P[1][3]}};
+    float scale[2] = {0.0f, 0.0f}, bias[2] = {0.0f, 0.0f};
+    if constexpr (Bits != 0) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int64_t base = W.sb_base + og[h] * W.groups_per_row;
+        const int64_t w_lo = (base + ((t0 * 32) >> W.group_shift)) >> 1;
+        const int64_t li = base + ((unit * 32) >> W.group_shift) - 2 * w_lo;
+        const uint16_t* sb =
+            reinterpret_cast<const uint16_t*>(st + (g + 8 * h) * L::kRowWords + L::kCodeWords);
+        scale[h] = from_bf16(sb[li]);
+        bias[h] = from_bf16(sb[8 + li]);
+      }
+    }
+#pragma unroll
+    for (int f = 0; f < NF; ++f) {
+      if (8 * f >= count) break;  // uniform over the block
+      uint4 b[kTerms];
+#pragma unroll
+      for (int j = 0; j < kTerms; ++j)
+        b[j] = xb[f] >= 0 ? __ldg(X.planes + ((j * X.n_x + xb[f]) * X.cols + unit * 32) / 8 + t)
+                          : make_uint4(0, 0, 0, 0);
+      float part[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+      float(&target)[4] = Bits == 0 ? acc[f] : part;
+      // Per k step the smallest term first: the prompt products' order.
+#pragma unroll
+      for (int ks = 0; ks < 2; ++ks)
+#pragma unroll
+        for (int j = kTerms - 1; j >= 0; --j)
+          mma_bf16(target, a[ks], ks == 0 ? b[j].x : b[j].z, ks == 0 ? b[j].y : b[j].w);
+      if constexpr (Bits != 0) {
+        const float sx[2] = {xc[f][0] >= 0 ? __ldg(X.sums + xc[f][0] * T + unit) : 0.0f,
+                             xc[f][1] >= 0 ? __ldg(X.sums + xc[f][1] * T + unit) : 0.0f};
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          acc[f][e] = __fmaf_rn(scale[e >> 1], part[e], acc[f][e]);
+          acc[f][e] = __fmaf_rn(bias[e >> 1], sx[e & 1], acc[f][e]);
+        }
+      }
+    }
+  };
+
+  for (int64_t s = 0; s < n_stages; ++s) {
+    issue_stage<Bits>(W, o0, s + kStages - 1, n_stages, ring + ((s + kStages - 1) % kStages) * L::kWords,
+                      lane);
+    tc::cp_async_wait<kStages - 1>();  // stage s has landed (this lane's copies) ...
+    __syncwarp();                      // ... and every lane's
+    const uint32_t* st = ring + (s % kStages) * L::kWords;
+    const int64_t t0 = s * kUnitsPerStage;
+    const int nu = static_cast<int>(min(int64_t{kUnitsPerStage}, T - t0));
+    // A full stage unrolled: the units' MMA chains are independent (only the epilogue runs in unit order),
+    // so the compiler can overlap them.
+    if (nu == kUnitsPerStage) {
+#pragma unroll
+      for (int u = 0; u < kUnitsPerStage; ++u) unit_step(st, t0, u);
+    } else {
+      for (int u = 0; u < nu; ++u) unit_step(st, t0, u);
+    }
+    __syncwarp();  // every lane is done with stage s before its slot is refilled
+  }
+#pragma unroll
+  for (int f = 0; f < NF; ++f)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int row = 8 * f + 2 * t + (e & 1);
+      const int64_t o = o0 + g + 8 * (e >> 1);
+      if (row < count && o < W.rows) y[(first + row) * ldy + o] = acc[f][e];
+    }
+}
+
+// One thread per (row, 32-column tile): the three bf16 planes in fragment order and the tile's sum (the
+// prompt split's order, so sums are the same bits).
+__global__ void decode_split_kernel(const float* x, int64_t ldx, int64_t n_x, int64_t cols, uint16_t* planes,
+                                    float* sums) {
+  dev::grid_dependency_wait();
+  const int64_t tiles = cols / 32, i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
+  if (i >= n_x * tiles) return;
+  const int64_t r = i / tiles, c0 = (i % tiles) * 32;
+  const float4* src = reinterpret_cast<const float4*>(x + r * ldx + c0);
+  float q[8];
+#pragma unroll
+  for (int b = 0; b < 4; ++b) {
+    const float4 lo = src[2 * b], hi = src[2 * b + 1];
+    const float v[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+    uint16_t parts[8][kTerms];
+#pragma unroll
+    for (int e = 0; e < 8; ++e) tc::split3(v[e], parts[e]);
+#pragma unroll
+    for (int j = 0; j < kTerms; ++j) {
+      auto pack = [&](int a, int c) { return uint32_t{parts[a][j]} | (uint32_t{parts[c][j]} << 16); };
+      *reinterpret_cast<uint4*>(planes + (j * n_x + r) * cols + c0 + 8 * b) =
+          make_uint4(pack(0, 4), pack(1, 5), pack(2, 6), pack(3, 7));
+    }
+    q[2 * b] = tc::sum4(v[0], v[1], v[2], v[3]);
+    q[2 * b + 1] = tc::sum4(v[4], v[5], v[6], v[7]);
+  }
+  sums[i] = tc::tree8(q);
+}
+
+[[noreturn]] void bad(const char* op, const std::string& what) {
+  throw ArgumentError(std::string(op) + ": " + what);
+}
+
+size_t plane_bytes(int64_t cols, int64_t n_x) {
+  return (static_cast<size_t>(kTerms * n_x * cols * 2) + 255) / 256 * 256;
+}
+
+DecodeWeight decode_weight(const TiledWeight& w) {
+  DecodeWeight d{};
+  d.rows = w.rows;
+  d.cols = w.cols;
+  if (w.dense != nullptr) {
+    d.codes = reinterpret_cast<const uint32_t*>(w.dense);
+    d.words_per_row = w.cols / 2;
+    d.chunk16 = true;
+  } else {
+    d.codes = w.affine.codes;
+    // Scales and biases are read as 4-byte words: from the aligned word at or below each array's start.
+    const uintptr_t sp = reinterpret_cast<uintptr_t>(w.affine.scales),
+                    bp = reinterpret_cast<uintptr_t>(w.affine.biases);
+    if (sp % 4 != bp % 4)
+      throw ArgumentError("tc_decode: scales and biases must share their alignment mod 4");
+    d.scales = reinterpret_cast<const uint32_t*>(sp & ~uintptr_t{3});
+    d.biases = reinterpret_cast<const uint32_t*>(bp & ~uintptr_t{3});
+    d.sb_base = static_cast<int64_t>(sp % 4) / 2;
+    d.words_per_row = w.cols / 32 * w.affine.bits;
+    d.groups_per_row = w.cols / w.affine.group;
+    d.group_shift = w.affine.group == 32 ? 5 : w.affine.group == 64 ? 6 : 7;
+    d.chunk16 = d.words_per_row % 4 == 0;
+  }
+  return d;
+}
+
+template <int Bits, int NF>
+void launch_nf(const DecodeWeight& W, dim3 grid, const ExpertWindow* tiles, int n_rows,
+               const int32_t* row_ids, const DecodeX& X, float* y, int64_t ldy, int64_t n_experts,
+               cudaStream_t stream) {
+  constexpr auto kernel = decode_kernel<Bits, NF>;
+  static const bool ready = [] {
+    check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               static_cast<int>(Stage<Bits>::kBlockBytes)),
+          "tc_decode: cudaFuncSetAttribute");
+    return true;
+  }();
+  (void)ready;
+  kernel<<<grid, kThreads, Stage<Bits>::kBlockBytes, stream>>>(W, tiles, n_rows, row_ids, X, y, ldy,
+                                                               n_experts);
+}
+
+template <int Bits>
+void launch_bits(const DecodeWeight& W, dim3 grid, int tier_rows, const ExpertWindow* tiles, int n_rows,
+                 const int32_t* row_ids, const DecodeX& X, float* y, int64_t ldy, int64_t n_experts,
+                 cudaStream_t stream) {
+  if (tier_rows <= 8)
+    launch_nf<Bits, 1>(W, grid, tiles, n_rows, row_ids, X, y, ldy, n_experts, stream);
+  else if (tier_rows <= 16)
+    launch_nf<Bits, 2>(W, grid, tiles, n_rows, row_ids, X, y, ldy, n_experts, stream);
+  else if (tier_rows <= 32)
+    launch_nf<Bits, 4>(W, grid, tiles, n_rows, row_ids, X, y, ldy, n_experts, stream);
+  else
+    launch_nf<Bits, 8>(W, grid, tiles, n_rows, row_ids, X, y, ldy, n_experts, stream);
+}
+
+// Splits x into scratch, then runs the products over grid (output blocks, row tiles or expert tiles).
+void dispatch(const char* op, const TiledWeight& w, unsigned grid_y, int tier_rows, const ExpertWindow* tiles,
+              int n_rows, const int32_t* row_ids, const float* x, int64_t ldx, int64_t n_x, float* y,
+              int64_t ldy, void* scratch, size_t scratch_bytes, cudaStream_t stream) {
+  if (!tc_decode_supported(w))
+    bad(op,
+        "the weight must be dense bf16 or MLX affine bits 2-6/8, group 32/64/128, cols a multiple of 32, "
+        "codes "
+        "16-byte and scales 4-byte aligned (rows " +
+            std::to_string(w.rows) + ", cols " + std::to_string(w.cols) + ")");
+  if (ldx % 4 != 0 || reinterpret_cast<uintptr_t>(x) % 16 != 0)
+    bad(op, "x must be 16-byte aligned with ldx a multiple of 4 (ldx " + std::to_string(ldx) + ")");
+  if (ldy < w.rows) bad(op, "ldy must be >= the weight's rows (got " + std::to_string(ldy) + ")");
+  if (y == nullptr) bad(op, "y must be a device pointer");
+  if (grid_y == 0 || n_x <= 0) return;
+  if (grid_y > 65535) bad(op, "at most 65535 row tiles a launch");
+  const size_t need = tc_decode_scratch_bytes(w.cols, n_x);
+  if (scratch == nullptr || scratch_bytes < need)
+    bad(op,
+        "scratch must hold " + std::to_string(need) + " bytes (got " + std::to_string(scratch_bytes) + ")");
+  auto* planes = static_cast<uint16_t*>(scratch);
+  auto* sums = reinterpret_cast<float*>(static_cast<uint8_t*>(scratch) + plane_bytes(w.cols, n_x));
+  const int64_t units = n_x * (w.cols / 32);
+  decode_split_kernel<<<static_cast<unsigned>((units + 127) / 128), 128, 0, stream>>>(x, ldx, n_x, w.cols,
+                                                                                      planes, sums);
+  check_launch(op);
+  const DecodeWeight W = decode_weight(w);
+  const DecodeX X{reinterpret_cast<const uint4*>(planes), sums, n_x, w.cols};
+  const dim3 grid(static_cast<unsigned>((w.rows + kBlockOutputs - 1) / kBlockOutputs), grid_y);
+  switch (w.dense != nullptr ? 0 : w.affine.bits) {
+    case 0:
+      launch_bits<0>(W, grid, tier_rows, tiles, n_rows, row_ids, X, y, ldy, w.n_experts, stream);
+      break;
+    case 2:
+      launch_bits<2>(W, grid, tier_rows, tiles, n_rows, row_ids, X, y, ldy, w.n_experts, stream);
+      break;
+    case 3:
+      launch_bits<3>(W, grid, tier_rows, tiles, n_rows, row_ids, X, y, ldy, w.n_experts, stream);
+      break;
+    case 4:
+      launch_bits<4>(W, grid, tier_rows, tiles, n_rows, row_ids, X, y, ldy, w.n_experts, stream);
+      break;
+    case 5:
+      launch_bits<5>(W, grid, tier_rows, tiles, n_rows, row_ids, X, y, ldy, w.n_experts, stream);
+      break;
+    case 6:
+      launch_bits<6>(W, grid, tier_rows, tiles, n_rows, row_ids, X, y, ldy, w.n_experts, stream);
+      break;
+    default:
+      launch_bits<8>(W, grid, tier_rows, tiles, n_rows, row_ids, X, y, ldy, w.n_experts, stream);
+  }
+  check_launch(op);
+}
+
+}  // namespace
+
+bool tc_decode_supported(const TiledWeight& w) {
+  if (!tiled_supported(w)) return false;
+  if (w.dense != nullptr) return reinterpret_cast<uintptr_t>(w.dense) % 16 == 0;
+  const uintptr_t sp = reinterpret_cast<uintptr_t>(w.affine.scales),
+                  bp = reinterpret_cast<uintptr_t>(w.affine.biases);
+  return reinterpret_cast<uintptr_t>(w.affine.codes) % 16 == 0 && sp != 0 && bp != 0 && sp % 2 == 0 &&
+         sp % 4 == bp % 4;
+}
+
+size_t tc_decode_scratch_bytes(int64_t cols, int64_t n_x) {
+  return plane_bytes(cols, n_x) + static_cast<size_t>(n_x * (cols / 32)) * 4;
+}
+
+void tc_decode_wx(const TiledWeight& w, const float* x, int64_t ldx, int n_rows, float* y, int64_t ldy,
+                  void* scratch, size_t scratch_bytes, cudaStream_t stream) {
+  constexpr const char* op = "tc_decode_wx";
+  if (n_rows < 0) bad(op, "n_rows must be >= 0 (got " + std::to_string(n_rows) + ")");
+  if (w.n_experts != 1) bad(op, "n_experts must be 1 (use tc_decode_experts for stacked experts)");
+  const unsigned tiles = static_cast<unsigned>((n_rows + kDecodeTileRows - 1) / kDecodeTileRows);
+  dispatch(op, w, tiles, std::min(n_rows, kDecodeTileRows), nullptr, n_rows, nullptr, x, ldx, n_rows, y, ldy,
+           scratch, scratch_bytes, stream);
+}
+
+void tc_decode_experts(const TiledWeight& w, const ExpertWindow* tiles, int max_tiles, int tile_rows,
+                       const int32_t* row_ids, const float* x, int64_t ldx, int n_x_rows, float* y,
+                       int64_t ldy, void* scratch, size_t scratch_bytes, cudaStream_t stream) {
+  constexpr const char* op = "tc_decode_experts";
+  if (max_tiles < 0) bad(op, "max_tiles must be >= 0 (got " + std::to_string(max_tiles) + ")");
+  if (tile_rows < 1 || tile_rows > kDecodeTileRows)
+    bad(op, "tile_rows must be 1..64 (got " + std::to_string(tile_rows) + ")");
+  if (tiles == nullptr && max_tiles > 0) bad(op, "tiles must be a device pointer");
+  dispatch(op, w, static_cast<unsigned>(max_tiles), tile_rows, tiles, 0, row_ids, x, ldx, n_x_rows, y, ldy,
+           scratch, scratch_bytes, stream);
+}
+
+}  // namespace ds::cuda

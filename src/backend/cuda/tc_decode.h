@@ -1,0 +1,51 @@
+#pragma once
+// Tensor-core weight products for decode (docs/backend-cuda.md, "Decode products on the tensor cores"): y = x
+// W^T for any number of rows (1 .. 64 a tile, tiles of 64 rows side by side in one launch), W MLX affine
+// (bits 2-6, 8; group 32/64/128) or dense bf16, with `mma.sync` m16n8k16: the weights are the A operand (16
+// outputs a fragment), the rows the B operand (8 rows a fragment, so one row costs a fragment of 8, not 16).
+//
+// Per (row r, output o) the arithmetic is the prompt products' (tc_products.h): x split exactly into three
+// bf16 terms, per 32-column tile d = x . q inside the MMAs (smallest term first), then y = fma(bias, sum(x),
+// fma(scale, d, y)) in column order; dense: the MMAs summed over the row. The columns inside a tile are taken
+// in a fixed permuted order (each lane's 8 codes are contiguous in the bit stream), so the bits need not
+// equal the prompt kernel's; the order depends on the weight's shape alone. No split-K, no atomics, rows past
+// the count are zeros: a row's bits depend only on its own x row and W, never on the rows beside it.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "backend/cuda/tc_products.h"
+
+namespace ds::cuda {
+
+constexpr int kDecodeTileRows = 64;  // rows of one tile (the row tier is 8, 16, 32 or 64: same bits)
+// Decode expert tiles hold at most 8 slots (one B fragment): the kernel then runs its lightest tier at every
+// row count; an expert serving more rows of a step is read once per 8 of them (rare with 512 experts).
+constexpr int kDecodeExpertTileRows = 8;
+
+// Whether the decode tensor products take this weight: tiled_supported (cols a multiple of 32), codes 16-byte
+// aligned, scales and biases at the same offset mod 4 bytes. A function of the weight alone.
+bool tc_decode_supported(const TiledWeight& w);
+// Below this many outputs a weight leaves most of the GPU idle (16 outputs a warp, no split-K): the model
+// keeps the FMA products (column slices) for it by default.
+constexpr int64_t kDecodeMinRows = 1024;
+
+// Scratch (device) for x split into bf16 planes: n_x rows of `cols` columns.
+size_t tc_decode_scratch_bytes(int64_t cols, int64_t n_x);
+
+// y[r*ldy + o] = sum_i W[o,i] x[r*ldx + i] for r < n_rows, one matrix (n_experts == 1). x 16-byte aligned,
+// ldx a multiple of 4. `scratch` holds tc_decode_scratch_bytes(cols, n_rows) bytes (caller-owned, so the
+// launches allocate nothing and can be captured in a graph). Two launches: the split, then the product.
+void tc_decode_wx(const TiledWeight& w, const float* x, int64_t ldx, int n_rows, float* y, int64_t ldy,
+                  void* scratch, size_t scratch_bytes, cudaStream_t stream);
+
+// Expert tiles (moe_expert_tiles' grouping: tiles of up to 64 slots of one expert): y rows first .. first +
+// count - 1 of tile i are expert `expert` on x rows row_ids[first + j] (or first + j when row_ids is null) of
+// the n_x_rows rows of x. `tile_rows` bounds every tile's count (at most 64; the launch's row tier). Each
+// slot's bits equal tc_decode_wx of its expert on its row alone. scratch: tc_decode_scratch_bytes(cols,
+// n_x_rows).
+void tc_decode_experts(const TiledWeight& w, const ExpertWindow* tiles, int max_tiles, int tile_rows,
+                       const int32_t* row_ids, const float* x, int64_t ldx, int n_x_rows, float* y,
+                       int64_t ldy, void* scratch, size_t scratch_bytes, cudaStream_t stream);
+
+}  // namespace ds::cuda

@@ -1,0 +1,306 @@
+// The tensor-core decode products (backend/cuda/tc_decode.h): float64 reference within the bound with a
+// negative control, for every bits x group and dense bf16; a row alone == the same row in every row count
+// 1..64 at every position (and in a 2-tile launch), bit for bit; expert tiles: every slot == its expert on
+// its row alone; bad shapes refused by name; whether decode rows equal the prompt products' rows (reported).
+// Then timings on the Flash Next shapes at 1/8/16/64 rows against the FMA products.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <string>
+
+#include "backend/cuda/stream.h"
+#include "backend/cuda/tc_decode.h"
+#include "backend/cuda/wx_products.h"
+#include "checks.h"
+#include "host_reference.h"
+#include "tc_weight.h"
+
+namespace ds::cuda::wxcheck {
+
+namespace {
+
+std::vector<float> run_decode(const TiledWeight& w, const DeviceBuffer& x, int64_t ldx, int row0, int n,
+                              const Stream& s) {
+  DeviceBuffer y(std::max<int64_t>(n, 1) * w.rows * sizeof(float));
+  y.fill_bytes(0xFF);  // NaN: an unwritten output fails every comparison
+  DeviceBuffer scratch(tc_decode_scratch_bytes(w.cols, std::max(n, 1)));
+  tc_decode_wx(w, x.as<float>() + row0 * ldx, ldx, n, y.as<float>(), w.rows, scratch.data(), scratch.bytes(),
+               s.get());
+  s.synchronize();
+  return download<float>(y, static_cast<size_t>(n) * w.rows);
+}
+
+std::string format_name(int bits, int group) {
+  return bits == 0 ? "decode tc dense bf16"
+                   : "decode tc affine " + std::to_string(bits) + "-bit g" + std::to_string(group);
+}
+
+// 1030 outputs (a partial warp), 320 columns (a partial stage; 3- and 5-bit rows not a multiple of 16 bytes;
+// 384 for group 128).
+void check_format(Tally& tally, int bits, int group, std::mt19937_64& rng, const Stream& s, double& worst,
+                  double& weakest, int& prompt_equal, int& prompt_total) {
+  const int64_t rows = 1030, cols = group == 128 ? 384 : 320;
+  const int n = 70;  // two row tiles (64 + 6)
+  TcWeight t = make_weight(rows, cols, bits, group, 1, rng);
+  const std::string name = format_name(bits, group);
+  const std::vector<float> xh = random_normal(128 * cols, 1.0f, rng);
+  const DeviceBuffer x = upload(xh);
+  const std::vector<float> y = run_decode(t.w, x, cols, 0, n, s);
+  bool finite = true;
+  double ratio = 0, control = 0;
+  for (int r = 0; r < n; ++r)
+    for (int64_t o = 0; o < rows; ++o) {
+      double ref = 0, neg = 0, mag = 0;
+      for (int64_t i = 0; i < cols; ++i) {
+        const double xv = xh[r * cols + i];
+        ref += t.value(0, o, i, 1.0) * xv;
+        neg += t.value(0, o, i, 1.01) * xv;
+        mag += t.magnitude(0, o, i) * std::fabs(xv);
+      }
+      const double got = y[r * rows + o], bound = tc_bound_factor(cols) * mag + 1e-300;
+      if (!std::isfinite(got)) finite = false;
+      ratio = std::max(ratio, std::fabs(got - ref) / bound);
+      control = std::max(control, std::fabs(got - neg) / bound);
+    }
+  tally.expect(finite, name + ": every output written and finite");
+  tally.expect(ratio <= 1.0, name + ": within bound (err/bound " + std::to_string(ratio) + ")");
+  tally.expect(control > 1.0, name + ": negative control exceeds bound (" + std::to_string(control) + ")");
+  worst = std::max(worst, ratio);
+  weakest = std::min(weakest, control);
+
+  // Each of 128 rows alone; then for every count c in 1..64 a launch of rows s_c .. s_c+c-1 (every position
+  // of every count), and the 70-row launch: each row == alone, bit for bit.
+  std::vector<std::vector<float>> alone(128);
+  for (int r = 0; r < 128; ++r) alone[r] = run_decode(t.w, x, cols, r, 1, s);
+  bool same = true;
+  int first_bad = -1;
+  for (int r = 0; r < n && same; ++r)
+    if (std::memcmp(alone[r].data(), &y[r * rows], rows * sizeof(float)) != 0) same = false, first_bad = r;
+  for (int c = 1; c <= 64 && same; ++c) {
+    const int start = (c * 37) % (128 - c + 1);
+    const std::vector<float> yc = run_decode(t.w, x, cols, start, c, s);
+    for (int p = 0; p < c && same; ++p)
+      if (std::memcmp(alone[start + p].data(), &yc[p * rows], rows * sizeof(float)) != 0)
+        same = false, first_bad = 1000 * c + p;
+  }
+  tally.expect(same,
+               name + ": a row alone == the same row in every count 1..64 at every position and in 2 tiles" +
+                   (same ? "" : " (first mismatch " + std::to_string(first_bad) + ")"));
+
+  // Not required: whether a decode row has the prompt products' bits (their k order inside a tile differs).
+  DeviceBuffer yp(n * rows * sizeof(float));
+  tiled_wx(t.w, x.as<float>(), cols, n, yp.as<float>(), rows, s.get());
+  s.synchronize();
+  const auto hp = download<float>(yp, static_cast<size_t>(n) * rows);
+  for (size_t i = 0; i < hp.size(); ++i) prompt_equal += std::memcmp(&hp[i], &y[i], 4) == 0;
+  prompt_total += static_cast<int>(hp.size());
+}
+
+// Experts grouped by moe_expert_tiles; every slot == tc_decode_wx of its expert on its row alone.
+void check_experts(Tally& tally, int bits, int n_rows, int k, int n_experts, std::mt19937_64& rng,
+                   const Stream& s, int tile_rows) {
+  const int64_t rows = 1024, cols = 256;
+  TcWeight t = make_weight(rows, cols, bits, 64, n_experts, rng);
+  std::vector<int32_t> topk(n_rows * k);
+  for (int r = 0; r < n_rows; ++r) {
+    std::vector<int32_t> ids(n_experts);
+    for (int e = 0; e < n_experts; ++e) ids[e] = e;
+    std::shuffle(ids.begin(), ids.end(), rng);
+    for (int j = 0; j < k; ++j) topk[r * k + j] = ids[j];
+  }
+  const int total = n_rows * k, max_tiles = max_expert_tiles(n_rows, k, n_experts, tile_rows);
+  const DeviceBuffer d_topk = upload(topk);
+  DeviceBuffer tiles(max_tiles * sizeof(ExpertWindow)), row_ids(total * 4), slot_of(total * 4),
+      group(expert_tiles_scratch_bytes(n_experts));
+  moe_expert_tiles(d_topk.as<int32_t>(), n_rows, k, n_experts, tiles.as<ExpertWindow>(), max_tiles,
+                   row_ids.as<int32_t>(), slot_of.as<int32_t>(), group.data(), s.get(), tile_rows);
+  s.synchronize();
+  const auto h_tiles = download<ExpertWindow>(tiles, max_tiles);
+  const auto h_rows = download<int32_t>(row_ids, total);
+  const std::string name = "decode tc expert tiles (" + std::to_string(n_rows) + " rows, top-" +
+                           std::to_string(k) + " of " + std::to_string(n_experts) +
+                           (bits == 0 ? ", bf16)" : ", affine)");
+  const std::vector<float> xh = random_normal(std::max(n_rows, total) * cols, 1.0f, rng);
+  const DeviceBuffer x = upload(xh);
+  DeviceBuffer y(total * rows * sizeof(float));
+  bool same = true;
+  for (int pass = 0; pass < 2; ++pass) {  // 0: x rows through row_ids; 1: x rows in slot order
+    y.fill_bytes(0xFF);
+    const int n_x = pass == 0 ? n_rows : total;
+    DeviceBuffer scratch(tc_decode_scratch_bytes(cols, n_x));
+    tc_decode_experts(t.w, tiles.as<ExpertWindow>(), max_tiles, std::min(n_rows, tile_rows),
+                      pass == 0 ? row_ids.as<int32_t>() : nullptr, x.as<float>(), cols, n_x, y.as<float>(),
+                      rows, scratch.data(), scratch.bytes(), s.get());
+    s.synchronize();
+    const auto hy = download<float>(y, total * rows);
+    for (int slot = 0; slot < total && same; slot += 2) {
+      int e = -1;
+      for (int i = 0; i < max_tiles && e < 0; ++i)
+        if (h_tiles[i].count > 0 && slot >= h_tiles[i].first && slot < h_tiles[i].first + h_tiles[i].count)
+          e = h_tiles[i].expert;
+      if (e < 0) {
+        same = false;
+        break;
+      }
+      TiledWeight one = t.w;
+      one.n_experts = 1;
+      if (bits == 0) {
+        one.dense = t.w.dense + e * rows * cols;
+      } else {
+        const int64_t wpr = cols / 32 * bits, gpr = cols / 64;
+        one.affine.codes += e * rows * wpr;
+        one.affine.scales += e * rows * gpr;
+        one.affine.biases += e * rows * gpr;
+        one.affine.n_experts = 1;
+      }
+      const std::vector<float> ref = run_decode(one, x, cols, pass == 0 ? h_rows[slot] : slot, 1, s);
+      same = std::memcmp(ref.data(), &hy[slot * rows], rows * sizeof(float)) == 0;
+    }
+  }
+  tally.expect(same,
+               name + ": every slot == its expert on its row alone (gate|up via row_ids, down in order)");
+}
+
+// The fixtures' small shapes (a few outputs, 32-512 columns), dense and 4-bit, at 1, 3 and 16 rows, within
+// the bound; and three products back to back on one scratch without a sync == each run alone (the model's
+// sequence: each split overwrites the planes the previous product read).
+void check_small_shapes(Tally& tally, std::mt19937_64& rng, const Stream& s) {
+  const int64_t shapes[][2] = {{20, 512}, {137, 128}, {320, 128}, {128, 32}, {200, 128}, {64, 64}, {4, 128}};
+  bool ok = true;
+  std::string first_bad;
+  for (int bits : {0, 4})
+    for (const auto& sh : shapes)
+      for (int n : {1, 3, 16}) {
+        const int64_t rows = sh[0], cols = sh[1];
+        TcWeight t = make_weight(rows, cols, bits, 32, 1, rng);
+        const std::vector<float> xh = random_normal(n * cols, 1.0f, rng);
+        const DeviceBuffer x = upload(xh);
+        const std::vector<float> y = run_decode(t.w, x, cols, 0, n, s);
+        for (int r = 0; r < n; ++r)
+          for (int64_t o = 0; o < rows; ++o) {
+            double ref = 0, mag = 0;
+            for (int64_t i = 0; i < cols; ++i) {
+              ref += t.value(0, o, i, 1.0) * xh[r * cols + i];
+              mag += t.magnitude(0, o, i) * std::fabs(xh[r * cols + i]);
+            }
+            if (!(std::fabs(y[r * rows + o] - ref) <= tc_bound_factor(cols) * mag + 1e-30) && ok) {
+              ok = false;
+              first_bad = std::to_string(bits) + "-bit " + std::to_string(rows) + "x" + std::to_string(cols) +
+                          " n " + std::to_string(n) + " row " + std::to_string(r) + " out " +
+                          std::to_string(o);
+            }
+          }
+      }
+  tally.expect(ok, "decode tc small shapes (dense and 4-bit, 4-320 outputs, 32-512 columns) within bound" +
+                       (ok ? "" : " (first bad: " + first_bad + ")"));
+  TcWeight a = make_weight(200, 128, 0, 0, 1, rng), b = make_weight(1030, 512, 4, 32, 1, rng),
+           c = make_weight(320, 64, 6, 64, 1, rng);
+  const int n = 13;
+  const DeviceBuffer xa = upload(random_normal(n * 128, 1.0f, rng)),
+                     xb = upload(random_normal(n * 512, 1.0f, rng)),
+                     xc = upload(random_normal(n * 64, 1.0f, rng));
+  DeviceBuffer scratch(tc_decode_scratch_bytes(512, n)), ya(n * 200 * 4), yb(n * 1030 * 4), yc(n * 320 * 4);
+  tc_decode_wx(a.w, xa.as<float>(), 128, n, ya.as<float>(), 200, scratch.data(), scratch.bytes(), s.get());
+  tc_decode_wx(b.w, xb.as<float>(), 512, n, yb.as<float>(), 1030, scratch.data(), scratch.bytes(), s.get());
+  tc_decode_wx(c.w, xc.as<float>(), 64, n, yc.as<float>(), 320, scratch.data(), scratch.bytes(), s.get());
+  s.synchronize();
+  const bool same = download<float>(ya, n * 200) == run_decode(a.w, xa, 128, 0, n, s) &&
+                    download<float>(yb, n * 1030) == run_decode(b.w, xb, 512, 0, n, s) &&
+                    download<float>(yc, n * 320) == run_decode(c.w, xc, 64, 0, n, s);
+  tally.expect(same, "decode tc: three products back to back on one scratch == each alone");
+}
+
+template <class F>
+bool refused_naming(F&& f, const char* word) {
+  try {
+    f();
+  } catch (const ArgumentError& e) {
+    return std::string(e.what()).find(word) != std::string::npos;
+  }
+  return false;
+}
+
+}  // namespace
+
+void run_tc_decode_checks(Tally& tally) {
+  std::mt19937_64 rng(91);
+  Stream s;
+  double worst = 0, weakest = 1e300;
+  int prompt_equal = 0, prompt_total = 0;
+  for (int bits : {2, 3, 4, 5, 6, 8})
+    for (int group : {32, 64, 128})
+      check_format(tally, bits, group, rng, s, worst, weakest, prompt_equal, prompt_total);
+  check_format(tally, 0, 0, rng, s, worst, weakest, prompt_equal, prompt_total);
+  std::printf(
+      "decode tc products: worst err/bound %.4f, weakest negative control %.1fx the bound; decode rows "
+      "with the prompt products' bits: %d of %d outputs\n",
+      worst, weakest, prompt_equal, prompt_total);
+  check_small_shapes(tally, rng, s);
+  check_experts(tally, 4, 90, 3, 6, rng, s, kDecodeTileRows);
+  check_experts(tally, 0, 40, 2, 5, rng, s, kDecodeTileRows);
+  check_experts(tally, 6, 130, 2, 3, rng, s, kDecodeTileRows);  // about 87 rows an expert: two tiles each
+  check_experts(tally, 4, 90, 3, 6, rng, s, kDecodeExpertTileRows);  // the model's decode tiles of 8
+  check_experts(tally, 0, 16, 2, 8, rng, s, kDecodeExpertTileRows);
+
+  // Bad shapes and arguments, refused by name.
+  std::vector<float> xh(64, 1.0f);
+  const DeviceBuffer x = upload(xh);
+  DeviceBuffer y(1 << 20), scratch(1 << 20);
+  TcWeight stacked = make_weight(64, 64, 4, 32, 2, rng);
+  tally.expect(refused_naming(
+                   [&] {
+                     tc_decode_wx(stacked.w, x.as<float>(), 64, 1, y.as<float>(), 64, scratch.data(),
+                                  scratch.bytes(), s.get());
+                   },
+                   "n_experts"),
+               "tc_decode_wx refuses stacked experts naming n_experts");
+  TcWeight ok = make_weight(1024, 64, 4, 32, 1, rng);
+  TiledWeight seven = ok.w;
+  seven.affine.bits = 7;
+  tally.expect(refused_naming(
+                   [&] {
+                     tc_decode_wx(seven, x.as<float>(), 64, 1, y.as<float>(), 1024, scratch.data(),
+                                  scratch.bytes(), s.get());
+                   },
+                   "bits"),
+               "tc_decode_wx refuses 7-bit codes naming the bits");
+  TiledWeight odd = ok.w;
+  odd.cols = 48;
+  tally.expect(refused_naming(
+                   [&] {
+                     tc_decode_wx(odd, x.as<float>(), 64, 1, y.as<float>(), 1024, scratch.data(),
+                                  scratch.bytes(), s.get());
+                   },
+                   "cols"),
+               "tc_decode_wx refuses cols not a multiple of 32 naming the cols");
+  tally.expect(refused_naming(
+                   [&] {
+                     tc_decode_wx(ok.w, x.as<float>(), 6, 1, y.as<float>(), 1024, scratch.data(),
+                                  scratch.bytes(), s.get());
+                   },
+                   "ldx"),
+               "tc_decode_wx refuses an ldx not a multiple of 4 naming it");
+  tally.expect(
+      refused_naming(
+          [&] { tc_decode_wx(ok.w, x.as<float>(), 64, 1, y.as<float>(), 1024, scratch.data(), 16, s.get()); },
+          "scratch"),
+      "tc_decode_wx refuses too small a scratch naming it");
+  tally.expect(refused_naming(
+                   [&] {
+                     tc_decode_wx(ok.w, x.as<float>(), 64, 1, y.as<float>(), 100, scratch.data(),
+                                  scratch.bytes(), s.get());
+                   },
+                   "ldy"),
+               "tc_decode_wx refuses ldy under the rows naming it");
+  tally.expect(refused_naming(
+                   [&] {
+                     tc_decode_experts(ok.w, nullptr, 4, 80, nullptr, x.as<float>(), 64, 1, y.as<float>(),
+                                       1024, scratch.data(), scratch.bytes(), s.get());
+                   },
+                   "tile_rows"),
+               "tc_decode_experts refuses tile_rows over 64 naming it");
+}
+
+}  // namespace ds::cuda::wxcheck
