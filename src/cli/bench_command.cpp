@@ -189,7 +189,7 @@ void print_table(const json& r) {
 void run_bench(const BenchOptions& o) {
   if (o.backend == "cuda") {
     run_cuda_bench({o.model, o.load_format, o.config, o.seed, o.streams, o.decode_tokens, o.warmup_rounds,
-                    o.json, true, o.prompt_lengths, o.cuda_prompt_passes});
+                    o.json, true, o.prompt_lengths, o.cuda_prompt_passes, !o.no_drafts});
     return;
   }
   if (o.backend != "cpu") fail("--backend '{}' is not one of cpu, cuda", o.backend);

@@ -35,10 +35,12 @@ namespace {
 
 // The same decode through the engine (CudaBackend): every stream a 16-token prompt of its own, then a greedy
 // reply of `tokens` (EOS ignored, no prompt cache; drafts by the engine's default source and depth policy, or
-// none); logits come to the host for the KeyedSampler.
-// Aggregate decode tokens/s: the tokens after each stream's first over the longest decode time.
-nlohmann::json engine_rate(const std::shared_ptr<const cuda::CudaBackend>& backend, int streams, int tokens,
-                           bool drafts) {
+// none); tokens drawn on the device (the DeviceSampler), or with `host_draws` every logits row to the host
+// for the KeyedSampler. Aggregate decode tokens/s: the tokens after each stream's first over the longest
+// decode time.
+nlohmann::json engine_rate(const std::shared_ptr<cuda::CudaBackend>& backend, int streams, int tokens,
+                           bool drafts, bool host_draws = false) {
+  backend->set_device_draws(!host_draws);
   EngineOptions eo;
   eo.parallel = streams;
   eo.prompt_cache_gib = 0;
@@ -155,7 +157,8 @@ void bench(const CudaBenchOptions& o) {
   r["bytes_per_token"] = model.bytes_per_token();
   r["decode"] = json::array();
   r["engine"] = json::array();
-  r["engine_drafts"] = json::array();  // the same with drafts (MTP head, depth by measured cost)
+  r["engine_drafts"] = json::array();      // the same with drafts (MTP head, depth by measured cost)
+  r["engine_host_draws"] = json::array();  // no drafts, every logits row to the host's KeyedSampler
   // Prompts first, each line printed as it is measured (a long one may be cut by the caller's timeout).
   r["prompt_passes"] = o.prompt_passes;
   r["prompt"] = json::array();
@@ -179,15 +182,17 @@ void bench(const CudaBenchOptions& o) {
     r["decode"].push_back(
         {{"streams", s}, {"ms_per_round", d.ms_per_round}, {"tokens_per_s", d.tokens_per_s}});
     if (o.engine) r["engine"].push_back(engine_rate(backend, s, o.decode_tokens, false));
-    if (o.engine && backend->has_mtp())
+    if (o.engine) r["engine_host_draws"].push_back(engine_rate(backend, s, o.decode_tokens, false, true));
+    if (o.engine && o.drafts && backend->has_mtp())
       r["engine_drafts"].push_back(engine_rate(backend, s, o.decode_tokens, true));
   }
   if (o.json) {
     std::printf("%s\n", r.dump(2).c_str());
     return;
   }
-  std::printf("%s%8s %12s %12s %18s %14s %16s %18s\n", model.describe().c_str(), "streams", "ms/round",
-              "tok/s", "engine ms/round", "engine tok/s", "+drafts tok/s", "drafted/accepted");
+  std::printf("%s%8s %12s %12s %18s %14s %16s %18s %16s\n", model.describe().c_str(), "streams", "ms/round",
+              "tok/s", "engine ms/round", "engine tok/s", "+drafts tok/s", "drafted/accepted",
+              "host-draw tok/s");
   for (size_t i = 0; i < r["decode"].size(); ++i) {
     const auto& d = r["decode"][i];
     std::printf("%8d %12.3f %12.1f", d["streams"].get<int>(), d["ms_per_round"].get<double>(),
@@ -197,9 +202,11 @@ void bench(const CudaBenchOptions& o) {
                   r["engine"][i]["tokens_per_s"].get<double>());
     if (i < r["engine_drafts"].size()) {
       const auto& e = r["engine_drafts"][i];
-      std::printf(" %16.1f %10lld/%lld", e["tokens_per_s"].get<double>(), e["drafted"].get<long long>(),
+      std::printf(" %16.1f %10lld/%-7lld", e["tokens_per_s"].get<double>(), e["drafted"].get<long long>(),
                   e["accepted"].get<long long>());
     }
+    if (i < r["engine_host_draws"].size())
+      std::printf(" %16.1f", r["engine_host_draws"][i]["tokens_per_s"].get<double>());
     std::printf("\n");
   }
 }

@@ -13,9 +13,10 @@ struct CudaBenchOptions {
   std::vector<int> streams;
   int decode_tokens = 32, warmup_rounds = 2;
   bool json = false;
-  bool engine = true;               // also the same decode through the engine (CudaBackend + KeyedSampler)
+  bool engine = true;  // also the same decode through the engine (CudaBackend: device draws, host draws)
   std::vector<int> prompt_lengths;  // prompt tokens/s through the engine at these lengths (one stream each)
   bool prompt_passes = false;       // CudaBackend runs prompts as CudaModel prompt passes
+  bool drafts = true;  // and through the engine with drafts (a model with an MTP head); --no-drafts: not
 };
 
 void run_cuda_bench(const CudaBenchOptions& o);

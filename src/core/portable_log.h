@@ -5,11 +5,13 @@
 // Needs -ffp-contract=off (the project's default), since a fused multiply-add would round differently.
 #include <cmath>
 
+#include "core/host_device.h"
+
 namespace ds {
 
 // log(x) for finite x > 0, within a few ulp of the true value: x = m * 2^e with m in [sqrt(1/2), sqrt(2)),
 // log m = 2 atanh(s) with s = (m - 1) / (m + 1), |s| <= 0.1716, summed to s^27 (the next term is < 2^-70).
-inline double portable_log(double x) {
+DS_HOST_DEVICE inline double portable_log(double x) {
   // ln 2 split so that e * kLn2Hi is exact for every exponent (fdlibm's constants).
   constexpr double kLn2Hi = 6.93147180369123816490e-01, kLn2Lo = 1.90821492927058770002e-10;
   constexpr double kSqrtHalf = 0.70710678118654752440;

@@ -30,6 +30,11 @@ void Engine::Impl::calibrate_costs() {
     for (int64_t i = 0; i < rows; ++i) tokens[i] = static_cast<int32_t>((i + 3) % vocab);
     return tokens;
   };
+  // A window's rows drawn as a round draws them: on the backend's device when it draws (greedy), else logits
+  // to the host, so the table and the rounds it is refined by (RoundCosts::observe) time the same work.
+  SamplingParams greedy;
+  greedy.temperature = 0;
+  const TokenCounts no_history;
   round_costs.calibrate(
       widths,
       [&](int64_t rows) {
@@ -37,9 +42,18 @@ void Engine::Impl::calibrate_costs() {
         StreamState scratch = model.new_state();
         WindowRecord record;
         ForwardSegment seg{&scratch, tokens, false, rows > 1, nullptr, rows > 1 ? &record : nullptr};
+        std::vector<RowDraw> uses(static_cast<size_t>(rows), row_with(RowUse::Draw));
+        for (int64_t i = 0; i < rows; ++i) {
+          uses[static_cast<size_t>(i)].params = &greedy;
+          uses[static_cast<size_t>(i)].position = i;
+          uses[static_cast<size_t>(i)].history = &no_history;
+        }
         std::lock_guard lock(forward_mutex());
         const auto start = EngineClock::now();
-        model.forward({&seg, 1});
+        if (model.draws_rows())
+          model.forward_rows({&seg, 1}, uses);
+        else
+          model.forward({&seg, 1});
         return ms_since(start);
       },
       kCalibrationPasses);
@@ -154,8 +168,7 @@ void Engine::Impl::plan_windows() {
 
 // Draws the window's rows in order while drafts land; on the first miss (or the end of the reply) the rest
 // of the window is dropped and the state rewound to the rows kept.
-void Engine::Impl::verify(Stream& s, const float* logits, int64_t rows) {
-  const int64_t V = model.config().vocab_size;
+void Engine::Impl::verify(Stream& s, const RoundRows& out, size_t first, int64_t rows) {
   const std::vector<int32_t> window = s.window;  // draw_token overwrites s.window
   if (static_cast<int64_t>(window.size()) != rows)
     fail("verify: window of {} rows, logits of {}", window.size(), rows);
@@ -168,8 +181,8 @@ void Engine::Impl::verify(Stream& s, const float* logits, int64_t rows) {
     stats.drafted_total += offered;
   }
   for (int64_t i = 0; i < rows; ++i) {
-    std::span<const float> row(logits + i * V, static_cast<size_t>(V));
-    const int32_t t = draw_token(s, row);
+    const std::span<const float> row = out.logits(first + static_cast<size_t>(i));
+    const int32_t t = draw_token(s, row, out.token(first + static_cast<size_t>(i)));
     kept = i + 1;
     // Row i+1 read draft i+1 as its input: it is a plain row exactly when that draft is the token drawn here.
     const bool lands = i + 1 < rows && window[i + 1] == t;

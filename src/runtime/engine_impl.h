@@ -67,6 +67,20 @@ struct WarmJob {
   StreamState state;
 };
 
+// A round's logits rows as the engine reads them: each row's logits on the host, or the token the backend
+// drew from it (ModelBackend::forward_rows).
+class RoundRows {
+ public:
+  RoundRows(DrawnRows drawn, int64_t vocab);
+  std::span<const float> logits(size_t row) const;  // empty when the row is not on the host
+  int32_t token(size_t row) const { return drawn_.tokens[row]; }
+
+ private:
+  DrawnRows drawn_;
+  int64_t vocab_;
+  std::vector<size_t> host_at_;  // row -> its index among the host rows
+};
+
 // The CPU thread pool runs one job at a time: engines sharing a process take turns at forward calls.
 std::mutex& forward_mutex();
 
@@ -84,8 +98,9 @@ struct Engine::Impl {
 
   // engine_round.cpp
   void run_round();
-  void draw(Stream& s, std::span<const float> row);
-  int32_t draw_token(Stream& s, std::span<const float> row);
+  // A row's token: drawn here from `row`, or `drawn` by the backend when `row` is empty.
+  void draw(Stream& s, std::span<const float> row, int32_t drawn);
+  int32_t draw_token(Stream& s, std::span<const float> row, int32_t drawn);
   void report(Stream& s, int32_t token, std::span<const float> row);
   void emit(Stream& s, const TokenEvent& ev);
   void finish(Stream& s, FinishReason reason, const std::string& error = {},
@@ -96,7 +111,7 @@ struct Engine::Impl {
 
   // engine_drafts.cpp
   void plan_windows();
-  void verify(Stream& s, const float* logits, int64_t rows);
+  void verify(Stream& s, const RoundRows& out, size_t first, int64_t rows);
   void calibrate_costs();
   bool captures_hidden(const StreamState& state) const;
   void follow_prompt_rows(std::span<HeadRows> items);

@@ -1,7 +1,9 @@
 // One round: a single Model::forward over every running stream's decode window, prompt pieces of streams
 // still prefilling, and warm-pass pieces, then the draws, the cache marks and the events.
 #include <algorithm>
+#include <cstdint>
 #include <mutex>
+#include <optional>
 
 #include "core/error.h"
 #include "runtime/engine_impl.h"
@@ -37,7 +39,51 @@ struct RowOwner {
   std::vector<float> hidden;  // every row's H for the MTP head, when captured
 };
 
+// What each logits row of the round is for, when the backend draws: a decode window's rows and the last row
+// of a prompt's final piece are drawn (on the host when the request wants logprobs); other rows are unread.
+std::vector<RowDraw> row_uses(std::span<const RowOwner> owners, std::span<const ForwardSegment> segs) {
+  std::vector<RowDraw> uses;
+  for (size_t i = 0; i < owners.size(); ++i) {
+    const RowOwner& o = owners[i];
+    const Stream* s = o.stream;
+    const bool drawn =
+        s != nullptr && (o.kind == RowKind::Decode ||
+                         o.position + static_cast<int64_t>(segs[i].tokens.size()) == s->prompt_len());
+    if (!drawn) {
+      uses.insert(uses.end(), static_cast<size_t>(o.rows), row_with(RowUse::Skip));
+      continue;
+    }
+    // Row r draws the token at this position + r, after the window's drafts 1..r (plain decoding's history).
+    const int64_t next = s->prompt_len() + static_cast<int64_t>(s->generated.size());
+    for (int64_t r = 0; r < o.rows; ++r) {
+      RowDraw d;
+      d.use = s->request.top_logprobs >= 0 ? RowUse::Host : RowUse::Draw;
+      d.params = &s->request.sampling;
+      d.position = next + r;
+      d.history = &s->history;
+      if (o.kind == RowKind::Decode) d.drafted = std::span<const int32_t>(s->window).subspan(1, r);
+      uses.push_back(d);
+    }
+  }
+  return uses;
+}
+
 }  // namespace
+
+RoundRows::RoundRows(DrawnRows drawn, int64_t vocab) : drawn_(std::move(drawn)), vocab_(vocab) {
+  size_t host = 0;
+  host_at_.resize(drawn_.tokens.size());
+  for (size_t i = 0; i < drawn_.tokens.size(); ++i)
+    host_at_[i] = drawn_.tokens[i] == kRowOnHost ? host++ : SIZE_MAX;
+  if (host * static_cast<size_t>(vocab_) != drawn_.logits.size())
+    fail("forward_rows: {} logits floats for {} host rows of {}", drawn_.logits.size(), host, vocab_);
+}
+
+std::span<const float> RoundRows::logits(size_t row) const {
+  if (host_at_[row] == SIZE_MAX) return {};
+  return std::span<const float>(drawn_.logits)
+      .subspan(host_at_[row] * static_cast<size_t>(vocab_), static_cast<size_t>(vocab_));
+}
 
 std::mutex& forward_mutex() {
   static std::mutex m;
@@ -91,14 +137,21 @@ void Engine::Impl::run_round() {
   }
   if (segs.empty()) return;
 
-  std::vector<float> logits;
+  const int64_t V = model.config().vocab_size;
+  int64_t rows = 0;
+  for (const RowOwner& o : owners) rows += o.rows;
+  std::optional<RoundRows> out;
   try {
     std::lock_guard lock(forward_mutex());
     const auto start = EngineClock::now();
-    logits = model.forward(segs);
+    if (model.draws_rows()) {
+      out.emplace(model.forward_rows(segs, row_uses(owners, segs)), V);
+    } else {
+      out.emplace(DrawnRows{std::vector<int32_t>(static_cast<size_t>(rows), kRowOnHost), model.forward(segs)},
+                  V);
+    }
     // Rounds of decode rows alone refine the cost table the draft depths are chosen by.
-    if (decode_rows == static_cast<int64_t>(logits.size()) / model.config().vocab_size)
-      round_costs.observe(decode_rows, 1000.0 * seconds(start, EngineClock::now()));
+    if (decode_rows == rows) round_costs.observe(decode_rows, 1000.0 * seconds(start, EngineClock::now()));
   } catch (const std::exception& e) {
     // States of this round's streams may be half advanced: they end; warm passes are dropped.
     for (auto& o : owners)
@@ -119,13 +172,11 @@ void Engine::Impl::run_round() {
   }
   follow_prompt_rows(follow);
 
-  const int64_t V = model.config().vocab_size;
   size_t row = 0;
   for (size_t i = 0; i < owners.size(); ++i) {
     const RowOwner& o = owners[i];
-    const float* first = logits.data() + row * V;
-    std::span<const float> last(first + (o.rows - 1) * V, static_cast<size_t>(V));
-    row += o.rows;
+    const size_t first = row, last = row + static_cast<size_t>(o.rows) - 1;
+    row += static_cast<size_t>(o.rows);
     if (o.kind == RowKind::Warm) {
       snapshot(std::span<const int32_t>(o.warm->tokens).first(o.warm->state.position), o.warm->state);
       continue;
@@ -138,10 +189,10 @@ void Engine::Impl::run_round() {
           snapshot(std::span<const int32_t>(s.request.prompt).first(s.state.position), s.state);
         if (s.prefilling()) continue;
         s.first_token = EngineClock::now();
-        draw(s, last);
+        draw(s, out->logits(last), out->token(last));
         continue;
       }
-      verify(s, first, o.rows);
+      verify(s, *out, first, o.rows);
       // The rows kept (the state's advance) are the ones the head reads next round.
       const int64_t kept = s.state.position - o.position;
       if (!s.done && !o.hidden.empty() && kept > 0)
@@ -154,14 +205,17 @@ void Engine::Impl::run_round() {
   std::erase_if(warm, [](const WarmJob& w) { return w.state.position >= w.target; });
 }
 
-void Engine::Impl::draw(Stream& s, std::span<const float> row) {
-  report(s, draw_token(s, row), row);
+void Engine::Impl::draw(Stream& s, std::span<const float> row, int32_t drawn) {
+  report(s, draw_token(s, row, drawn), row);
 }
 
-int32_t Engine::Impl::draw_token(Stream& s, std::span<const float> row) {
+int32_t Engine::Impl::draw_token(Stream& s, std::span<const float> row, int32_t drawn) {
   // The drawn token occupies absolute position prompt_len + its index in the reply.
   const int64_t position = s.prompt_len() + static_cast<int64_t>(s.generated.size());
-  const int32_t t = sampler.sample(row, s.request.sampling, position, s.history);
+  if (row.empty() && drawn < 0)
+    fail("{}", drawn == kNothingDrawable ? kNothingDrawableMessage
+                                         : "a row to draw was neither drawn nor returned");
+  const int32_t t = row.empty() ? drawn : sampler.sample(row, s.request.sampling, position, s.history);
   s.history.add_generated(t);
   s.generated.push_back(t);
   s.window.assign(1, t);
@@ -177,7 +231,10 @@ void Engine::Impl::report(Stream& s, int32_t t, std::span<const float> row) {
   const GenerationRequest& r = s.request;
   TokenEvent ev;
   ev.token = t;
-  if (r.top_logprobs >= 0) ev.logprobs = raw_logprobs(row, {}, t, r.top_logprobs);
+  if (r.top_logprobs >= 0) {
+    if (row.empty()) fail("logprobs asked for, but the row was drawn on the device");  // row_uses keeps it
+    ev.logprobs = raw_logprobs(row, {}, t, r.top_logprobs);
+  }
   const auto& eos = model.config().eos_ids;
   const bool stop = (!r.ignore_eos && std::find(eos.begin(), eos.end(), t) != eos.end()) ||
                     std::find(r.stop_token_ids.begin(), r.stop_token_ids.end(), t) != r.stop_token_ids.end();

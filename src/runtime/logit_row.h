@@ -5,6 +5,7 @@
 #include <span>
 #include <vector>
 
+#include "core/host_device.h"
 #include "runtime/token_counts.h"
 
 namespace ds {
@@ -16,7 +17,7 @@ struct Penalties {
 
 // vLLM's order and float arithmetic: repetition (prompt or generated), then frequency, then presence
 // (generated).
-inline float penalize(float logit, const TokenCounts::Entry& e, const Penalties& p) {
+DS_HOST_DEVICE inline float penalize(float logit, const TokenCounts::Entry& e, const Penalties& p) {
   float z = logit;
   if (p.repetition != 1) z = z > 0 ? z / p.repetition : z * p.repetition;
   if (e.generated > 0) {

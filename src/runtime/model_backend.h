@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "model/model.h"
+#include "runtime/row_draws.h"
 
 namespace ds {
 
@@ -25,6 +26,16 @@ class ModelBackend {
   // Model::forward's contract: logits [rows, vocab] in segment order (all rows with all_logits, else the
   // last), each state advanced; a segment with a record can be rewound by rewind() after.
   virtual std::vector<float> forward(std::span<const ForwardSegment> segments) const = 0;
+  // Whether forward_rows() draws on the backend's own device (the CUDA sampler); the engine then calls it
+  // in place of forward(), so only the rows it reads come back.
+  virtual bool draws_rows() const { return false; }
+  // forward() with a use for each of its logits rows (in order): Host rows' logits come back, Draw rows as
+  // the token KeyedSampler::sample would draw (the same bits) or kRowOnHost, Skip rows not at all. This
+  // default runs forward() and draws on the host.
+  virtual DrawnRows forward_rows(std::span<const ForwardSegment> segments,
+                                 std::span<const RowDraw> rows) const {
+    return draw_rows_on_host(forward(segments), config().vocab_size, rows);
+  }
   // Rewinds `state`, advanced over a window that ran with `record`, to just after the window's first `keep`
   // rows: the bits `keep` one-row steps would have left (1 <= keep <= the window's rows).
   virtual void rewind(const WindowRecord& record, int64_t keep, StreamState& state) const = 0;

@@ -6,7 +6,8 @@
 // The reference of each check is the same backend's plain decode: one slot, no prompt cache, no drafts.
 // Prints one line per check and case; exits 1 if any fails. `--backend cpu` runs the same checks on the CPU
 // (a control for the program itself). `--prompt-path`: CUDA prompts as CudaModel prompt passes (CudaBackend's
-// option; decode windows without it).
+// option; decode windows without it). On CUDA, also device draws == host draws (the DeviceSampler against the
+// KeyedSampler through the engine).
 #include <fmt/format.h>
 
 #include <chrono>
@@ -19,6 +20,7 @@
 #include <thread>
 #include <vector>
 
+#include "backend/cuda/engine/cuda_backend.h"
 #include "cli/backend_choice.h"
 #include "core/error.h"
 #include "runtime/engine.h"
@@ -181,6 +183,58 @@ struct Contract {
   }
 };
 
+// CUDA only: the same requests (greedy; top-p; top-k + top-p; min-p with penalties; temperature alone; one
+// wanting logprobs, whose rows come to the host) with drafts at depth 4, four streams at once, drawn by the
+// DeviceSampler and by the host's KeyedSampler (set_device_draws): the replies must be equal.
+int device_vs_host_draws(const cli::LoadedBackend& loaded, cuda::CudaBackend& cuda) {
+  Contract c{loaded.backend, loaded.context, true};
+  std::vector<GenerationRequest> reqs;
+  for (uint32_t i = 0; i < 6; ++i) {
+    std::vector<int32_t> p = c.prompt(8, 50 + i), q;
+    for (int k = 0; k < 5; ++k) q.insert(q.end(), p.begin(), p.end());
+    GenerationRequest r = c.request(q, 40);
+    r.sampling.seed = 1000 + i;
+    SamplingParams& s = r.sampling;
+    if (i == 0) s.temperature = 0, s.top_p = 1;
+    if (i == 2) s.temperature = 0.6f, s.top_k = 20, s.top_p = 0.95f;
+    if (i == 3)
+      s.temperature = 1.0f, s.top_p = 1, s.min_p = 0.05f, s.repetition_penalty = 1.2f,
+      s.presence_penalty = 0.5f, s.frequency_penalty = 0.3f;
+    if (i == 4) s.temperature = 1.5f, s.top_p = 1;
+    if (i == 5) r.top_logprobs = 2;
+    reqs.push_back(r);
+  }
+  auto replies = [&](bool device) {
+    cuda.set_device_draws(device);
+    std::vector<Collector> cs(reqs.size());  // outlives the engine, whose thread calls them
+    Engine e(loaded.backend, c.options(4, false, true, 4));
+    for (size_t i = 0; i < reqs.size(); ++i) e.submit(reqs[i], cs[i].callback());
+    std::vector<Reply> out;
+    for (auto& col : cs) out.push_back(col.wait());
+    return out;
+  };
+  const int64_t before = cuda.device_draws();
+  cuda.set_device_filters(
+      true);  // top-k / top-p rows on the device too (the engine's default sends them home)
+  const std::vector<Reply> dev = replies(true);
+  cuda.set_device_filters(false);
+  const int64_t drawn = cuda.device_draws() - before;
+  const std::vector<Reply> host = replies(false);
+  cuda.set_device_draws(true);
+  int same = 0;
+  int64_t drafted = 0;
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    same += dev[i].tokens == host[i].tokens;
+    drafted += dev[i].final.drafted_tokens;
+  }
+  const bool ok = same == static_cast<int>(reqs.size()) && drawn > 0;
+  std::printf("%-34s %-7s %-4s %d/%zu replies equal; %lld rows drawn on the device, %lld drafted\n",
+              "device draws == host draws (d4)", "mixed", ok ? "PASS" : "FAIL", same, reqs.size(),
+              static_cast<long long>(drawn), static_cast<long long>(drafted));
+  std::fflush(stdout);
+  return ok ? 0 : 1;
+}
+
 int run(int argc, char** argv) {
   std::string dir, backend = "cuda";
   int64_t context = 2048;
@@ -213,6 +267,14 @@ int run(int argc, char** argv) {
     Contract c{loaded.backend, loaded.context, sampled};
     c.run_all();
     failures += c.failures;
+  }
+  if (const auto* cuda = dynamic_cast<const cuda::CudaBackend*>(loaded.backend.get())) {
+    try {
+      failures += device_vs_host_draws(loaded, const_cast<cuda::CudaBackend&>(*cuda));
+    } catch (const std::exception& e) {
+      std::printf("device draws == host draws: FAIL threw: %s\n", e.what());
+      ++failures;
+    }
   }
   std::printf("%s: %d check(s) failed\n", failures == 0 ? "PASS" : "FAIL", failures);
   return failures == 0 ? 0 : 1;

@@ -84,22 +84,21 @@ void CudaBackend::flush_replays(std::span<const ForwardSegment> segments) const 
   ++replays_;
 }
 
-std::vector<float> CudaBackend::forward(std::span<const ForwardSegment> segments) const {
+// The call's CudaSegments: replays flushed, window records taken, hidden rows placed in one device scratch.
+CudaBackend::Call CudaBackend::prepare(std::span<const ForwardSegment> segments) const {
   flush_replays(segments);
-  std::vector<CudaSegment> runs;
-  runs.reserve(segments.size());
+  Call c;
+  c.runs.reserve(segments.size());
   // Hidden rows for the MTP head: one device scratch, each wanting segment's rows at its offset.
   const auto W = static_cast<size_t>(mtp_hidden_width());
-  std::vector<size_t> hidden_at(segments.size(), SIZE_MAX);
-  size_t hidden_floats = 0;
+  c.hidden_at.assign(segments.size(), SIZE_MAX);
   for (size_t i = 0; i < segments.size(); ++i) {
     if (segments[i].hidden == nullptr) continue;
     if (W == 0) fail("CudaBackend::forward: hidden rows asked for, but the model has no MTP head");
-    hidden_at[i] = hidden_floats;
-    hidden_floats += segments[i].tokens.size() * W;
+    c.hidden_at[i] = c.hidden_floats;
+    c.hidden_floats += segments[i].tokens.size() * W;
   }
-  float* hidden_dev = hidden_floats > 0 ? hidden_scratch(hidden_rows_, hidden_floats) : nullptr;
-  bool steps_only = true;  // of the decode segments
+  c.hidden_dev = c.hidden_floats > 0 ? hidden_scratch(hidden_rows_, c.hidden_floats) : nullptr;
   for (size_t i = 0; i < segments.size(); ++i) {
     const ForwardSegment& sg = segments[i];
     CudaEngineState& s = state_of(*sg.state, *model_, "CudaBackend::forward");
@@ -115,22 +114,82 @@ std::vector<float> CudaBackend::forward(std::span<const ForwardSegment> segments
     }
     // Prompt segments take the prompt path with prompt_path_, else run as decode windows (the same bits).
     const bool as_prompt = prompt_path_ && sg.prompt;
-    runs.push_back({&s.current, sg.tokens, sg.all_logits, as_prompt,
-                    hidden_at[i] == SIZE_MAX ? nullptr : hidden_dev + hidden_at[i]});
-    steps_only = steps_only && (as_prompt || (!sg.prompt && sg.tokens.size() == 1));
+    c.runs.push_back({&s.current, sg.tokens, sg.all_logits, as_prompt,
+                      c.hidden_at[i] == SIZE_MAX ? nullptr : c.hidden_dev + c.hidden_at[i]});
+    c.steps_only = c.steps_only && (as_prompt || (!sg.prompt && sg.tokens.size() == 1));
+    (as_prompt ? c.prompt : c.decode) = true;
   }
-  std::vector<float> logits = forward_split(runs, steps_only);
-  for (size_t i = 0; i < segments.size(); ++i) segments[i].state->position = runs[i].state->position;
-  if (hidden_floats > 0) {
-    for (size_t i = 0; i < segments.size(); ++i)
-      if (hidden_at[i] != SIZE_MAX)
-        check(cudaMemcpyAsync(segments[i].hidden, hidden_dev + hidden_at[i],
-                              segments[i].tokens.size() * W * sizeof(float), cudaMemcpyDeviceToHost,
-                              model_->stream()),
-              "CudaBackend::forward: hidden rows to the host");
-    check(cudaStreamSynchronize(model_->stream()), "CudaBackend::forward");
-  }
+  return c;
+}
+
+// After the call: the engine's positions follow the device states; hidden rows go to the host.
+void CudaBackend::finish(std::span<const ForwardSegment> segments, const Call& c) const {
+  for (size_t i = 0; i < segments.size(); ++i) segments[i].state->position = c.runs[i].state->position;
+  if (c.hidden_floats == 0) return;
+  const auto W = static_cast<size_t>(mtp_hidden_width());
+  for (size_t i = 0; i < segments.size(); ++i)
+    if (c.hidden_at[i] != SIZE_MAX)
+      check(cudaMemcpyAsync(segments[i].hidden, c.hidden_dev + c.hidden_at[i],
+                            segments[i].tokens.size() * W * sizeof(float), cudaMemcpyDeviceToHost,
+                            model_->stream()),
+            "CudaBackend::forward: hidden rows to the host");
+  check(cudaStreamSynchronize(model_->stream()), "CudaBackend::forward");
+}
+
+std::vector<float> CudaBackend::forward(std::span<const ForwardSegment> segments) const {
+  const Call c = prepare(segments);
+  std::vector<float> logits = forward_split(c.runs, c.steps_only);
+  finish(segments, c);
   return logits;
+}
+
+// One CudaModel call with the logits left on the device: Host rows copied back, Draw rows drawn there by the
+// DeviceSampler. A mixed round (two calls) or a call in prompt passes draws on the host (the same tokens).
+DrawnRows CudaBackend::forward_rows(std::span<const ForwardSegment> segments,
+                                    std::span<const RowDraw> rows) const {
+  const int64_t V = model_->config().vocab_size;
+  std::vector<RowDraw> uses(rows.begin(), rows.end());
+  // Top-k / top-p rows stay on the host unless asked for: the device's kept-set selection (one block a row,
+  // contended shared-memory histograms) measured 3.4-4.8 ms a call at vocabulary 248,320, slower than the
+  // host's draw plus the row's copy.
+  if (!device_filters_)
+    for (RowDraw& u : uses)
+      if (u.use == RowUse::Draw && u.params != nullptr &&
+          (u.params->top_k_active() || u.params->top_p_active()))
+        u.use = RowUse::Host;
+  const PackedDraws packed = pack_draws(uses, V);  // rows the device does not take become Host
+  const Call c = prepare(segments);
+  float* logits = nullptr;
+  int64_t n = 0;
+  if (!(c.prompt && c.decode)) {
+    model_->set_graphs(graphs_ && c.steps_only);
+    logits = model_->forward_on_device(c.runs, &n);
+  }
+  if (logits == nullptr) {
+    const std::vector<float> host = forward_split(c.runs, c.steps_only);
+    finish(segments, c);
+    return draw_rows_on_host(host, V, uses);
+  }
+  if (n != static_cast<int64_t>(uses.size()))
+    fail("CudaBackend::forward_rows: {} row uses for a call of {} logits rows", uses.size(), n);
+  DrawnRows out;
+  out.tokens.assign(uses.size(), kRowSkipped);
+  size_t host = 0;
+  for (const RowDraw& u : uses) host += u.use == RowUse::Host ? 1 : 0;
+  out.logits.resize(host * static_cast<size_t>(V));
+  host = 0;
+  for (size_t i = 0; i < uses.size(); ++i) {
+    if (uses[i].use != RowUse::Host) continue;
+    out.tokens[i] = kRowOnHost;
+    check(cudaMemcpyAsync(out.logits.data() + host++ * V, logits + i * V, V * sizeof(float),
+                          cudaMemcpyDeviceToHost, model_->stream()),
+          "CudaBackend::forward_rows: logits rows to the host");
+  }
+  const std::vector<int32_t> drawn = sampler_.draw(logits, V, packed, model_->stream());
+  for (size_t k = 0; k < drawn.size(); ++k) out.tokens[static_cast<size_t>(packed.rows[k].row)] = drawn[k];
+  draws_ += static_cast<int64_t>(drawn.size());
+  finish(segments, c);
+  return out;
 }
 
 // A CudaModel call is all prompt or all decode: a mixed round becomes a prompt call and a decode call, their

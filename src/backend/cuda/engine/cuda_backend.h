@@ -3,7 +3,9 @@
 // live on the device (StreamState::backend holds a CudaStreamState; a StreamState copy is a device-to-device
 // copy, which is what the prompt cache stores). Draft rollback restores the recurrent parts saved before the
 // window and re-runs the kept rows at the next forward, batched (windows == one-token steps bit for bit on
-// CUDA, ../shared/design/exactness.md allows it). Logits come to the host for the KeyedSampler.
+// CUDA, ../shared/design/exactness.md allows it). Draws: forward_rows leaves the logits on the device and
+// the DeviceSampler draws each row as the KeyedSampler would (same tokens); only rows the engine reads on
+// the host (logprobs) come back. set_device_draws(false): every row to the host, the KeyedSampler draws.
 // The MTP head: CudaModel::mtp_forward, hidden rows crossing to the host (the engine keeps them in
 // StreamState::mtp_pending); the head's cache lives in the device state, its length follows
 // StreamState::mtp_position (StreamState::truncate_mtp moves only that; the device side follows at the next
@@ -13,6 +15,7 @@
 #include <memory>
 
 #include "backend/cuda/model/cuda_model.h"
+#include "backend/cuda/sampling/device_sampler.h"
 #include "runtime/model_backend.h"
 
 namespace ds::cuda {
@@ -29,6 +32,9 @@ class CudaBackend final : public ModelBackend {
   int64_t weights_bytes() const override { return static_cast<int64_t>(model_->device_weight_bytes()); }
   StreamState new_state() const override;
   std::vector<float> forward(std::span<const ForwardSegment> segments) const override;
+  bool draws_rows() const override { return device_draws_; }
+  DrawnRows forward_rows(std::span<const ForwardSegment> segments,
+                         std::span<const RowDraw> rows) const override;
   void rewind(const WindowRecord& record, int64_t keep, StreamState& state) const override;
   bool rewind_reruns() const override { return true; }  // restore + re-run of the kept rows
   bool has_mtp() const override { return model_->has_mtp(); }
@@ -36,11 +42,27 @@ class CudaBackend final : public ModelBackend {
   std::vector<float> mtp_forward(std::span<const MtpSegment> segments) const override;
 
   CudaModel& model() const { return *model_; }
+  // Device draws on (the default) or off; set it before an engine takes the backend.
+  void set_device_draws(bool on) { device_draws_ = on; }
+  // Top-k / top-p rows drawn on the device too (exact, but slower than the host today: docs/backend-cuda.md
+  // "Sampling"); off by default, when they come to the host's KeyedSampler.
+  void set_device_filters(bool on) { device_filters_ = on; }
+  int64_t device_draws() const { return draws_; }  // rows drawn on the device so far
   // Re-runs (rollbacks) done so far and their rows, for receipts.
   int64_t replays() const { return replays_; }
   int64_t replay_rows() const { return replay_rows_; }
 
  private:
+  struct Call {
+    std::vector<CudaSegment> runs;
+    std::vector<size_t> hidden_at;  // each segment's offset in hidden_dev, SIZE_MAX: none
+    size_t hidden_floats = 0;
+    float* hidden_dev = nullptr;
+    bool steps_only = true;               // every decode segment one row (a CUDA graph round)
+    bool prompt = false, decode = false;  // the call holds prompt passes / decode windows
+  };
+  Call prepare(std::span<const ForwardSegment> segments) const;
+  void finish(std::span<const ForwardSegment> segments, const Call& c) const;
   void flush_replays(std::span<const ForwardSegment> segments) const;
   std::vector<float> forward_split(std::span<const CudaSegment> runs, bool steps_only) const;
   // Device scratch of at least `floats` floats for hidden rows (grown, never shrunk).
@@ -51,6 +73,9 @@ class CudaBackend final : public ModelBackend {
   bool graphs_;       // the model's option: decode rounds replay CUDA graphs; other calls launch directly
   mutable int64_t replays_ = 0, replay_rows_ = 0;
   mutable DeviceBuffer hidden_rows_, hidden_out_;  // hidden rows crossing between host and device
+  bool device_draws_ = true, device_filters_ = false;
+  mutable DeviceSampler sampler_;
+  mutable int64_t draws_ = 0;
 };
 
 }  // namespace ds::cuda

@@ -151,6 +151,12 @@ std::vector<int32_t> CudaModel::forward_greedy(std::span<const CudaSegment> segm
   return out;
 }
 
+float* CudaModel::forward_on_device(std::span<const CudaSegment> segments, int64_t* rows) {
+  if (prompt_needs_passes(segments)) return nullptr;
+  *rows = run(segments);
+  return scratch_->logits;
+}
+
 void CudaModel::mixer(const Layer& L, int layer, int n, const float* x, float* y) {
   Scratch& s = *scratch_;
   const ModelConfig& c = cfg_;

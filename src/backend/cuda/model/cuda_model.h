@@ -131,6 +131,10 @@ class CudaModel {
   std::vector<float> forward(std::span<const CudaSegment> segments);
   // The same pass, returning the greedy (argmax) token of each logits row; the logits stay on the device.
   std::vector<int32_t> forward_greedy(std::span<const CudaSegment> segments);
+  // The same pass with the logits [rows, vocab] left in device scratch (valid until the next call; the
+  // device sampler draws from them): returns the scratch and sets *rows, or null when the call would run in
+  // prompt passes (then use forward).
+  float* forward_on_device(std::span<const CudaSegment> segments, int64_t* rows);
 
   // The MTP draft head (cuda_mtp.cpp; qwen4_exp form): whether one is loaded, the floats of a hidden row
   // (S*D), and the head over every segment's rows in one pass, advancing each stream's head cache: logits
