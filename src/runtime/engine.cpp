@@ -34,6 +34,14 @@ Engine::Impl::Impl(std::shared_ptr<const ModelBackend> b, const EngineOptions& o
   if (o.max_drafts < 0 || o.max_drafts > 64)
     fail("engine: max_drafts must be in 0..64, got {}", o.max_drafts);
   if (o.draft_depth < 0) fail("engine: draft_depth must be >= 0, got {}", o.draft_depth);
+  round_prompt_rows = o.prompt_rows_per_round > 0 ? o.prompt_rows_per_round : m.prompt_rows_per_round();
+  mark_interval = o.cache_mark_interval > 0 ? o.cache_mark_interval : m.cache_mark_interval();
+  if (o.prompt_rows_per_round < 0 || round_prompt_rows < PromptCache::kGrid)
+    fail("engine: prompt_rows_per_round must be at least {} (or 0 for the backend's {}), got {}",
+         PromptCache::kGrid, m.prompt_rows_per_round(), o.prompt_rows_per_round);
+  if (o.cache_mark_interval < 0 || mark_interval % PromptCache::kGrid != 0)
+    fail("engine: cache_mark_interval must be a positive multiple of {} (or 0 for the backend's {}), got {}",
+         PromptCache::kGrid, m.cache_mark_interval(), o.cache_mark_interval);
   context = o.context > 0 ? o.context : max_pos;
   if (max_pos > 0 && context > max_pos) {
     if (max_pos == m.config().max_positions)

@@ -58,6 +58,10 @@ struct EngineOptions {
   int max_drafts = 8;             // drafts per verify window at most
   int draft_depth = 0;            // 0: each round's depth by measured cost; N: always N at most (tests)
   std::shared_ptr<DraftSource> draft_source;  // null: n-gram copies (runtime/ngram_drafter.h)
+  // Prompt rows per round (>= 64) and the prompt-cache mark spacing (a multiple of 64); 0: the backend's
+  // choice (ModelBackend::prompt_rows_per_round / cache_mark_interval: 256 and 64 on the CPU).
+  int64_t prompt_rows_per_round = 0;
+  int64_t cache_mark_interval = 0;
 };
 
 struct EngineStats {

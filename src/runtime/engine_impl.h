@@ -123,6 +123,7 @@ struct Engine::Impl {
   int64_t weights_bytes = 0, limit_bytes = 0;  // limit 0 = none
   StreamMemory memory;                         // what a stream reserves (runtime/stream_memory.h)
   int64_t round_prompt_rows = 256;  // prompt rows per round, so long prompts interleave with decoding
+  int64_t mark_interval = 64;  // prompt-cache marks at its multiples (and at each prompt's last grid point)
 
   mutable std::mutex mutex;
   std::condition_variable wake;

@@ -17,14 +17,26 @@ double seconds(EngineClock::time_point a, EngineClock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
 }
 
-// The end of the next prompt piece from `pos` (always on the grid): the prompt end, or a grid point. With the
-// cache on, a piece is one grid chunk so that every grid point is a mark; `pos` when nothing fits the budget.
-int64_t piece_end(int64_t pos, int64_t len, int64_t budget, bool one_chunk) {
-  if (one_chunk) {
-    const int64_t end = std::min(len, (pos / kGrid + 1) * kGrid);
-    return end - pos <= budget ? end : pos;
+// The last grid point a later request can resume a prompt of `len` tokens from (one token must still run).
+int64_t final_mark(int64_t len) {
+  return (len - 1) / kGrid * kGrid;
+}
+
+// Whether the state at `pos` is stored in the cache: a multiple of the mark spacing, or the final mark.
+bool is_mark(int64_t pos, int64_t mark_every, int64_t final) {
+  return pos > 0 && (pos % mark_every == 0 || pos == final);
+}
+
+// The end of the next prompt piece from `pos` (on the grid, or `len`). With the cache on (mark_every > 0) a
+// piece stops at the next mark (a multiple of mark_every, or `final`), so every mark is a piece end; the
+// budget may cut it sooner at a grid point. `pos` when not one grid chunk fits the budget.
+int64_t piece_end(int64_t pos, int64_t len, int64_t budget, int64_t mark_every, int64_t final) {
+  int64_t end = len;
+  if (mark_every > 0) {
+    end = std::min(end, (pos / mark_every + 1) * mark_every);
+    if (final > pos) end = std::min(end, final);
   }
-  if (len - pos <= budget) return len;
+  if (end - pos <= budget) return end;
   return std::max(pos, (pos + budget) / kGrid * kGrid);
 }
 
@@ -115,7 +127,9 @@ void Engine::Impl::run_round() {
   int64_t budget = round_prompt_rows;
   for (auto& s : running) {
     if (s->done || !s->prefilling()) continue;
-    const int64_t pos = s->state.position, end = piece_end(pos, s->prompt_len(), budget, s->caching);
+    const int64_t pos = s->state.position;
+    const int64_t end =
+        piece_end(pos, s->prompt_len(), budget, s->caching ? mark_interval : 0, final_mark(s->prompt_len()));
     if (end == pos) continue;
     owners.push_back({RowKind::Prompt, s.get(), nullptr, 1, pos, {}});
     segs.push_back({&s->state, std::span<const int32_t>(s->request.prompt).subspan(pos, end - pos), true,
@@ -124,7 +138,7 @@ void Engine::Impl::run_round() {
   }
   // Warm passes only take what prompts left over: they never delay a reply.
   for (auto& w : warm) {
-    const int64_t pos = w.state.position, end = piece_end(pos, w.target, budget, true);
+    const int64_t pos = w.state.position, end = piece_end(pos, w.target, budget, mark_interval, w.target);
     if (end == pos) break;
     owners.push_back({RowKind::Warm, nullptr, &w, 1, pos, {}});
     float* h = nullptr;
@@ -178,14 +192,15 @@ void Engine::Impl::run_round() {
     const size_t first = row, last = row + static_cast<size_t>(o.rows) - 1;
     row += static_cast<size_t>(o.rows);
     if (o.kind == RowKind::Warm) {
-      snapshot(std::span<const int32_t>(o.warm->tokens).first(o.warm->state.position), o.warm->state);
+      if (is_mark(o.warm->state.position, mark_interval, o.warm->target))
+        snapshot(std::span<const int32_t>(o.warm->tokens).first(o.warm->state.position), o.warm->state);
       continue;
     }
     Stream& s = *o.stream;
     if (s.done) continue;
     try {
       if (o.kind == RowKind::Prompt) {
-        if (s.caching && s.state.position % kGrid == 0)
+        if (s.caching && is_mark(s.state.position, mark_interval, final_mark(s.prompt_len())))
           snapshot(std::span<const int32_t>(s.request.prompt).first(s.state.position), s.state);
         if (s.prefilling()) continue;
         s.first_token = EngineClock::now();

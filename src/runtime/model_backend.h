@@ -42,6 +42,11 @@ class ModelBackend {
   // Whether rewind() leaves the kept rows to be re-run by the next forward (a pass more per missed draft,
   // which the depth policy counts); false when the record restores them outright (the CPU).
   virtual bool rewind_reruns() const { return false; }
+  // How the engine cuts prompts on this backend (EngineOptions overrides either): prompt rows per round, and
+  // the spacing of prompt-cache marks (a multiple of the 64 grid; a piece ends at the next mark, so the
+  // spacing bounds a piece). A backend whose prompt passes pay per call (the GPU's) takes longer pieces.
+  virtual int64_t prompt_rows_per_round() const { return 256; }
+  virtual int64_t cache_mark_interval() const { return 64; }
 
   // The MTP head (Model::mtp_forward's contract); has_mtp() false: the engine drafts by n-gram copies.
   virtual bool has_mtp() const = 0;

@@ -1,6 +1,9 @@
 // resumed == fresh: prompt-cache hits and warm passes never change a reply (greedy and sampled).
 #include <gtest/gtest.h>
 
+#include <string>
+
+#include "core/error.h"
 #include "engine_test_support.h"
 
 namespace ds {
@@ -97,6 +100,59 @@ TEST_P(EngineCache, OptOutSkipsTheCache) {
   const Reply b = test::run_on(engine, r);
   EXPECT_EQ(b.final.cached_tokens, 0);
   EXPECT_EQ(engine.stats().prompt_cache_bytes, 0);
+}
+
+// The GPU's way of cutting prompts (CudaBackend with prompt passes: long pieces, marks far apart), here with
+// marks every 128 tokens and pieces of up to 128 rows: marks only at multiples of 128 and at each prompt's
+// last grid point, and replies equal to fresh runs.
+TEST_P(EngineCache, WideMarkSpacingKeepsMarksAndReplies) {
+  const Model& m = *model_;
+  EngineOptions o;
+  o.cache_mark_interval = 128;
+  o.prompt_rows_per_round = 128;
+  Engine engine(m, o);
+  auto r = request(prompt(230, 7), 12);
+  const Reply fresh = test::run_alone(m, r);
+  const Reply first = test::run_on(engine, r), second = test::run_on(engine, r);
+  EXPECT_EQ(first.final.cached_tokens, 0);
+  EXPECT_EQ(second.final.cached_tokens, 192);  // the final mark (last grid point at or before token 229)
+  EXPECT_EQ(first.tokens, fresh.tokens);
+  EXPECT_EQ(second.tokens, fresh.tokens);
+
+  // Sharing 180 tokens: the mark at 128 (no mark at 64, which the 64 spacing would have stored).
+  auto other = r;
+  auto tail = prompt(30, 8);
+  other.prompt.resize(180);
+  other.prompt.insert(other.prompt.end(), tail.begin(), tail.end());
+  const Reply shared = test::run_on(engine, other);
+  EXPECT_EQ(shared.final.cached_tokens, 128);
+  EXPECT_EQ(shared.tokens, test::run_alone(m, other).tokens);
+  auto short_one = r;
+  short_one.prompt.resize(100);
+  EXPECT_EQ(test::run_on(engine, short_one).final.cached_tokens, 0);
+}
+
+// The message of the error constructing an engine throws, or "" when it does not throw.
+std::string engine_error(const Model& m, const EngineOptions& o) {
+  try {
+    Engine e(m, o);
+  } catch (const Error& err) {
+    return err.what();
+  }
+  return {};
+}
+
+TEST(EngineCacheOptions, BadPieceOptionsAreNamed) {
+  const Model m(test::fixture("qwen4exp_base"));
+  EngineOptions o;
+  o.cache_mark_interval = 100;
+  EXPECT_NE(engine_error(m, o).find("cache_mark_interval must be a positive multiple of 64"),
+            std::string::npos);
+  o.cache_mark_interval = 0;
+  o.prompt_rows_per_round = 32;
+  EXPECT_NE(engine_error(m, o).find("prompt_rows_per_round must be at least 64"), std::string::npos);
+  o.prompt_rows_per_round = 64;
+  EXPECT_EQ(engine_error(m, o), "");
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, EngineCache,

@@ -47,6 +47,14 @@ CudaBackend::CudaBackend(std::unique_ptr<CudaModel> model, bool prompt_path)
 
 CudaBackend::~CudaBackend() = default;
 
+int64_t CudaBackend::prompt_rows_per_round() const {
+  return prompt_path_ ? model_->options().prompt_pass_rows : ModelBackend::prompt_rows_per_round();
+}
+
+int64_t CudaBackend::cache_mark_interval() const {
+  return prompt_path_ ? model_->options().prompt_pass_rows : ModelBackend::cache_mark_interval();
+}
+
 int64_t CudaBackend::max_context() const {
   const int64_t cfg = model_->config().max_positions, caches = model_->options().max_context;
   return cfg > 0 ? std::min(cfg, caches) : caches;

@@ -37,6 +37,10 @@ class CudaBackend final : public ModelBackend {
                          std::span<const RowDraw> rows) const override;
   void rewind(const WindowRecord& record, int64_t keep, StreamState& state) const override;
   bool rewind_reruns() const override { return true; }  // restore + re-run of the kept rows
+  // With prompt passes, a prompt piece is one pass (prompt_pass_rows, 2048) and cache marks are that far
+  // apart: a pass of 64 rows runs the products at a fraction of their rate (docs/receipts/cuda-prompt.md).
+  int64_t prompt_rows_per_round() const override;
+  int64_t cache_mark_interval() const override;
   bool has_mtp() const override { return model_->has_mtp(); }
   int64_t mtp_hidden_width() const override { return model_->has_mtp() ? model_->mtp_hidden_width() : 0; }
   std::vector<float> mtp_forward(std::span<const MtpSegment> segments) const override;
