@@ -3,6 +3,11 @@
 #include <algorithm>
 
 namespace ds {
+namespace {
+
+constexpr int64_t kRerunEvidence = 4;  // windows a stream drafts before the re-run pass is priced in
+
+}  // namespace
 
 void LandingRates::record(int offered, int landed) {
   if (static_cast<int>(tries_.size()) < offered) {
@@ -90,6 +95,9 @@ void choose_depths(const RoundCosts& costs, std::span<DepthChoice> choices, int6
     for (size_t i = 0; i < choices.size(); ++i) {
       if (depths[i] == 0) continue;
       const LandingRates& r = *choices[i].rates;
+      // A stream that has barely tried drafts is exploring: priced at the even-chance prior, the re-run
+      // would keep every new stream from ever trying one (and so from ever learning that they land).
+      if (r.tries(0) < kRerunEvidence) continue;
       all_land *= r.expected_tokens(depths[i]) - r.expected_tokens(depths[i] - 1);
       kept += r.expected_tokens(depths[i]);
     }

@@ -16,6 +16,10 @@ class LandingRates {
   // Expected tokens from a window with `depth` drafts: 1 (the verify row's own draw) + sum over i of the
   // chance that drafts 1..i all land.
   double expected_tokens(int depth) const;
+  // Windows that tried draft `index` (0 = the first draft).
+  int64_t tries(int index) const {
+    return index < static_cast<int>(tries_.size()) ? tries_[static_cast<size_t>(index)] : 0;
+  }
 
  private:
   std::vector<int64_t> tries_, lands_;  // per draft index (0 = the first draft)

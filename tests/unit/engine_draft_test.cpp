@@ -343,6 +343,26 @@ TEST(DraftPolicy, ReRunsAfterMissesCount) {
   EXPECT_EQ(sure[0].depth, 4);
 }
 
+// A new stream (no windows yet) still tries drafts where misses re-run: priced at the even-chance prior, the
+// re-run pass would keep it from ever drafting, so it would never learn that its drafts land (on the H200
+// every reply drafted nothing). Once it has tried a few windows, its measured rates decide.
+TEST(DraftPolicy, NewStreamsExploreDespiteReRuns) {
+  RoundCosts flat;
+  flat.calibrate(9, [](int64_t rows) { return 10.0 + 0.1 * static_cast<double>(rows); });
+  LandingRates fresh;
+  std::vector<DepthChoice> c = {{&fresh, 4}};
+  choose_depths(flat, c, 0, nullptr, true);
+  EXPECT_GE(c[0].depth, 1);
+  for (int i = 0; i < 4; ++i) fresh.record(1, 0);  // four misses: the re-run is priced in, drafting stops
+  choose_depths(flat, c, 0, nullptr, true);
+  EXPECT_EQ(c[0].depth, 0);
+  LandingRates lands;
+  for (int i = 0; i < 4; ++i) lands.record(4, 4);
+  std::vector<DepthChoice> l = {{&lands, 4}};
+  choose_depths(flat, l, 0, nullptr, true);
+  EXPECT_EQ(l[0].depth, 4);
+}
+
 // The MTP head's own calls are in the round's cost: a head whose catch-up costs more than its drafts save
 // turns drafting off; a chain step dearer than what a deeper draft adds stops the chain; copies (no head
 // rows) are unaffected; without head costs the same choice drafts full depth.
