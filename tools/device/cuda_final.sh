@@ -70,7 +70,7 @@ receipt() {  # name, max tokens, then run's arguments
   shift 2
   for ((i = 1; i <= runs; ++i)); do
     for d in on off; do
-      local extra=()
+      local extra=(--cuda-drafts)  # drafts are off on CUDA unless asked for
       [[ $d == off ]] && extra=(--no-drafts)
       local reply
       reply=$(timeout 30 "$bin/deltaserve" run "$model" --backend cuda --max-tokens "$n" "$@" "${extra[@]}" \
