@@ -33,6 +33,16 @@ void run_cuda_bench(const CudaBenchOptions&) {
 
 namespace {
 
+// The bench's engines: no prompt cache (every prompt runs in full), the backend's whole context.
+EngineOptions bench_options(const cuda::CudaBackend& backend, int parallel, bool drafts) {
+  EngineOptions eo;
+  eo.parallel = parallel;
+  eo.prompt_cache_gib = 0;
+  eo.drafts = drafts;
+  eo.context = backend.max_context();
+  return eo;
+}
+
 // The same decode through the engine (CudaBackend): every stream a 16-token prompt of its own, then a greedy
 // reply of `tokens` (EOS ignored, no prompt cache; drafts by the engine's default source and depth policy, or
 // none); tokens drawn on the device (the DeviceSampler), or with `host_draws` every logits row to the host
@@ -41,12 +51,7 @@ namespace {
 nlohmann::json engine_rate(const std::shared_ptr<cuda::CudaBackend>& backend, int streams, int tokens,
                            bool drafts, bool host_draws = false) {
   backend->set_device_draws(!host_draws);
-  EngineOptions eo;
-  eo.parallel = streams;
-  eo.prompt_cache_gib = 0;
-  eo.drafts = drafts;
-  eo.context = backend->max_context();
-  Engine engine(backend, eo);
+  Engine engine(backend, bench_options(*backend, streams, drafts));
   std::mutex mutex;
   std::condition_variable cv;
   std::vector<TokenEvent> finals;
@@ -86,12 +91,7 @@ nlohmann::json engine_rate(const std::shared_ptr<cuda::CudaBackend>& backend, in
 // One prompt of `length` tokens through the engine (one stream, no prompt cache, one greedy token): prompt
 // tokens/s by the engine's prefill time (admission to the first token) and by the wall clock of the request.
 nlohmann::json engine_prompt_rate(const std::shared_ptr<const cuda::CudaBackend>& backend, int length) {
-  EngineOptions eo;
-  eo.parallel = 1;
-  eo.prompt_cache_gib = 0;
-  eo.drafts = false;
-  eo.context = backend->max_context();
-  Engine engine(backend, eo);
+  Engine engine(backend, bench_options(*backend, 1, false));
   std::mutex mutex;
   std::condition_variable cv;
   std::optional<TokenEvent> last;

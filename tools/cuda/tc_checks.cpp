@@ -40,27 +40,7 @@ void check_one(Tally& tally, int bits, int group, std::mt19937_64& rng, const St
   const std::string name = bits == 0
                                ? "tiled dense bf16"
                                : "tiled affine " + std::to_string(bits) + "-bit g" + std::to_string(group);
-  bool finite = true;
-  double ratio = 0, control = 0;
-  for (int r = 0; r < n; ++r)
-    for (int64_t o = 0; o < rows; ++o) {
-      double ref = 0, neg = 0, mag = 0;
-      for (int64_t i = 0; i < cols; ++i) {
-        const double xv = xh[r * cols + i];
-        ref += t.value(0, o, i, 1.0) * xv;
-        neg += t.value(0, o, i, 1.01) * xv;
-        mag += t.magnitude(0, o, i) * std::fabs(xv);
-      }
-      const double got = y[r * rows + o], bound = tc_bound_factor(cols) * mag + 1e-300;
-      if (!std::isfinite(got)) finite = false;
-      ratio = std::max(ratio, std::fabs(got - ref) / bound);
-      control = std::max(control, std::fabs(got - neg) / bound);
-    }
-  tally.expect(finite, name + ": every output written and finite");
-  tally.expect(ratio <= 1.0, name + ": within bound (err/bound " + std::to_string(ratio) + ")");
-  tally.expect(control > 1.0, name + ": negative control exceeds bound (" + std::to_string(control) + ")");
-  worst = std::max(worst, ratio);
-  weakest = std::min(weakest, control);
+  expect_within_bound(tally, name, t, xh, cols, n, y, rows, worst, weakest);
   // Rows alone, and rows 37.. in a launch of their own, == the same rows of the 150-row launch.
   bool same = true;
   for (int r = 0; r < n && same; r += (r < 70 ? 1 : 7)) {

@@ -48,27 +48,7 @@ void check_format(Tally& tally, int bits, int group, std::mt19937_64& rng, const
   const std::vector<float> xh = random_normal(128 * cols, 1.0f, rng);
   const DeviceBuffer x = upload(xh);
   const std::vector<float> y = run_decode(t.w, x, cols, 0, n, s);
-  bool finite = true;
-  double ratio = 0, control = 0;
-  for (int r = 0; r < n; ++r)
-    for (int64_t o = 0; o < rows; ++o) {
-      double ref = 0, neg = 0, mag = 0;
-      for (int64_t i = 0; i < cols; ++i) {
-        const double xv = xh[r * cols + i];
-        ref += t.value(0, o, i, 1.0) * xv;
-        neg += t.value(0, o, i, 1.01) * xv;
-        mag += t.magnitude(0, o, i) * std::fabs(xv);
-      }
-      const double got = y[r * rows + o], bound = tc_bound_factor(cols) * mag + 1e-300;
-      if (!std::isfinite(got)) finite = false;
-      ratio = std::max(ratio, std::fabs(got - ref) / bound);
-      control = std::max(control, std::fabs(got - neg) / bound);
-    }
-  tally.expect(finite, name + ": every output written and finite");
-  tally.expect(ratio <= 1.0, name + ": within bound (err/bound " + std::to_string(ratio) + ")");
-  tally.expect(control > 1.0, name + ": negative control exceeds bound (" + std::to_string(control) + ")");
-  worst = std::max(worst, ratio);
-  weakest = std::min(weakest, control);
+  expect_within_bound(tally, name, t, xh, cols, n, y, rows, worst, weakest);
 
   // Each of 128 rows alone; then for every count c in 1..64 a launch of rows s_c .. s_c+c-1 (every position
   // of every count), and the 70-row launch: each row == alone, bit for bit.

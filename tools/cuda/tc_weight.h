@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "backend/cuda/tc_products.h"
@@ -77,6 +78,36 @@ inline TcWeight make_weight(int64_t rows, int64_t cols, int bits, int group, int
 // tile into the total: (cols/32 + 40) * 2^-24 * sum_i (|s q x| + |b x|) (affine) or sum |w x| (dense).
 inline double tc_bound_factor(int64_t cols) {
   return (static_cast<double>(cols) / 32.0 + 40.0) * std::ldexp(1.0, -24);
+}
+
+// Expert 0 of `t` on x rows 0..n-1 (xh, `cols` floats each) against the float64 reference: every output of y
+// ([n, rows]) finite and within tc_bound_factor(cols) times the products' magnitude, and the negative control
+// (scales or values 1% off) past that bound. Folds the worst err/bound and the weakest control into the
+// totals.
+inline void expect_within_bound(Tally& tally, const std::string& name, const TcWeight& t,
+                                const std::vector<float>& xh, int64_t cols, int n,
+                                const std::vector<float>& y, int64_t rows, double& worst, double& weakest) {
+  bool finite = true;
+  double ratio = 0, control = 0;
+  for (int r = 0; r < n; ++r)
+    for (int64_t o = 0; o < rows; ++o) {
+      double ref = 0, neg = 0, mag = 0;
+      for (int64_t i = 0; i < cols; ++i) {
+        const double xv = xh[r * cols + i];
+        ref += t.value(0, o, i, 1.0) * xv;
+        neg += t.value(0, o, i, 1.01) * xv;
+        mag += t.magnitude(0, o, i) * std::fabs(xv);
+      }
+      const double got = y[r * rows + o], bound = tc_bound_factor(cols) * mag + 1e-300;
+      if (!std::isfinite(got)) finite = false;
+      ratio = std::max(ratio, std::fabs(got - ref) / bound);
+      control = std::max(control, std::fabs(got - neg) / bound);
+    }
+  tally.expect(finite, name + ": every output written and finite");
+  tally.expect(ratio <= 1.0, name + ": within bound (err/bound " + std::to_string(ratio) + ")");
+  tally.expect(control > 1.0, name + ": negative control exceeds bound (" + std::to_string(control) + ")");
+  worst = std::max(worst, ratio);
+  weakest = std::min(weakest, control);
 }
 
 }  // namespace ds::cuda::wxcheck
