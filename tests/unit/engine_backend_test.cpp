@@ -111,11 +111,7 @@ TEST_P(EngineBackend, ConcurrentDraftedEqualsPlain) {
   std::vector<GenerationRequest> rs;
   for (uint32_t i = 0; i < 4; ++i) rs.push_back(request(prompt(30 + 25 * i, 40 + i), 40, 70 + i));
   auto oracle = std::make_shared<OracleDrafter>();
-  std::vector<Reply> want;
-  for (const auto& r : rs) {
-    want.push_back(test::run_plain(m, r));
-    oracle->learn(r, want.back());
-  }
+  const auto want = oracle->learn_plain(m, rs);
   auto backend = std::make_shared<OpaqueBackend>(m);
   EngineOptions o;
   o.parallel = 4;

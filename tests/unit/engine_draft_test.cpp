@@ -78,11 +78,7 @@ TEST_P(EngineDrafts, LandingAndMissingDraftsEqualPlain) {
   const Model& m = *model_;
   auto oracle = std::make_shared<OracleDrafter>();
   auto rs = requests();
-  std::vector<Reply> want;
-  for (const auto& r : rs) {
-    want.push_back(run_plain(m, r));
-    oracle->learn(r, want.back());
-  }
+  const auto want = oracle->learn_plain(m, rs);
   for (int depth : {1, 3, 8}) {
     EngineOptions o;
     o.parallel = 1;
@@ -112,11 +108,7 @@ TEST_P(EngineDrafts, BesideOthersWithStaggeredArrivals) {
   auto rs = requests();
   rs[3].use_drafts = false;  // "draft": false beside drafting streams
   auto oracle = std::make_shared<OracleDrafter>();
-  std::vector<Reply> want;
-  for (const auto& r : rs) {
-    want.push_back(run_plain(m, r));
-    oracle->learn(r, want.back());
-  }
+  const auto want = oracle->learn_plain(m, rs);
   for (int depth : {0, 3}) {  // 0: depths chosen by measured cost
     EngineOptions o;
     o.parallel = 3;  // six requests: half wait in the queue

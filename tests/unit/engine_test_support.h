@@ -108,6 +108,15 @@ inline void expect_same(const Reply& got, const Reply& want, const std::string& 
 class OracleDrafter final : public DraftSource {
  public:
   void learn(const GenerationRequest& r, const Reply& plain) { known_.push_back({r.prompt, plain.tokens}); }
+  // Each request's plain reply (run_plain), learned: what drafted runs must equal.
+  std::vector<Reply> learn_plain(const Model& model, const std::vector<GenerationRequest>& rs) {
+    std::vector<Reply> plain;
+    for (const auto& r : rs) {
+      plain.push_back(run_plain(model, r));
+      learn(r, plain.back());
+    }
+    return plain;
+  }
   void propose(std::span<DraftAsk> asks) override {
     for (DraftAsk& a : asks) {
       a.drafts.clear();

@@ -217,11 +217,7 @@ TEST_F(RowDrawsEngine, DrawnRowsGiveThePlainEnginesReplies) {
   rs[2].top_logprobs = 3;  // its rows come back to the host
   rs[3].sampling.top_k = 5;
   auto oracle = std::make_shared<test::OracleDrafter>();
-  std::vector<test::Reply> want;
-  for (const auto& r : rs) {
-    want.push_back(test::run_plain(m, r));
-    oracle->learn(r, want.back());
-  }
+  const auto want = oracle->learn_plain(m, rs);
   auto backend = std::make_shared<HookedBackend>(m);
   EngineOptions o;
   o.parallel = 4;
