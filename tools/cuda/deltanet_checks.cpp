@@ -88,22 +88,35 @@ bool same_bits(const std::vector<float>& x, const std::vector<float>& y) {
   return x.size() == y.size() && std::memcmp(x.data(), y.data(), x.size() * sizeof(float)) == 0;
 }
 
+// A random case on the device: its weights, every window's initial conv and recurrent states, the float64
+// references (exact, and with beta 1% off: the negative control) and the list of all its windows.
+struct CheckedCase {
+  DeltaNetCase c;
+  DeviceWeights w;
+  std::vector<std::vector<float>> conv0, st0;
+  DeltaNetReference ref, control;
+  std::vector<int> all;
+  CheckedCase(const DeltaNetShape& s, const std::vector<int>& counts, std::mt19937_64& rng)
+      : c(random_deltanet_case(s, counts, rng)),
+        w(c),
+        ref(deltanet_reference(c, 1.0)),
+        control(deltanet_reference(c, 1.01)) {
+    for (const auto& hw : c.windows) {
+      conv0.push_back(hw.conv_state);
+      st0.push_back(hw.state);
+      all.push_back(static_cast<int>(all.size()));
+    }
+  }
+};
+
 void check_shape(Tally& tally, const DeltaNetShape& s, const std::string& name, std::mt19937_64& rng) {
   const std::vector<int> counts = {1, 16, 3, 7, 2, 12, 5, 1};
-  const DeltaNetCase c = random_deltanet_case(s, counts, rng);
-  const DeviceWeights w(c);
+  const CheckedCase checked(s, counts, rng);
+  const auto& [c, w, conv0, st0, ref, control, all] = checked;
   Stream stream;
   const int64_t vd = s.value_dim(), nw = static_cast<int64_t>(c.windows.size());
-  std::vector<std::vector<float>> conv0, st0;
-  for (const auto& hw : c.windows) {
-    conv0.push_back(hw.conv_state);
-    st0.push_back(hw.state);
-  }
-  const DeltaNetReference ref = deltanet_reference(c, 1.0), control = deltanet_reference(c, 1.01);
 
   // All windows in one launch; packed rows are window 0 first, so map them back to the case's rows.
-  std::vector<int> all(nw);
-  for (int i = 0; i < nw; ++i) all[i] = i;
   const StepResult full = run_step(c, w, all, 0, 1 << 30, conv0, st0, stream);
   double core_ratio = 0, core_control = 0, state_ratio = 0, state_control = 0;
   bool conv_exact = true, finite = true;
@@ -191,18 +204,10 @@ void check_shape(Tally& tally, const DeltaNetShape& s, const std::string& name, 
 void check_chunked(Tally& tally, const DeltaNetShape& s, const std::string& name, std::mt19937_64& rng) {
   const std::vector<int> counts = {200, 37, 130, 64, 1, 90};
   const std::vector<int> pos0 = {0, 27, 64, 100, 63, 250};
-  const DeltaNetCase c = random_deltanet_case(s, counts, rng);
-  const DeviceWeights w(c);
+  const CheckedCase checked(s, counts, rng);
+  const auto& [c, w, conv0, st0, ref, control, all] = checked;
   Stream stream;
   const int64_t vd = s.value_dim(), nw = static_cast<int64_t>(c.windows.size());
-  std::vector<std::vector<float>> conv0, st0;
-  for (const auto& hw : c.windows) {
-    conv0.push_back(hw.conv_state);
-    st0.push_back(hw.state);
-  }
-  const DeltaNetReference ref = deltanet_reference(c, 1.0), control = deltanet_reference(c, 1.01);
-  std::vector<int> all(nw);
-  for (int i = 0; i < nw; ++i) all[i] = i;
   const StepResult full = run_step(c, w, all, 0, 1 << 30, conv0, st0, stream, true, pos0);
   const StepResult token = run_step(c, w, all, 0, 1 << 30, conv0, st0, stream);
   double core_ratio = 0, core_control = 0, state_ratio = 0, state_control = 0, vs_token = 0,
