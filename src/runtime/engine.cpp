@@ -39,7 +39,7 @@ Engine::Impl::Impl(std::shared_ptr<const ModelBackend> b, const EngineOptions& o
   if (o.prompt_rows_per_round < 0 || round_prompt_rows < PromptCache::kGrid)
     fail("engine: prompt_rows_per_round must be at least {} (or 0 for the backend's {}), got {}",
          PromptCache::kGrid, m.prompt_rows_per_round(), o.prompt_rows_per_round);
-  if (o.cache_mark_interval < 0 || mark_interval % PromptCache::kGrid != 0)
+  if (o.cache_mark_interval < 0 || mark_interval <= 0 || mark_interval % PromptCache::kGrid != 0)
     fail("engine: cache_mark_interval must be a positive multiple of {} (or 0 for the backend's {}), got {}",
          PromptCache::kGrid, m.cache_mark_interval(), o.cache_mark_interval);
   context = o.context > 0 ? o.context : max_pos;

@@ -71,7 +71,8 @@ struct WarmJob {
 // drew from it (ModelBackend::forward_rows).
 class RoundRows {
  public:
-  RoundRows(DrawnRows drawn, int64_t vocab);
+  // Fails unless `drawn` answers each of the round's `rows` rows (a backend's short answer is an error).
+  RoundRows(DrawnRows drawn, int64_t vocab, size_t rows);
   std::span<const float> logits(size_t row) const;  // empty when the row is not on the host
   int32_t token(size_t row) const { return drawn_.tokens[row]; }
 

@@ -82,7 +82,9 @@ std::vector<RowDraw> row_uses(std::span<const RowOwner> owners, std::span<const 
 
 }  // namespace
 
-RoundRows::RoundRows(DrawnRows drawn, int64_t vocab) : drawn_(std::move(drawn)), vocab_(vocab) {
+RoundRows::RoundRows(DrawnRows drawn, int64_t vocab, size_t rows) : drawn_(std::move(drawn)), vocab_(vocab) {
+  if (drawn_.tokens.size() != rows)
+    fail("forward_rows: {} row results for {} rows", drawn_.tokens.size(), rows);
   size_t host = 0;
   host_at_.resize(drawn_.tokens.size());
   for (size_t i = 0; i < drawn_.tokens.size(); ++i)
@@ -159,10 +161,10 @@ void Engine::Impl::run_round() {
     std::lock_guard lock(forward_mutex());
     const auto start = EngineClock::now();
     if (model.draws_rows()) {
-      out.emplace(model.forward_rows(segs, row_uses(owners, segs)), V);
+      out.emplace(model.forward_rows(segs, row_uses(owners, segs)), V, static_cast<size_t>(rows));
     } else {
       out.emplace(DrawnRows{std::vector<int32_t>(static_cast<size_t>(rows), kRowOnHost), model.forward(segs)},
-                  V);
+                  V, static_cast<size_t>(rows));
     }
     // Rounds of decode rows alone refine the cost table the draft depths are chosen by.
     if (decode_rows == rows) round_costs.observe(decode_rows, 1000.0 * seconds(start, EngineClock::now()));

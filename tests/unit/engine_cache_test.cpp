@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "engine_test_support.h"
+#include "runtime/cpu_backend.h"
 
 namespace ds {
 namespace {
@@ -153,6 +154,48 @@ TEST(EngineCacheOptions, BadPieceOptionsAreNamed) {
   EXPECT_NE(engine_error(m, o).find("prompt_rows_per_round must be at least 64"), std::string::npos);
   o.prompt_rows_per_round = 64;
   EXPECT_EQ(engine_error(m, o), "");
+}
+
+// The CPU backend with its own mark spacing (0: a backend that names none).
+class MarkSpacingBackend final : public ModelBackend {
+ public:
+  MarkSpacingBackend(const Model& m, int64_t marks) : cpu_(m), marks_(marks) {}
+  const char* name() const override { return "mark spacing"; }
+  const ModelConfig& config() const override { return cpu_.config(); }
+  int64_t max_context() const override { return cpu_.max_context(); }
+  int64_t weights_bytes() const override { return cpu_.weights_bytes(); }
+  StreamState new_state() const override { return cpu_.new_state(); }
+  std::vector<float> forward(std::span<const ForwardSegment> segments) const override {
+    return cpu_.forward(segments);
+  }
+  void rewind(const WindowRecord& record, int64_t keep, StreamState& state) const override {
+    cpu_.rewind(record, keep, state);
+  }
+  int64_t cache_mark_interval() const override { return marks_; }
+  bool has_mtp() const override { return false; }
+  int64_t mtp_hidden_width() const override { return 0; }
+  std::vector<float> mtp_forward(std::span<const MtpSegment> segments) const override {
+    return cpu_.mtp_forward(segments);
+  }
+
+ private:
+  CpuBackend cpu_;
+  int64_t marks_;
+};
+
+// A backend's own spacing is checked as the option is: 0 would divide by zero at the first prompt piece.
+TEST(EngineCacheOptions, BadBackendMarkSpacingIsNamed) {
+  const Model m(test::fixture("qwen4exp_base"));
+  for (int64_t marks : {int64_t{0}, int64_t{-64}, int64_t{100}}) {
+    std::string error;
+    try {
+      Engine e(std::make_shared<MarkSpacingBackend>(m, marks), EngineOptions{});
+    } catch (const Error& err) {
+      error = err.what();
+    }
+    EXPECT_NE(error.find("cache_mark_interval must be a positive multiple of 64"), std::string::npos)
+        << marks << ": " << error;
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, EngineCache,

@@ -274,5 +274,45 @@ TEST_F(RowDrawsEngine, NothingDrawableEndsTheStreamWithTheSamplersError) {
   EXPECT_TRUE(r.tokens.empty());
 }
 
+// A backend whose forward_rows answers fewer rows than it was asked for (here none): the round's streams end
+// with an error naming the count, instead of the engine reading tokens past the end.
+class ShortRowsBackend final : public ModelBackend {
+ public:
+  explicit ShortRowsBackend(const Model& m) : cpu_(m) {}
+  const char* name() const override { return "short rows"; }
+  const ModelConfig& config() const override { return cpu_.config(); }
+  int64_t max_context() const override { return cpu_.max_context(); }
+  int64_t weights_bytes() const override { return cpu_.weights_bytes(); }
+  StreamState new_state() const override { return cpu_.new_state(); }
+  std::vector<float> forward(std::span<const ForwardSegment> segments) const override {
+    return cpu_.forward(segments);
+  }
+  bool draws_rows() const override { return true; }
+  DrawnRows forward_rows(std::span<const ForwardSegment> segments, std::span<const RowDraw>) const override {
+    cpu_.forward(segments);
+    return {};
+  }
+  void rewind(const WindowRecord& record, int64_t keep, StreamState& state) const override {
+    cpu_.rewind(record, keep, state);
+  }
+  bool has_mtp() const override { return false; }
+  int64_t mtp_hidden_width() const override { return 0; }
+  std::vector<float> mtp_forward(std::span<const MtpSegment> segments) const override {
+    return cpu_.mtp_forward(segments);
+  }
+
+ private:
+  CpuBackend cpu_;
+};
+
+TEST_F(RowDrawsEngine, TooFewRowsFromTheBackendEndTheStreamsWithAnError) {
+  Engine engine(std::make_shared<ShortRowsBackend>(*model_), EngineOptions{});
+  const test::Reply r = test::run_on(
+      engine, test::make_request(test::random_prompt(10, model_->config().vocab_size, 5), 8, false, 1));
+  EXPECT_EQ(r.final.reason, FinishReason::Error);
+  EXPECT_NE(r.final.error.find("0 row results for 1 rows"), std::string::npos) << r.final.error;
+  EXPECT_TRUE(r.tokens.empty());
+}
+
 }  // namespace
 }  // namespace ds
