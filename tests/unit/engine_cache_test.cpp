@@ -157,29 +157,12 @@ TEST(EngineCacheOptions, BadPieceOptionsAreNamed) {
 }
 
 // The CPU backend with its own mark spacing (0: a backend that names none).
-class MarkSpacingBackend final : public ModelBackend {
+class MarkSpacingBackend final : public test::WrappedCpuBackend {
  public:
-  MarkSpacingBackend(const Model& m, int64_t marks) : cpu_(m), marks_(marks) {}
-  const char* name() const override { return "mark spacing"; }
-  const ModelConfig& config() const override { return cpu_.config(); }
-  int64_t max_context() const override { return cpu_.max_context(); }
-  int64_t weights_bytes() const override { return cpu_.weights_bytes(); }
-  StreamState new_state() const override { return cpu_.new_state(); }
-  std::vector<float> forward(std::span<const ForwardSegment> segments) const override {
-    return cpu_.forward(segments);
-  }
-  void rewind(const WindowRecord& record, int64_t keep, StreamState& state) const override {
-    cpu_.rewind(record, keep, state);
-  }
+  MarkSpacingBackend(const Model& m, int64_t marks) : WrappedCpuBackend(m, "mark spacing"), marks_(marks) {}
   int64_t cache_mark_interval() const override { return marks_; }
-  bool has_mtp() const override { return false; }
-  int64_t mtp_hidden_width() const override { return 0; }
-  std::vector<float> mtp_forward(std::span<const MtpSegment> segments) const override {
-    return cpu_.mtp_forward(segments);
-  }
 
  private:
-  CpuBackend cpu_;
   int64_t marks_;
 };
 

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "model_test_support.h"
+#include "runtime/cpu_backend.h"
 #include "runtime/draft_source.h"
 #include "runtime/engine.h"
 #include "runtime/reply_collector.h"
@@ -131,6 +132,35 @@ class OracleDrafter final : public DraftSource {
 
  private:
   std::vector<std::pair<std::vector<int32_t>, std::vector<int32_t>>> known_;
+};
+
+// The CPU backend under another name, for tests that override one part of the backend contract (its row
+// draws, mark spacing, ...): every member forwards to the CPU's; no MTP head.
+class WrappedCpuBackend : public ModelBackend {
+ public:
+  WrappedCpuBackend(const Model& m, const char* name) : cpu_(m), name_(name) {}
+  const char* name() const override { return name_; }
+  const ModelConfig& config() const override { return cpu_.config(); }
+  int64_t max_context() const override { return cpu_.max_context(); }
+  int64_t weights_bytes() const override { return cpu_.weights_bytes(); }
+  StreamState new_state() const override { return cpu_.new_state(); }
+  std::vector<float> forward(std::span<const ForwardSegment> segments) const override {
+    return cpu_.forward(segments);
+  }
+  void rewind(const WindowRecord& record, int64_t keep, StreamState& state) const override {
+    cpu_.rewind(record, keep, state);
+  }
+  bool has_mtp() const override { return false; }
+  int64_t mtp_hidden_width() const override { return 0; }
+  std::vector<float> mtp_forward(std::span<const MtpSegment> segments) const override {
+    return cpu_.mtp_forward(segments);
+  }
+
+ protected:
+  CpuBackend cpu_;
+
+ private:
+  const char* name_;
 };
 
 // Polls until the engine has no warm pass left (they run in later rounds).

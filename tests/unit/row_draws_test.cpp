@@ -154,14 +154,10 @@ TEST(DrawRowsOnHost, KeyedSamplerDrawsAndHostRowsInOrder) {
 }
 
 // The CPU backend behind the hook: the engine asks for row uses and reads drawn tokens, as with CUDA.
-class HookedBackend final : public ModelBackend {
+class HookedBackend final : public test::WrappedCpuBackend {
  public:
-  explicit HookedBackend(const Model& m, bool nothing = false) : cpu_(m), nothing_(nothing) {}
-  const char* name() const override { return "hooked"; }
-  const ModelConfig& config() const override { return cpu_.config(); }
-  int64_t max_context() const override { return cpu_.max_context(); }
-  int64_t weights_bytes() const override { return cpu_.weights_bytes(); }
-  StreamState new_state() const override { return cpu_.new_state(); }
+  explicit HookedBackend(const Model& m, bool nothing = false)
+      : WrappedCpuBackend(m, "hooked"), nothing_(nothing) {}
   // Never called by an engine: rounds and the draft policy's calibration go through forward_rows.
   std::vector<float> forward(std::span<const ForwardSegment> segments) const override {
     ++forwards;
@@ -177,19 +173,10 @@ class HookedBackend final : public ModelBackend {
     }
     return out;
   }
-  void rewind(const WindowRecord& record, int64_t keep, StreamState& state) const override {
-    cpu_.rewind(record, keep, state);
-  }
-  bool has_mtp() const override { return false; }
-  int64_t mtp_hidden_width() const override { return 0; }
-  std::vector<float> mtp_forward(std::span<const MtpSegment> segments) const override {
-    return cpu_.mtp_forward(segments);
-  }
   mutable int64_t uses[3] = {0, 0, 0};  // Skip, Host, Draw
   mutable int64_t forwards = 0;
 
  private:
-  CpuBackend cpu_;
   bool nothing_;
 };
 
@@ -276,33 +263,14 @@ TEST_F(RowDrawsEngine, NothingDrawableEndsTheStreamWithTheSamplersError) {
 
 // A backend whose forward_rows answers fewer rows than it was asked for (here none): the round's streams end
 // with an error naming the count, instead of the engine reading tokens past the end.
-class ShortRowsBackend final : public ModelBackend {
+class ShortRowsBackend final : public test::WrappedCpuBackend {
  public:
-  explicit ShortRowsBackend(const Model& m) : cpu_(m) {}
-  const char* name() const override { return "short rows"; }
-  const ModelConfig& config() const override { return cpu_.config(); }
-  int64_t max_context() const override { return cpu_.max_context(); }
-  int64_t weights_bytes() const override { return cpu_.weights_bytes(); }
-  StreamState new_state() const override { return cpu_.new_state(); }
-  std::vector<float> forward(std::span<const ForwardSegment> segments) const override {
-    return cpu_.forward(segments);
-  }
+  explicit ShortRowsBackend(const Model& m) : WrappedCpuBackend(m, "short rows") {}
   bool draws_rows() const override { return true; }
   DrawnRows forward_rows(std::span<const ForwardSegment> segments, std::span<const RowDraw>) const override {
     cpu_.forward(segments);
     return {};
   }
-  void rewind(const WindowRecord& record, int64_t keep, StreamState& state) const override {
-    cpu_.rewind(record, keep, state);
-  }
-  bool has_mtp() const override { return false; }
-  int64_t mtp_hidden_width() const override { return 0; }
-  std::vector<float> mtp_forward(std::span<const MtpSegment> segments) const override {
-    return cpu_.mtp_forward(segments);
-  }
-
- private:
-  CpuBackend cpu_;
 };
 
 TEST_F(RowDrawsEngine, TooFewRowsFromTheBackendEndTheStreamsWithAnError) {
