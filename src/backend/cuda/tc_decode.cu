@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <string>
 
+#include "backend/cuda/code_bits.h"
 #include "backend/cuda/cuda_error.h"
 #include "backend/cuda/grid_dependency.cuh"
 #include "backend/cuda/tc_common.cuh"
@@ -423,28 +424,13 @@ void dispatch(const char* op, const TiledWeight& w, unsigned grid_y, int tier_ro
   const DecodeWeight W = decode_weight(w);
   const DecodeX X{reinterpret_cast<const uint4*>(planes), sums, n_x, w.cols};
   const dim3 grid(static_cast<unsigned>((w.rows + kBlockOutputs - 1) / kBlockOutputs), grid_y);
-  switch (w.dense != nullptr ? 0 : w.affine.bits) {
-    case 0:
-      launch_bits<0>(W, grid, tier_rows, tiles, n_rows, row_ids, X, y, ldy, w.n_experts, stream);
-      break;
-    case 2:
-      launch_bits<2>(W, grid, tier_rows, tiles, n_rows, row_ids, X, y, ldy, w.n_experts, stream);
-      break;
-    case 3:
-      launch_bits<3>(W, grid, tier_rows, tiles, n_rows, row_ids, X, y, ldy, w.n_experts, stream);
-      break;
-    case 4:
-      launch_bits<4>(W, grid, tier_rows, tiles, n_rows, row_ids, X, y, ldy, w.n_experts, stream);
-      break;
-    case 5:
-      launch_bits<5>(W, grid, tier_rows, tiles, n_rows, row_ids, X, y, ldy, w.n_experts, stream);
-      break;
-    case 6:
-      launch_bits<6>(W, grid, tier_rows, tiles, n_rows, row_ids, X, y, ldy, w.n_experts, stream);
-      break;
-    default:
-      launch_bits<8>(W, grid, tier_rows, tiles, n_rows, row_ids, X, y, ldy, w.n_experts, stream);
-  }
+  if (w.dense != nullptr)
+    launch_bits<0>(W, grid, tier_rows, tiles, n_rows, row_ids, X, y, ldy, w.n_experts, stream);
+  else
+    with_bits(w.affine.bits, [&](auto bits) {
+      launch_bits<decltype(bits)::value>(W, grid, tier_rows, tiles, n_rows, row_ids, X, y, ldy, w.n_experts,
+                                         stream);
+    });
   check_launch(op);
 }
 

@@ -7,6 +7,7 @@
 // a fixed order.
 #include <cuda_bf16.h>
 
+#include "backend/cuda/code_bits.h"
 #include "backend/cuda/cuda_error.h"
 #include "backend/cuda/tc_common.cuh"
 #include "backend/cuda/tc_products.h"
@@ -358,25 +359,10 @@ void dispatch(const TiledWeight& w, const ExpertWindow* tiles, unsigned row_tile
     if (w.dense != nullptr) {
       launch<0>(w, tiles, row_tiles, n_rows, row_ids, X, y, ldy, splits, split_stride, stream);
     } else {
-      switch (w.affine.bits) {
-        case 2:
-          launch<2>(w, tiles, row_tiles, n_rows, row_ids, X, y, ldy, splits, split_stride, stream);
-          break;
-        case 3:
-          launch<3>(w, tiles, row_tiles, n_rows, row_ids, X, y, ldy, splits, split_stride, stream);
-          break;
-        case 4:
-          launch<4>(w, tiles, row_tiles, n_rows, row_ids, X, y, ldy, splits, split_stride, stream);
-          break;
-        case 5:
-          launch<5>(w, tiles, row_tiles, n_rows, row_ids, X, y, ldy, splits, split_stride, stream);
-          break;
-        case 6:
-          launch<6>(w, tiles, row_tiles, n_rows, row_ids, X, y, ldy, splits, split_stride, stream);
-          break;
-        default:
-          launch<8>(w, tiles, row_tiles, n_rows, row_ids, X, y, ldy, splits, split_stride, stream);
-      }
+      with_bits(w.affine.bits, [&](auto bits) {
+        launch<decltype(bits)::value>(w, tiles, row_tiles, n_rows, row_ids, X, y, ldy, splits, split_stride,
+                                      stream);
+      });
     }
   } catch (...) {
     cudaFreeAsync(scratch, stream);

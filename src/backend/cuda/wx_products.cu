@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <string>
 
+#include "backend/cuda/code_bits.h"
 #include "backend/cuda/cuda_error.h"
 #include "backend/cuda/device_math.cuh"
 #include "backend/cuda/grid_dependency.cuh"
@@ -378,30 +379,6 @@ typename detail::AffineUnit<Bits>::Matrix affine_matrix(const AffineWeight& w, i
           shift,
           static_cast<uint32_t>(w.cols / 32 * Bits),
           static_cast<uint32_t>(w.cols >> shift)};
-}
-
-template <class Fn>
-void with_bits(int bits, Fn&& fn) {
-  switch (bits) {
-    case 2:
-      fn(std::integral_constant<int, 2>{});
-      break;
-    case 3:
-      fn(std::integral_constant<int, 3>{});
-      break;
-    case 4:
-      fn(std::integral_constant<int, 4>{});
-      break;
-    case 5:
-      fn(std::integral_constant<int, 5>{});
-      break;
-    case 6:
-      fn(std::integral_constant<int, 6>{});
-      break;
-    default:
-      fn(std::integral_constant<int, 8>{});
-      break;
-  }
 }
 
 }  // namespace
