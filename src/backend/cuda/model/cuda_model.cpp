@@ -15,7 +15,6 @@
 #include "backend/cuda/model/indexer_kernels.h"
 #include "backend/cuda/model/mtp_kernels.h"
 #include "backend/cuda/model/ple_kernels.h"
-#include "backend/cuda/model/programmatic_graph.h"
 #include "backend/cuda/moe_routing.h"
 #include "core/error.h"
 #include "model/layers/ple.h"
@@ -546,35 +545,7 @@ int64_t CudaModel::run(std::span<const CudaSegment> segments) {
       graph_exec_ = nullptr;
       for (auto& ev : op_events_) cudaEventDestroy(ev.second);
       op_events_.clear();
-      check(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
-      capturing_ = true;
-      try {
-        enqueue();
-        op("end");
-        capturing_ = false;
-      } catch (...) {
-        capturing_ = false;
-        cudaGraph_t broken = nullptr;
-        cudaStreamEndCapture(st, &broken);
-        if (broken) cudaGraphDestroy(broken);
-        throw;
-      }
-      cudaGraph_t graph = nullptr;
-      check(cudaStreamEndCapture(st, &graph), "cudaStreamEndCapture");
-      graph_nodes_ = 0;
-      cudaGraphGetNodes(graph, nullptr, &graph_nodes_);
-      graph_programmatic_edges_ = 0;
-      if (opt_.programmatic_launch) {
-        try {
-          graph_programmatic_edges_ = make_kernel_edges_programmatic(graph);
-        } catch (...) {
-          cudaGraphDestroy(graph);
-          throw;
-        }
-      }
-      const cudaError_t made = cudaGraphInstantiate(&graph_exec_, graph, 0);
-      cudaGraphDestroy(graph);
-      check(made, "cudaGraphInstantiate");
+      graph_exec_ = capture_graph(enqueue, &graph_nodes_, &graph_programmatic_edges_);
       graph_key_ = key;
     }
     check(cudaGraphLaunch(graph_exec_, st), "cudaGraphLaunch");

@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <span>
@@ -198,6 +199,11 @@ class CudaModel {
   void hc_mix(const struct DeviceHc& hc, int n, float* H, const float* pending, const float* iota_in,
               float* x, float* iota_out);
   void op(const char* name);  // starts timing `name` (ends the previous op)
+  // Captures enqueue() (then the "end" timing op) on the model's stream as one instantiated graph, its
+  // kernel-to-kernel edges programmatic with programmatic_launch (cuda_model_graph.cpp). Counts the graph's
+  // nodes and the edges made programmatic into *nodes / *edges when given.
+  cudaGraphExec_t capture_graph(const std::function<void()>& enqueue, size_t* nodes = nullptr,
+                                size_t* edges = nullptr);
   std::vector<std::pair<int64_t, int64_t>> recurrent_ranges() const;  // (first float, floats), merged
   // Prompt path (cuda_model_prompt.cpp). Inside the forward's members an unqualified wx(...) names this
   // member: the decode products, or in a prompt pass the tiled tensor-core ones.

@@ -11,7 +11,6 @@
 #include "backend/cuda/model/glue_kernels.h"
 #include "backend/cuda/model/indexer_kernels.h"
 #include "backend/cuda/model/mtp_kernels.h"
-#include "backend/cuda/model/programmatic_graph.h"
 #include "core/error.h"
 
 namespace ds::cuda {
@@ -203,33 +202,8 @@ int64_t CudaModel::mtp_run(std::span<const CudaMtpSegment> segments) {
         if (h.graph != nullptr) cudaGraphExecDestroy(h.graph);
         h.graph = nullptr;
         drop_events();
-        check(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
-        capturing_ = true;
-        try {
-          enqueue();
-          op("end");
-          capturing_ = false;
-        } catch (...) {
-          capturing_ = false;
-          cudaGraph_t broken = nullptr;
-          cudaStreamEndCapture(st, &broken);
-          if (broken) cudaGraphDestroy(broken);
-          throw;
-        }
-        cudaGraph_t graph = nullptr;
-        check(cudaStreamEndCapture(st, &graph), "cudaStreamEndCapture");
         // As a round's graph: every kernel waits on its predecessor first (docs/backend-cuda.md).
-        if (opt_.programmatic_launch) {
-          try {
-            make_kernel_edges_programmatic(graph);
-          } catch (...) {
-            cudaGraphDestroy(graph);
-            throw;
-          }
-        }
-        const cudaError_t made = cudaGraphInstantiate(&h.graph, graph, 0);
-        cudaGraphDestroy(graph);
-        check(made, "cudaGraphInstantiate");
+        h.graph = capture_graph(enqueue);
         h.graph_key = key;
       }
       check(cudaGraphLaunch(h.graph, st), "cudaGraphLaunch");
