@@ -94,8 +94,9 @@ void run_tc_decode_bench(int reps) {
   // alone (small windows off: the kernel before tc_gemv.cu); new: tc_decode_wx as shipped (the small-window
   // kernel up to 8 rows; one row split in the block, no split launch); ring: one row with the split launch
   // and the planes in the ring. GB/s: the weight's bytes over the time.
-  std::printf("\ndecode products, FMA vs tensor cores (tc: general kernel, new: small-window kernel <= 8 rows), "
-              "x fp32: us, weight GB/s\n");
+  std::printf(
+      "\ndecode products, FMA vs tensor cores (tc: general kernel, new: small-window kernel <= 8 rows), "
+      "x fp32: us, weight GB/s\n");
   std::printf("%-15s %-9s %7s", "shape", "format", "MB");
   for (int n : kRows)
     std::printf(" | %2d rows: fma   GB/s     tc    new   GB/s%s", n, n == 1 ? "   ring" : "");
@@ -140,10 +141,11 @@ void run_tc_decode_bench(int reps) {
   // products.
   std::printf(
       "\nrouted experts (512, top-10; gate|up 1280x2560, down 2560x640, 4-bit g32, x fp32): us per step\n");
-  std::printf("(tiles of up to min(streams, 8) slots, as the model cuts them; tc: general kernel, new: the "
-              "small-window kernel)\n");
-  std::printf("%7s %8s | %9s %6s %9s %9s | %9s %6s %9s %9s | %8s %7s\n", "streams", "experts", "pairs gu", "GB/s",
-              "tc gu", "new gu", "pairs dn", "GB/s", "tc dn", "new dn", "new GB/s", "%");
+  std::printf(
+      "(tiles of up to min(streams, 8) slots, as the model cuts them; tc: general kernel, new: the "
+      "small-window kernel)\n");
+  std::printf("%7s %8s | %9s %6s %9s %9s | %9s %6s %9s %9s | %8s %7s\n", "streams", "experts", "pairs gu",
+              "GB/s", "tc gu", "new gu", "pairs dn", "GB/s", "tc dn", "new dn", "new GB/s", "%");
   const int n_experts = 512, k = 10, bits = 4, group = 32;
   Copies gu = make_copies(1280, 2560, bits, group, n_experts),
          dn = make_copies(2560, 640, bits, group, n_experts);

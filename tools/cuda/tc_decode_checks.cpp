@@ -161,14 +161,15 @@ void check_small_windows(Tally& tally, std::mt19937_64& rng, const Stream& s) {
       const std::vector<float> ring = run_decode(t.w, x, cols, c % 5, c, s);  // one row: planes in the ring
       tc_decode_one_row_in_block(true);
       const size_t bytes = general.size() * sizeof(float);
-      if (std::memcmp(general.data(), small.data(), bytes) != 0 || std::memcmp(general.data(), ring.data(), bytes))
+      if (std::memcmp(general.data(), small.data(), bytes) != 0 ||
+          std::memcmp(general.data(), ring.data(), bytes))
         first_bad = c;
     }
-    tally.expect(first_bad < 0, format_name(f[0], f[1]) +
-                                    ": small-window kernel (ring; one row also split in the block) == "
-                                    "general kernel, bit for bit, 1..8 rows x 2560 columns" +
-                                    (first_bad < 0 ? "" : " (first mismatch at " + std::to_string(first_bad) +
-                                                              " rows)"));
+    tally.expect(first_bad < 0,
+                 format_name(f[0], f[1]) +
+                     ": small-window kernel (ring; one row also split in the block) == "
+                     "general kernel, bit for bit, 1..8 rows x 2560 columns" +
+                     (first_bad < 0 ? "" : " (first mismatch at " + std::to_string(first_bad) + " rows)"));
   }
 }
 

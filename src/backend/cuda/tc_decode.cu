@@ -235,7 +235,7 @@ void launch_nf(const DecodeWeight& W, dim3 grid, const ExpertWindow* tiles, int 
                                                                n_experts);
 }
 
-bool small_windows = true;  // tc_decode_small_windows
+bool small_windows = true;     // tc_decode_small_windows
 bool one_row_in_block = true;  // tc_decode_one_row_in_block
 
 // Whether a launch takes the small-window kernel, and whether its one row is split in the block (no split
@@ -249,9 +249,8 @@ bool takes_in_block(const TiledWeight& w, int tier_rows) {
 
 template <int Bits>
 void launch_bits(const DecodeWeight& W, dim3 grid, int tier_rows, bool small, bool in_block,
-                 const ExpertWindow* tiles, int n_rows,
-                 const int32_t* row_ids, const DecodeX& X, float* y, int64_t ldy, int64_t n_experts,
-                 cudaStream_t stream) {
+                 const ExpertWindow* tiles, int n_rows, const int32_t* row_ids, const DecodeX& X, float* y,
+                 int64_t ldy, int64_t n_experts, cudaStream_t stream) {
   if (Bits != 0 && small)
     launch_small<Bits>(W, grid, tier_rows, in_block, tiles, n_rows, row_ids, X, y, ldy, n_experts, stream);
   else if (tier_rows <= 8)

@@ -1,8 +1,8 @@
 #pragma once
 // The pieces of the tensor-core decode products (tc_decode.h) that both kernels use: the general one
 // (tc_decode.cu, any row tier) and the one for windows of up to 8 rows (tc_gemv.cu), which must give the same
-// bits: the stage layout of the per-warp cp.async ring, the weight and x descriptors, the code decoders and the
-// stage copy.
+// bits: the stage layout of the per-warp cp.async ring, the weight and x descriptors, the code decoders and
+// the stage copy.
 #include <cuda_bf16.h>
 
 #include <cstdint>
@@ -173,8 +173,8 @@ __device__ __forceinline__ void issue_stage(const DecodeWeight& W, int64_t o0, i
 // the planes and sums of the split launch bit for bit (tc::split3, the tile sum's order), so X.planes and
 // X.sums are not read and the split launch can be left out.
 template <int Bits>
-void launch_small(const DecodeWeight& W, dim3 grid, int x_rows, bool in_block, const ExpertWindow* tiles, int n_rows,
-                  const int32_t* row_ids, const DecodeX& X, float* y, int64_t ldy, int64_t n_experts,
-                  cudaStream_t stream);
+void launch_small(const DecodeWeight& W, dim3 grid, int x_rows, bool in_block, const ExpertWindow* tiles,
+                  int n_rows, const int32_t* row_ids, const DecodeX& X, float* y, int64_t ldy,
+                  int64_t n_experts, cudaStream_t stream);
 
 }  // namespace ds::cuda::tcd

@@ -1,8 +1,8 @@
 // The tensor-core decode product for windows of at most 8 rows (tc_decode.h; launched by tc_decode.cu for
 // the 8-row tier of affine weights): the arithmetic of decode_kernel<Bits, 1> operation for operation (same
-// A fragments, same B values, same MMA order, same epilogue in unit order), so a row's bits are those of every
-// tier. What differs is where x comes from: decode_kernel reads each unit's three x planes and its tile sums
-// with two dependent L2 round trips per unit (at one row that latency, not the bytes, set its speed: one
+// A fragments, same B values, same MMA order, same epilogue in unit order), so a row's bits are those of
+// every tier. What differs is where x comes from: decode_kernel reads each unit's three x planes and its tile
+// sums with two dependent L2 round trips per unit (at one row that latency, not the bytes, set its speed: one
 // expert's gate|up 52 us, 80 units a warp), while here the rows' plane chunks and sums ride in the warp's
 // cp.async ring with the weights, stages ahead, and the ring is deeper (6 stages at 1-2 rows).
 #include "backend/cuda/code_bits.h"
@@ -172,8 +172,9 @@ __global__ void __launch_bounds__(kThreads)
       if constexpr (InBlock)
         b[j] = g == 0 ? xplanes[(j * T + unit) * 4 + t] : make_uint4(0, 0, 0, 0);
       else
-        b[j] = g < XR ? *reinterpret_cast<const uint4*>(xs + 4 * (((j * XR + g) * kUnitsPerStage + u) * 4 + t))
-                      : make_uint4(0, 0, 0, 0);
+        b[j] = g < XR
+                   ? *reinterpret_cast<const uint4*>(xs + 4 * (((j * XR + g) * kUnitsPerStage + u) * 4 + t))
+                   : make_uint4(0, 0, 0, 0);
     }
     float part[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
@@ -204,8 +205,8 @@ __global__ void __launch_bounds__(kThreads)
       if (next < n_stages) issue_x<Bits, XR>(X, xr, next, T, nd, lane);
     }
     issue_stage<Bits>(W, o0, next, n_stages, nd, lane);  // commits the stage's weights and x as one group
-    tc::cp_async_wait<KS - 1>();  // stage s has landed (this lane's copies) ...
-    __syncwarp();                 // ... and every lane's
+    tc::cp_async_wait<KS - 1>();                         // stage s has landed (this lane's copies) ...
+    __syncwarp();                                        // ... and every lane's
     const uint32_t* st = ring + (s % KS) * kStride;
     const int64_t t0 = s * kUnitsPerStage;
     const int nu = static_cast<int>(min(int64_t{kUnitsPerStage}, T - t0));
@@ -226,8 +227,9 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 template <int Bits, int XR, bool InBlock>
-void launch_xr(const DecodeWeight& W, dim3 grid, const ExpertWindow* tiles, int n_rows, const int32_t* row_ids,
-               const DecodeX& X, float* y, int64_t ldy, int64_t n_experts, cudaStream_t stream) {
+void launch_xr(const DecodeWeight& W, dim3 grid, const ExpertWindow* tiles, int n_rows,
+               const int32_t* row_ids, const DecodeX& X, float* y, int64_t ldy, int64_t n_experts,
+               cudaStream_t stream) {
   constexpr auto kernel = small_kernel<Bits, XR, InBlock>;
   // The in-block kernel: a weights-only ring, then the row's planes, sums and the pair sums of the split.
   constexpr size_t ring = InBlock ? size_t{kWarps} * SmallStage<Bits, XR>::kStages * Stage<Bits>::kWords * 4
@@ -262,8 +264,8 @@ void launch_small(const DecodeWeight& W, dim3 grid, int x_rows, bool in_block, c
     launch_xr<Bits, 8, false>(W, grid, tiles, n_rows, row_ids, X, y, ldy, n_experts, stream);
 }
 
-#define DS_TC_SMALL(B)                                                                                     \
-  template void launch_small<B>(const DecodeWeight&, dim3, int, bool, const ExpertWindow*, int,           \
+#define DS_TC_SMALL(B)                                                                          \
+  template void launch_small<B>(const DecodeWeight&, dim3, int, bool, const ExpertWindow*, int, \
                                 const int32_t*, const DecodeX&, float*, int64_t, int64_t, cudaStream_t);
 DS_TC_SMALL(2)
 DS_TC_SMALL(3)

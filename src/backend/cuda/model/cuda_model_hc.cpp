@@ -42,9 +42,8 @@ void CudaModel::hc_mix(const DeviceHc& hc, int n, float* H, const float* pending
   // One row: activations, up product and combine in one launch where the kernel takes the shape (same bits).
   // Not in a prompt pass: there every row takes the tiled products, whatever the pass's row count; nor with
   // the tensor decode products where they take hc up (then at every row count).
-  if (n == 1 && !prompt_pass_ && !decode_tensor_takes(hc.up) &&
-      hc.up.kind == DeviceMatrix::Kind::Affine && S == 4 &&
-      affine_wx_hc_tail(hc.up.affine, s.low_iota, R, inv_s, s.normed, D, x, iota_out, st))
+  if (n == 1 && !prompt_pass_ && !decode_tensor_takes(hc.up) && hc.up.kind == DeviceMatrix::Kind::Affine &&
+      S == 4 && affine_wx_hc_tail(hc.up.affine, s.low_iota, R, inv_s, s.normed, D, x, iota_out, st))
     return;
   hc_activations(s.low_iota, n, hc.down_inject.width, R, S, inv_s, s.low, iota_out, st);
   wx(hc.up, s.low, R, n, s.mix, int64_t{S} * D, st);
