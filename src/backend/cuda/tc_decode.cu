@@ -239,12 +239,13 @@ bool small_windows = true;     // tc_decode_small_windows
 bool one_row_in_block = true;  // tc_decode_one_row_in_block
 
 // Whether a launch takes the small-window kernel, and whether its one row is split in the block (no split
-// launch): affine weights (dense keeps the general kernel), by the row tier and the weight's columns.
-bool takes_small(const TiledWeight& w, int tier_rows) {
-  return w.dense == nullptr && tier_rows <= 8 && small_windows;
+// launch): affine weights (dense keeps the general kernel), windows of up to 8 rows, expert tiles of one slot
+// (tiles of 8 measured slower on it than on the general kernel: 8 staged rows a warp, 2 blocks an SM).
+bool takes_small(const TiledWeight& w, int tier_rows, bool tiles) {
+  return w.dense == nullptr && tier_rows <= (tiles ? 1 : 8) && small_windows;
 }
-bool takes_in_block(const TiledWeight& w, int tier_rows) {
-  return takes_small(w, tier_rows) && tier_rows <= 1 && one_row_in_block && w.cols <= kInBlockMaxCols;
+bool takes_in_block(const TiledWeight& w, int tier_rows, bool tiles) {
+  return takes_small(w, tier_rows, tiles) && tier_rows <= 1 && one_row_in_block && w.cols <= kInBlockMaxCols;
 }
 
 template <int Bits>
@@ -285,7 +286,8 @@ void dispatch(const char* op, const TiledWeight& w, unsigned grid_y, int tier_ro
         "scratch must hold " + std::to_string(need) + " bytes (got " + std::to_string(scratch_bytes) + ")");
   auto* planes = static_cast<uint16_t*>(scratch);
   auto* sums = reinterpret_cast<float*>(static_cast<uint8_t*>(scratch) + plane_bytes(w.cols, n_x));
-  const bool small = takes_small(w, tier_rows), in_block = takes_in_block(w, tier_rows);
+  const bool small = takes_small(w, tier_rows, tiles != nullptr),
+             in_block = takes_in_block(w, tier_rows, tiles != nullptr);
   if (!in_block) {  // the one-row in-block kernel splits its row itself
     const int64_t units = n_x * (w.cols / 32);
     decode_split_kernel<<<static_cast<unsigned>((units + 127) / 128), 128, 0, stream>>>(x, ldx, n_x, w.cols,

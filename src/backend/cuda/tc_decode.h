@@ -29,9 +29,6 @@ bool tc_decode_supported(const TiledWeight& w);
 // Below this many outputs a weight leaves most of the GPU idle (16 outputs a warp, no split-K): the model
 // keeps the FMA products (column slices) for it by default.
 constexpr int64_t kDecodeMinRows = 1024;
-// Below this many columns (hc up: 320) a weight keeps the FMA products by default: at one row their fused
-// hyper-connection tail saves three launches a mix, more than the tensor product gains there.
-constexpr int64_t kDecodeMinCols = 512;
 
 // Whether windows (and expert tiles) of at most 8 rows of MLX affine weights run the small-window kernel
 // (tc_gemv.cu: x and its tile sums staged in the weights' cp.async ring; the same bits as the general kernel,

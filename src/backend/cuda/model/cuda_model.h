@@ -33,9 +33,9 @@ struct DeltaRuleChunks;
 // kernels (wx_products.h) or the tensor-core ones (tc_decode.h) for every matrix with at least
 // tensor_min_rows outputs that they take (a choice by the matrix alone, so a row's bits never depend on the
 // call's rows either way). The defaults come from DS_CUDA_DECODE_PRODUCTS: fma (or unset), tensor,
-// tensor-all (tensor_min_rows and tensor_min_cols 0: every matrix they take, for the checks) or tensor:ROWS.
-// Below tensor_min_cols columns (hc up, 320) a matrix keeps the FMA products, and with them the one-row hc
-// tail fusion.
+// tensor-all (tensor_min_rows 0: every matrix they take, for the checks) or tensor:ROWS[:COLS]. Below
+// tensor_min_cols columns (default 0; tensor:1024:512 leaves hc up, 320 columns, on the FMA products) a
+// matrix keeps the FMA products, and with them the one-row hc tail fusion.
 enum class DecodeProducts { Fma, Tensor };
 DecodeProducts decode_products_default();
 int64_t tensor_min_rows_default();

@@ -18,8 +18,10 @@ void CudaModel::hc_mix(const DeviceHc& hc, int n, float* H, const float* pending
   // inject) in a second, each row in its own blocks, at every row count (the same bits as the ops below,
   // checked). Not in a prompt pass: there every product is the tiled one.
   const DeviceMatrix& di = hc.down_inject.joined;
-  if (opt_.fused_hc && !prompt_pass_ && di.kind == DeviceMatrix::Kind::Affine &&
-      hc.up.kind == DeviceMatrix::Kind::Affine && hc_fused_takes(di.affine, hc.up.affine, S, D, R) &&
+  // Nor where the tensor decode products take either matrix (their arithmetic is not the fused kernels').
+  if (opt_.fused_hc && !prompt_pass_ && !decode_tensor_takes(di) && !decode_tensor_takes(hc.up) &&
+      di.kind == DeviceMatrix::Kind::Affine && hc.up.kind == DeviceMatrix::Kind::Affine &&
+      hc_fused_takes(di.affine, hc.up.affine, S, D, R) &&
       (iota_out == nullptr || di.rows == int64_t{R} + S)) {
     op("hc norm|down|inject");
     hc_head(di.affine, H, pending, iota_in, hc.norm.as<float>(), S, D, cfg_.rms_eps, s.normed, s.low_iota,

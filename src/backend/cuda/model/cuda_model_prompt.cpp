@@ -60,7 +60,8 @@ void grow(DeviceBuffer& b, size_t bytes) {
   if (b.bytes() < bytes) b = DeviceBuffer(bytes);
 }
 
-// DS_CUDA_DECODE_PRODUCTS: fma (or unset), tensor, tensor-all (min rows and cols 0) or tensor:N (min rows N).
+// DS_CUDA_DECODE_PRODUCTS: fma (or unset), tensor, tensor-all (min rows 0) or tensor:N[:C] (min rows N, min
+// cols C; both tensor and tensor-all take every column count).
 struct DecodeProductsEnv {
   DecodeProducts mode;
   int64_t min_rows, min_cols;
@@ -68,12 +69,18 @@ struct DecodeProductsEnv {
 DecodeProductsEnv decode_products_env() {
   const char* env = std::getenv("DS_CUDA_DECODE_PRODUCTS");
   const std::string v = env != nullptr ? env : "";
-  if (v.empty() || v == "fma") return {DecodeProducts::Fma, kDecodeMinRows, kDecodeMinCols};
-  if (v == "tensor") return {DecodeProducts::Tensor, kDecodeMinRows, kDecodeMinCols};
+  if (v.empty() || v == "fma") return {DecodeProducts::Fma, kDecodeMinRows, 0};
+  if (v == "tensor") return {DecodeProducts::Tensor, kDecodeMinRows, 0};
   if (v == "tensor-all") return {DecodeProducts::Tensor, 0, 0};
-  if (v.rfind("tensor:", 0) == 0 && v.size() > 7 && v.find_first_not_of("0123456789", 7) == std::string::npos)
-    return {DecodeProducts::Tensor, std::stoll(v.substr(7)), kDecodeMinCols};
-  fail("DS_CUDA_DECODE_PRODUCTS must be fma, tensor, tensor-all or tensor:ROWS (got '{}')", v);
+  const size_t colon = v.find(':', 7);
+  auto number = [&](size_t from, size_t to) {
+    return to > from && v.find_first_not_of("0123456789", from) >= to;
+  };
+  if (v.rfind("tensor:", 0) == 0 && number(7, colon == std::string::npos ? v.size() : colon) &&
+      (colon == std::string::npos || number(colon + 1, v.size())))
+    return {DecodeProducts::Tensor, std::stoll(v.substr(7, colon - 7)),
+            colon == std::string::npos ? 0 : std::stoll(v.substr(colon + 1))};
+  fail("DS_CUDA_DECODE_PRODUCTS must be fma, tensor, tensor-all or tensor:ROWS[:COLS] (got '{}')", v);
 }
 
 }  // namespace
@@ -98,7 +105,7 @@ TcScratchBytes tc_scratch_bytes(const ModelConfig& c, int n) {
   const int E = static_cast<int>(std::max<int64_t>(c.n_experts, 1));
   return {static_cast<int64_t>(
               std::max(tc_decode_scratch_bytes(widest, n), tc_decode_scratch_bytes(inter, n * K))),
-          int64_t{max_expert_tiles(n, static_cast<int>(K), E, 1)} *  // decode tiles: min(rows, 8) slots
+          int64_t{max_expert_tiles(n, static_cast<int>(K), E, 1)} *  // decode tiles: 1 or 8 slots
               int64_t{sizeof(ExpertWindow)},
           static_cast<int64_t>(expert_tiles_scratch_bytes(E))};
 }
@@ -152,9 +159,9 @@ const int32_t* CudaModel::prompt_experts(const Layer& L, int n, const float* x) 
   const int K = static_cast<int>(cfg_.experts_per_tok), E = static_cast<int>(cfg_.n_experts),
             I = static_cast<int>(cfg_.moe_inter);
   const int64_t D = cfg_.hidden;
-  // Decode tiles of at most min(n, 8) slots: the small-window kernel holds that many x rows a tile (a lighter
-  // ring at one stream); the tiling changes no bits (each slot == its expert on its row alone).
-  const int tile_rows = prompt_pass_ ? kTileRows : std::min(n, kDecodeExpertTileRows);
+  // Decode tiles of one slot at one row (the small-window kernel's one-row path, no split launch), else of up
+  // to 8; the tiling changes no bits (each slot == its expert on its row alone).
+  const int tile_rows = prompt_pass_ ? kTileRows : n == 1 ? 1 : kDecodeExpertTileRows;
   const int max_tiles = max_expert_tiles(n, K, E, tile_rows);
   ExpertWindow* tiles = s.tc_tiles;  // decode: the call's scratch (a captured graph allocates nothing)
   void* group = s.tc_group;
