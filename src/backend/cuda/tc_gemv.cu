@@ -1,10 +1,11 @@
 // The tensor-core decode product for windows of at most 8 rows (tc_decode.h; launched by tc_decode.cu for
-// the 8-row tier of affine weights): the arithmetic of decode_kernel<Bits, 1> operation for operation (same
-// A fragments, same B values, same MMA order, same epilogue in unit order), so a row's bits are those of
-// every tier. What differs is where x comes from: decode_kernel reads each unit's three x planes and its tile
-// sums with two dependent L2 round trips per unit (at one row that latency, not the bytes, set its speed: one
-// expert's gate|up 52 us, 80 units a warp), while here the rows' plane chunks and sums ride in the warp's
-// cp.async ring with the weights, stages ahead, and the ring is deeper (6 stages at 1-2 rows).
+// affine weights in windows of up to 8 rows and expert tiles of one slot): the arithmetic of
+// decode_kernel<Bits, 1> operation for operation (same A fragments, same B values, same MMA order, same
+// epilogue in unit order), so a row's bits are those of every tier. What differs is where x comes from:
+// decode_kernel reads each unit's three x planes and its tile sums with two dependent L2 round trips per unit
+// (at one row that latency, not the bytes, set its speed: one expert's gate|up 52 us, 80 units a warp), while
+// here the rows' plane chunks and sums ride in the warp's cp.async ring with the weights, stages ahead, and the
+// ring is deeper (6 stages at 1-2 rows); at one row the block splits the row itself (no split launch).
 #include "backend/cuda/code_bits.h"
 #include "backend/cuda/cuda_error.h"
 #include "backend/cuda/grid_dependency.cuh"
