@@ -4,8 +4,8 @@
 // epilogue in unit order), so a row's bits are those of every tier. What differs is where x comes from:
 // decode_kernel reads each unit's three x planes and its tile sums with two dependent L2 round trips per unit
 // (at one row that latency, not the bytes, set its speed: one expert's gate|up 52 us, 80 units a warp), while
-// here the rows' plane chunks and sums ride in the warp's cp.async ring with the weights, stages ahead, and the
-// ring is deeper (6 stages at 1-2 rows); at one row the block splits the row itself (no split launch).
+// here the rows' plane chunks and sums ride in the warp's cp.async ring with the weights, stages ahead, and
+// the ring is deeper (6 stages at 1-2 rows); at one row the block splits the row itself (no split launch).
 #include "backend/cuda/code_bits.h"
 #include "backend/cuda/cuda_error.h"
 #include "backend/cuda/grid_dependency.cuh"
