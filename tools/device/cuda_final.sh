@@ -11,7 +11,7 @@
 # (c) runs each case's VARIANTS (default "on off"; "legacy": the earlier draft path, DS_CUDA_DRAFTS_LEGACY=1)
 # with DS_CUDA_PHASES=1, each run's phase table into phases.log; ON_FLAGS: run's flags for "on" and "legacy".
 # Usage: DS_DEBS=DIR [DS_PREBUILT=DIR|FILE] [MODEL=DIR] [BENCH_CONFIG=FILE] [RUNS=3] [PROMPT_PATH=1]
-#   [VARIANTS="on legacy off"] [ON_FLAGS=--cuda-drafts] tools/device/cuda_final.sh [bench args]
+#   [VARIANTS="on legacy off"] [ON_FLAGS=...] tools/device/cuda_final.sh [bench args]
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 repo=${REPO:-$root}  # the fixtures, tests/cuda configs and models
@@ -72,7 +72,8 @@ receipt() {  # name, max tokens, then run's arguments
   shift 2
   for ((i = 1; i <= runs; ++i)); do
     for d in $variants; do
-      # on: drafts (ON_FLAGS, e.g. --cuda-drafts for a build that gates them); legacy: the earlier draft path
+      # on: drafts (the default; ON_FLAGS, e.g. --cuda-drafts for a build before 2026-12-01 04:00 UTC that
+      # gated them); legacy: the earlier draft path
       # (DS_CUDA_DRAFTS_LEGACY=1: one graph a kind, windows without graphs, re-runs as a pass); off: none.
       local extra=($on_flags) legacy=0
       [[ $d == off ]] && extra=(--no-drafts)
