@@ -46,11 +46,18 @@ LoadedBackend load_cuda(const std::string& dir, int64_t context, bool prompt_pat
 
 }  // namespace
 
-void add_backend_options(CLI::App& cmd, std::string& backend, bool& cuda_prompt_passes) {
+void add_backend_options(CLI::App& cmd, std::string& backend, bool& cuda_prompt_passes, bool& cuda_drafts) {
   cmd.add_option("--backend", backend, "cpu, or cuda (the GPU; a -DDELTASERVE_CUDA=ON build)");
   cmd.add_flag("--cuda-prompt-passes", cuda_prompt_passes,
                "cuda: prompts as tensor-core prompt passes (docs/backend-cuda.md \"Prompt path\"; default; "
                "=false: as decode windows)");
+  cmd.add_flag("--cuda-drafts", cuda_drafts,
+               "cuda: draft as on the CPU (off by default on CUDA: greedy replies measured 12-64% faster "
+               "with drafts there, sampled ones 22% slower; docs/receipts/speculative.md)");
+}
+
+bool drafts_on(const std::string& backend, bool no_drafts, bool cuda_drafts) {
+  return !no_drafts && (backend != "cuda" || cuda_drafts);
 }
 
 LoadedBackend load_backend(const std::string& name, const std::string& model_dir, int64_t context,

@@ -24,9 +24,13 @@ constexpr int64_t kCudaDefaultContext = 8192;
 // `context` 0: the backend's default (the model's max positions on the CPU, kCudaDefaultContext on CUDA).
 // `cuda_prompt_path`: CUDA prompts as prompt passes (cuda::CudaBackend's option; the CLI's default since they
 // measured 1.7x the decode windows' prompt tokens/s through the engine: docs/receipts/cuda-prompt.md).
-// `--backend` and `--cuda-prompt-passes`, the options run and serve share. Drafts are on for every backend
-// unless --no-drafts (on CUDA since they measured faster there: docs/receipts/speculative.md, "drafts").
-void add_backend_options(CLI::App& cmd, std::string& backend, bool& cuda_prompt_passes);
+// `--backend`, `--cuda-prompt-passes` and `--cuda-drafts`, the options run and serve share.
+void add_backend_options(CLI::App& cmd, std::string& backend, bool& cuda_prompt_passes, bool& cuda_drafts);
+
+// Whether the engine drafts: never with --no-drafts; on CUDA only with --cuda-drafts: greedy replies measured
+// 12-64% faster with drafts on the H200, but a sampled one 22% slower (docs/receipts/speculative.md,
+// "Drafts that pay on the H200"), so the default waits on that case.
+bool drafts_on(const std::string& backend, bool no_drafts, bool cuda_drafts);
 
 LoadedBackend load_backend(const std::string& name, const std::string& model_dir, int64_t context,
                            bool cuda_prompt_path = false);

@@ -28,7 +28,7 @@ namespace {
 
 struct RunOptions {
   std::string model, prompt, system, backend = "cpu";
-  bool cuda_prompt_passes = true;
+  bool cuda_prompt_passes = true, cuda_drafts = false;
   int64_t context = 0;
   bool chat = false, no_think = false, ignore_eos = false, no_drafts = false;
   int max_tokens = 256, threads = 0;
@@ -91,7 +91,7 @@ void run(const RunOptions& o) {
   EngineOptions options;
   options.parallel = 1;
   options.prompt_cache_gib = 0;
-  options.drafts = !o.no_drafts;
+  options.drafts = drafts_on(o.backend, o.no_drafts, o.cuda_drafts);
   options.context = loaded.context;
   Engine engine(loaded.backend, options);
   IncrementalDecoder decoder(tok, true);
@@ -117,9 +117,8 @@ void run(const RunOptions& o) {
                static_cast<long long>(done.drafted_tokens), static_cast<long long>(done.accepted_tokens),
                static_cast<unsigned long long>(params.seed));
   // Not in the times above: the depth policy times its rounds when the engine starts.
-  if (const EngineStats st = engine.stats(); st.draft_calibration_ms > 0)
-    std::fprintf(stderr, "[drafts: depth policy calibrated in %.1f ms at engine start; rested %lld times]\n",
-                 st.draft_calibration_ms, static_cast<long long>(st.draft_rests));
+  if (const double ms = engine.stats().draft_calibration_ms; ms > 0)
+    std::fprintf(stderr, "[drafts: depth policy calibrated in %.1f ms at engine start]\n", ms);
 }
 
 }  // namespace
@@ -142,7 +141,7 @@ void register_run_command(CLI::App& app) {
   cmd->add_option("--threads", o->threads, "CPU threads (default: all cores)");
   cmd->add_flag("--ignore-eos", o->ignore_eos, "do not stop at end-of-sequence tokens");
   cmd->add_flag("--no-drafts", o->no_drafts, "never draft (the plain decode path; the same reply)");
-  add_backend_options(*cmd, o->backend, o->cuda_prompt_passes);
+  add_backend_options(*cmd, o->backend, o->cuda_prompt_passes, o->cuda_drafts);
   cmd->add_option("--context", o->context,
                   "positions per stream, prompt + reply (default: the model's maximum; cuda: at most 8192)");
   cmd->callback([o] { run(*o); });

@@ -26,7 +26,7 @@ namespace {
 
 struct ServeOptions {
   std::string model, host = "127.0.0.1", api_key, backend = "cpu";
-  bool cuda_prompt_passes = true;
+  bool cuda_prompt_passes = true, cuda_drafts = false;
   int port = 8080, parallel = 4, threads = 0;
   int64_t context = 0, max_queue = 256;
   double prompt_cache_gib = 1.0, memory_limit_gib = 0;
@@ -76,7 +76,7 @@ void serve(const ServeOptions& o) {
     options.context = context;
     options.prompt_cache_gib = o.prompt_cache_gib;
     options.max_queue = o.max_queue;
-    options.drafts = !o.no_drafts;
+    options.drafts = drafts_on(o.backend, o.no_drafts, o.cuda_drafts);
     options.draft_depth = o.draft_depth;
     options.memory_limit_gib = o.memory_limit_gib;
     engine = std::make_unique<Engine>(loaded.backend, options);
@@ -130,7 +130,7 @@ void register_serve_command(CLI::App& app) {
   cmd->add_option("--memory-limit-gib", o->memory_limit_gib,
                   "weights + stream states + drafting + prompt cache stay under this; 0: no limit")
       ->check(CLI::NonNegativeNumber);
-  add_backend_options(*cmd, o->backend, o->cuda_prompt_passes);
+  add_backend_options(*cmd, o->backend, o->cuda_prompt_passes, o->cuda_drafts);
   cmd->add_flag("--reference", o->reference,
                 "serve with the serial reference decode instead of the batched engine");
   cmd->callback([o] { serve(*o); });

@@ -24,6 +24,9 @@ namespace ds::cuda {
 namespace {
 
 constexpr int kMaxExpertWindowSlots = 4096;  // moe_expert_windows takes at most this many (row, rank) pairs
+// Calls of up to this many rows (decode rounds, draft windows with their re-run rows, head calls: the calls
+// replayed as graphs) share a scratch of this size; wider ones (prompts) take a second one.
+constexpr int kNarrowRows = 32;
 
 }  // namespace
 
@@ -235,7 +238,15 @@ void CudaModel::mixer(const Layer& L, int layer, int n, const float* x, float* y
 
 void CudaModel::ensure_scratch(int n) {
   const ModelConfig& c = cfg_;
+  // A wide call (a prompt, its head rows) never moves the narrow calls' buffers, so their parked graphs,
+  // keyed by those buffers, stay valid (it used to grow the one scratch after calibration had captured them).
+  const bool wide = n > kNarrowRows;
+  if (wide != wide_scratch_) {
+    std::swap(scratch_, other_scratch_);
+    wide_scratch_ = wide;
+  }
   if (scratch_ && scratch_->capacity >= n) return;
+  if (!wide) n = kNarrowRows;
   const int64_t D = c.hidden, S = c.hc_count, SD = c.stream_width(), V = c.vocab_size;
   auto s = std::make_unique<Scratch>();
   s->capacity = n;

@@ -256,6 +256,8 @@ class CudaModel {
   DeviceMatrix lm_head_;
   std::unique_ptr<HostTables> host_;
   std::unique_ptr<Scratch> scratch_;
+  std::unique_ptr<Scratch> other_scratch_;  // the other size class's (ensure_scratch: narrow / wide calls)
+  bool wide_scratch_ = false;               // scratch_ is the wide calls'
   std::unique_ptr<PromptScratch> prompt_scratch_;
   bool prompt_pass_ = false;  // this call's segments are prompt passes
   std::unique_ptr<Mtp> mtp_;  // the MTP head (its layer's cache is state slot cfg_.layers)
