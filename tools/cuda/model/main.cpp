@@ -97,7 +97,8 @@ int main(int argc, char** argv) {
     for (auto [bits, group] : encodings) {
       if (!mtp_only)
         section(tally, "bench", [&] { mc::run_bench(bench_config, bits, group, streams, rounds); });
-      section(tally, "mtp bench", [&] { mc::run_mtp_bench(bench_config, bits, group, mtp_reps); });
+      if (mtp_reps > 0)  // --mtp-reps 0: no MTP bench (it builds a second model)
+        section(tally, "mtp bench", [&] { mc::run_mtp_bench(bench_config, bits, group, mtp_reps); });
     }
   }
   if (tally.failed > 0) {
