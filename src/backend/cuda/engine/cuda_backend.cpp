@@ -132,7 +132,8 @@ void CudaBackend::flush_replays(std::span<const ForwardSegment> segments) const 
   }
   if (runs.empty()) return;
   const auto start = std::chrono::steady_clock::now();
-  // A one-off shape: launched directly (in the earlier one-graph form a capture would evict the round's).
+  // A shape seen before replays its parked graph, a new one launches directly (the earlier form: always
+  // directly, since a capture would evict the round's one graph).
   model_->set_graphs(graphs_ && window_graphs_);
   model_->forward_greedy(runs);
   add_phase("re-run pass", static_cast<int64_t>(runs.size()), start);
