@@ -121,11 +121,12 @@ double sigmoid(double z) {
   return 1.0 / (1.0 + std::exp(-z));
 }
 
-// Worst |got - float64| / bound over row r's x and iota. The bound follows the f32 arithmetic: normed values
-// within 6 ulps; a down|inject output within (chain + 7 + 8) ulps of sum |w normed| (a stream's lane chain of
-// ceil(80/32)*32 terms, the butterfly, the partials' 2 adds, normed's error); silu/sigmoid/products within 8
-// ulps each, propagated with |silu'| <= 1.1, |sigmoid'| <= 1/4.
-double worst_ratio(const HostAffine& di, const HostAffine& up, double down_scale, const Inputs& in, int r,
+// Worst |got - float64| / bound over row r's x and iota (the reference's affine scales times `scale`). The
+// bound follows the f32 arithmetic: normed values within 6 ulps; a down|inject output within (chain + 7 + 8)
+// ulps of sum |w normed| (a stream's lane chain of ceil(80/32)*32 terms, the butterfly, the partials' 2 adds,
+// normed's error); silu/sigmoid/products within 8 ulps each, propagated with |silu'| <= 1.1, |sigmoid'| <=
+// 1/4.
+double worst_ratio(const HostAffine& di, const HostAffine& up, double scale, const Inputs& in, int r,
                    bool with_pending, const Outputs& got) {
   std::vector<double> nv(size_t(kS) * kD), dn(nv.size());
   for (int g = 0; g < kS; ++g) {
@@ -143,7 +144,7 @@ double worst_ratio(const HostAffine& di, const HostAffine& up, double down_scale
       dn[size_t(g) * kD + i] = 6 * kUlp * std::fabs(nv[size_t(g) * kD + i]);
     }
   }
-  const RefWeight wd{&di, nullptr, di.rows, di.cols, down_scale}, wu{&up, nullptr, up.rows, up.cols, 1.0};
+  const RefWeight wd{&di, nullptr, di.rows, di.cols, scale}, wu{&up, nullptr, up.rows, up.cols, scale};
   const double joint_factor = wxcheck::bound_factor(kD, 32) + 8 * kUlp;
   std::vector<double> joint(di.rows), djoint(di.rows);
   for (int64_t o = 0; o < di.rows; ++o) {
@@ -194,8 +195,9 @@ void run_hc_checks(Tally& tally) {
     int bits, group;
     bool with_pending;  // false: the final mixer's form (down rows R, no inject, no iota out)
   };
-  for (const Case c : {Case{4, 32, true}, Case{6, 64, true}, Case{8, 128, false}, Case{2, 32, true},
-                       Case{3, 64, true}, Case{5, 128, true}}) {
+  // Groups of 128 do not divide up's R = 320 columns (hc_fused_takes refuses them: the separate ops run).
+  for (const Case c : {Case{4, 32, true}, Case{6, 64, true}, Case{8, 64, false}, Case{2, 32, true},
+                       Case{3, 64, true}, Case{5, 32, true}}) {
     std::mt19937_64 rng(1000 + c.bits * 7 + c.group);
     const HostAffine di =
         wxcheck::random_affine(c.with_pending ? kR + kS : kR, int64_t{kS} * kD, c.bits, c.group, rng);
@@ -233,7 +235,7 @@ void run_hc_checks(Tally& tally) {
       off = std::max(off, worst_ratio(di, up, 1.01, all, r, c.with_pending, together));
     }
     std::printf(
-        "  %s: x%s vs float64 %.3f of the bound (down|inject scales 1%% off: %.0fx); rows alone == 5 "
+        "  %s: x%s vs float64 %.3f of the bound (scales 1%% off: %.0fx); rows alone == 5 "
         "together: %s; normed rows and stored inject == add_rms_norm_rows: %s\n",
         name.c_str(), c.with_pending ? ", iota" : "", worst, off, alone_same ? "bit-identical" : "DIFFERENT",
         norm_same ? "bit-identical" : "DIFFERENT");
