@@ -1,7 +1,8 @@
-// cuda_sampling_check [--rows N] [--seed S] [--no-bench]: draws random and adversarial rows (ties, -inf / NaN
-// / +inf logits, -0 and +0, masks, penalties over histories, drafted tokens, every filter combination, T
-// near 0 and large, vocabulary 248,320 and small ones) with the DeviceSampler and with ds::KeyedSampler, and
-// counts the rows where the tokens differ (there must be none). Then times device draws of 1-64 rows.
+// cuda_sampling_check [--rows N] [--seed S] [--no-bench | --bench-only]: draws random and adversarial rows
+// (ties, -inf / NaN / +inf logits, -0 and +0, masks, penalties over histories, drafted tokens, every filter
+// combination, T near 0 and large, vocabulary 248,320 and small ones) with the DeviceSampler and with
+// ds::KeyedSampler, and counts the rows where the tokens differ (there must be none). Then times device draws
+// of 1-64 rows, and the host path they replace (the rows copied back, then KeyedSampler a row at a time).
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -209,12 +210,111 @@ std::vector<int32_t> device_tokens(ds::cuda::DeviceSampler& sampler, const std::
   return sampler.draw(logits.as<float>(), vocab, packed, stream);
 }
 
+// One timing row set: n rows of normal logits (scale 3) at the real vocabulary, every row with `params`
+// (seed by row), penalties over a history of 300 prompt and 60 generated tokens when they are on.
+std::vector<Case> bench_cases(int n, const ds::SamplingParams& params, std::mt19937_64& rng) {
+  constexpr int64_t kVocab = 248320;
+  std::normal_distribution<float> normal(0.0f, 3.0f);
+  std::uniform_int_distribution<int32_t> id(0, kVocab - 1);
+  std::vector<Case> cases(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) {
+    Case& c = cases[static_cast<size_t>(i)];
+    c.logits.resize(kVocab);
+    for (float& v : c.logits) v = normal(rng);
+    c.params = params;
+    c.params.seed = static_cast<uint64_t>(i);
+    c.position = 1000 + i;
+    if (params.penalties_active()) {
+      std::vector<int32_t> prompt(300);
+      for (auto& t : prompt) t = id(rng);
+      c.history.add_prompt(prompt);
+      for (int g = 0; g < 60; ++g) c.history.add_generated(id(rng));
+    }
+  }
+  return cases;
+}
+
+// Best of 20 per call at vocabulary 248,320: the device draw (packing, upload, kernels, tokens back) and the
+// host path (the rows' logits copied to the host, then KeyedSampler on each).
+// Returns the rows where the two paths drew different tokens (there must be none).
+int64_t draw_times(ds::cuda::DeviceSampler& sampler, DeviceBuffer& logits, cudaStream_t stream,
+                   uint64_t seed) {
+  constexpr int64_t kVocab = 248320;
+  struct Variant {
+    const char* name;
+    ds::SamplingParams params;
+  };
+  std::vector<Variant> variants(6);
+  variants[0] = {"greedy", {}};
+  variants[0].params.temperature = 0;
+  variants[1] = {"T 1", {}};
+  variants[2] = {"T.6 k20 p.95", {}};
+  variants[2].params.temperature = 0.6f, variants[2].params.top_k = 20, variants[2].params.top_p = 0.95f;
+  variants[3] = {"T 1 k50", {}};
+  variants[3].params.top_k = 50;
+  variants[4] = {"T 1 p.9 pen", {}};
+  variants[4].params.top_p = 0.9f, variants[4].params.repetition_penalty = 1.1f,
+  variants[4].params.presence_penalty = 0.5f;
+  variants[5] = {"T 1 minp.05 pen", {}};
+  variants[5].params.min_p = 0.05f, variants[5].params.frequency_penalty = 0.3f,
+  variants[5].params.repetition_penalty = 1.1f;
+  std::mt19937_64 rng(seed + 7);
+  ds::KeyedSampler host;
+  std::printf(
+      "draw ms per call, vocabulary %lld (normal logits, scale 3), best of 20: device / host path\n%6s",
+      static_cast<long long>(kVocab), "rows");
+  for (const Variant& v : variants) std::printf(" %17s", v.name);
+  std::printf("\n");
+  std::vector<float> back;
+  int64_t differ = 0;
+  for (int n : {1, 8, 32, 64}) {
+    std::printf("%6d", n);
+    for (const Variant& v : variants) {
+      const std::vector<Case> cases = bench_cases(n, v.params, rng);
+      std::vector<float> flat;
+      for (const Case& c : cases) flat.insert(flat.end(), c.logits.begin(), c.logits.end());
+      if (logits.bytes() < flat.size() * sizeof(float)) logits = DeviceBuffer(flat.size() * sizeof(float));
+      double device = 1e9, host_path = 1e9;
+      std::vector<int32_t> dev, want(cases.size());
+      for (int r = 0; r < 21; ++r) {  // the first is a warm-up
+        // Penalties rewrite the drawn rows in place: upload again outside the timed part.
+        logits.upload(flat.data(), flat.size() * sizeof(float));
+        std::vector<ds::RowDraw> draws;
+        for (const Case& c : cases) draws.push_back(row_draw(c));
+        auto t0 = std::chrono::steady_clock::now();
+        const ds::PackedDraws packed = ds::pack_draws(draws, kVocab);
+        dev = sampler.draw(logits.as<float>(), kVocab, packed, stream);
+        const double d =
+            std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+        logits.upload(flat.data(), flat.size() * sizeof(float));
+        t0 = std::chrono::steady_clock::now();
+        back.resize(flat.size());
+        ds::cuda::check(
+            cudaMemcpy(back.data(), logits.data(), back.size() * sizeof(float), cudaMemcpyDeviceToHost),
+            "draw_times: rows to the host");
+        for (size_t i = 0; i < cases.size(); ++i)
+          want[i] = host.sample(std::span<const float>(back.data() + i * kVocab, kVocab), cases[i].params,
+                                cases[i].position, cases[i].history, {});
+        const double h =
+            std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+        if (r > 0) device = std::min(device, d), host_path = std::min(host_path, h);
+      }
+      for (size_t i = 0; i < cases.size(); ++i) differ += dev[i] != want[i];
+      std::printf(" %8.3f /%7.3f", device, host_path);
+    }
+    std::printf("\n");
+    std::fflush(stdout);
+  }
+  std::printf("timed rows: device == host on all but %lld\n", static_cast<long long>(differ));
+  return differ;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   int rows = 4096;
   uint64_t seed = 1;
-  bool bench = true;
+  bool bench = true, check = true;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--rows" && i + 1 < argc)
@@ -223,8 +323,10 @@ int main(int argc, char** argv) {
       seed = std::stoull(argv[++i]);
     else if (a == "--no-bench")
       bench = false;
+    else if (a == "--bench-only")
+      check = false;
     else {
-      std::fprintf(stderr, "usage: cuda_sampling_check [--rows N] [--seed S] [--no-bench]\n");
+      std::fprintf(stderr, "usage: cuda_sampling_check [--rows N] [--seed S] [--no-bench | --bench-only]\n");
       return 2;
     }
   }
@@ -238,7 +340,7 @@ int main(int argc, char** argv) {
     int64_t failures = 0, total = 0, nothing = 0;
     // A quarter of the rows at the real vocabulary, the rest spread over small ones (odd sizes included).
     const std::vector<int64_t> vocabs = {248320, 1, 2, 63, 64, 65, 1000, 8191, 8193, 50000};
-    for (int64_t vocab : vocabs) {
+    for (int64_t vocab : check ? vocabs : std::vector<int64_t>{}) {
       const int count = vocab == 248320 ? rows / 4 : std::max(1, rows * 3 / 4 / 9);
       const int batch = vocab == 248320 ? 64 : 256;
       int64_t same = 0, by_mode[3] = {0, 0, 0};
@@ -272,54 +374,11 @@ int main(int argc, char** argv) {
           static_cast<long long>(same));
       std::fflush(stdout);
     }
-    std::printf("%s: %lld rows, %lld mismatches (%lld with nothing drawable)\n",
-                failures == 0 ? "PASS" : "FAIL", static_cast<long long>(total),
-                static_cast<long long>(failures), static_cast<long long>(nothing));
-    if (bench) {
-      // Device draw time per call (upload of the packed rows, kernels, tokens back) at the real vocabulary.
-      std::printf(
-          "device draw ms per call, vocabulary 248320 (normal logits, scale 3):\n%6s %10s %10s %12s %14s\n",
-          "rows", "greedy", "T 1", "T .6 k20 p.95", "T 1 p.9 pen");
-      for (int n : {1, 8, 32, 64}) {
-        std::printf("%6d", n);
-        for (int variant = 0; variant < 4; ++variant) {
-          std::vector<Case> cases;
-          for (int i = 0; i < n; ++i) {
-            Case c = maker.make(248320, 0);
-            c.mask.clear();
-            c.drafted.clear();
-            c.params = ds::SamplingParams{};
-            c.params.seed = static_cast<uint64_t>(i);
-            if (variant == 0) c.params.temperature = 0;
-            if (variant == 2) c.params.temperature = 0.6f, c.params.top_k = 20, c.params.top_p = 0.95f;
-            if (variant == 3)
-              c.params.top_p = 0.9f, c.params.repetition_penalty = 1.1f, c.params.presence_penalty = 0.5f;
-            cases.push_back(std::move(c));
-          }
-          device_tokens(sampler, cases, 248320, logits, stream);  // warm-up
-          const int reps = 20;
-          double best = 1e9;
-          for (int r = 0; r < reps; ++r) {
-            // Penalties rewrite the drawn rows in place: upload again outside the timed part.
-            std::vector<ds::RowDraw> draws;
-            std::vector<float> flat;
-            for (const Case& c : cases) {
-              draws.push_back(row_draw(c));
-              flat.insert(flat.end(), c.logits.begin(), c.logits.end());
-            }
-            logits.upload(flat.data(), flat.size() * sizeof(float));
-            const auto t0 = std::chrono::steady_clock::now();
-            const ds::PackedDraws packed = ds::pack_draws(draws, 248320);
-            sampler.draw(logits.as<float>(), 248320, packed, stream);
-            best = std::min(
-                best,
-                std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
-          }
-          std::printf(" %*.3f", variant == 2 ? 12 : variant == 3 ? 14 : 10, best);
-        }
-        std::printf("\n");
-      }
-    }
+    if (check)
+      std::printf("%s: %lld rows, %lld mismatches (%lld with nothing drawable)\n",
+                  failures == 0 ? "PASS" : "FAIL", static_cast<long long>(total),
+                  static_cast<long long>(failures), static_cast<long long>(nothing));
+    if (bench) failures += draw_times(sampler, logits, stream, seed);
     return failures == 0 ? 0 : 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());

@@ -157,9 +157,8 @@ DrawnRows CudaBackend::forward_rows(std::span<const ForwardSegment> segments,
                                     std::span<const RowDraw> rows) const {
   const int64_t V = model_->config().vocab_size;
   std::vector<RowDraw> uses(rows.begin(), rows.end());
-  // Top-k / top-p rows stay on the host unless asked for: the device's kept-set selection (one block a row,
-  // contended shared-memory histograms) measured 3.4-4.8 ms a call at vocabulary 248,320, slower than the
-  // host's draw plus the row's copy.
+  // Top-k / top-p rows are drawn on the device too unless turned off (set_device_filters(false): the host's
+  // KeyedSampler, each row's logits copied back; the same tokens either way).
   if (!device_filters_)
     for (RowDraw& u : uses)
       if (u.use == RowUse::Draw && u.params != nullptr &&

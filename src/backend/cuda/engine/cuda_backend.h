@@ -48,8 +48,8 @@ class CudaBackend final : public ModelBackend {
   CudaModel& model() const { return *model_; }
   // Device draws on (the default) or off; set it before an engine takes the backend.
   void set_device_draws(bool on) { device_draws_ = on; }
-  // Top-k / top-p rows drawn on the device too (exact, but slower than the host today: docs/backend-cuda.md
-  // "Sampling"); off by default, when they come to the host's KeyedSampler.
+  // Top-k / top-p rows drawn on the device too (the default: faster than the row's copy and the host's draw,
+  // docs/receipts/cuda-engine.md "GPU sampler filters"); off, they come to the host's KeyedSampler.
   void set_device_filters(bool on) { device_filters_ = on; }
   int64_t device_draws() const { return draws_; }  // rows drawn on the device so far
   // Re-runs (rollbacks) done so far and their rows, for receipts.
@@ -77,7 +77,7 @@ class CudaBackend final : public ModelBackend {
   bool graphs_;       // the model's option: decode rounds replay CUDA graphs; other calls launch directly
   mutable int64_t replays_ = 0, replay_rows_ = 0;
   mutable DeviceBuffer hidden_rows_, hidden_out_;  // hidden rows crossing between host and device
-  bool device_draws_ = true, device_filters_ = false;
+  bool device_draws_ = true, device_filters_ = true;
   mutable DeviceSampler sampler_;
   mutable int64_t draws_ = 0;
 };
