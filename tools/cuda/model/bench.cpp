@@ -68,6 +68,14 @@ void run_fast_vs_generic(Tally& tally, const std::string& config_path) {
   std::printf("  fast kernels: CUDA-graph replay == direct launches: %s\n",
               graph_same ? "bit-identical" : "DIFFERENT");
   tally.expect(graph_same, "fast kernels: graph replay == direct launches");
+  // Programmatic edges == plain edges where the split hc mix runs (the fixtures' hc up is unquantized).
+  fast.set_programmatic_launch(false);
+  CudaStreamState s5 = fast.new_state();
+  const bool plain_same = run_windows(fast, s5, tokens, 4) == lf;
+  fast.set_programmatic_launch(true);
+  std::printf("  fast kernels: programmatic launch == plain edges: %s\n",
+              plain_same ? "bit-identical" : "DIFFERENT");
+  tally.expect(plain_same, "fast kernels: programmatic launch == plain edges");
   CudaStreamState s1 = fast.new_state();
   const bool steps_same = run_windows(fast, s1, tokens, 1) == lf;
   std::printf("  fast kernels: windows of 4 == single steps: %s\n",
