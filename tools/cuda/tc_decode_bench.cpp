@@ -87,12 +87,19 @@ double median_us(const Launch& launch, int n_copies, int reps, const Stream& str
 void run_tc_decode_bench(int reps) {
   Stream stream;
   std::mt19937_64 rng(5);
-  const int kRows[] = {1, 8, 16, 64};
+  const int kRows[] = {1, 2, 4, 8, 16};
   const std::vector<float> xh = random_normal(int64_t{64} * 6144, 1.0f, rng);
   DeviceBuffer x = upload(xh), y(size_t(64) * 248320 * 4), scratch(tc_decode_scratch_bytes(6144, 640));
-  std::printf("\ndecode products, tensor cores (tc) vs FMA (fma), x fp32: us, weight GB/s, TFLOP/s\n");
+  // fma: affine_wx (the FMA products, windows of up to 16 rows); tc: tc_decode_wx with the general kernel
+  // alone (small windows off: the kernel before tc_gemv.cu); new: tc_decode_wx as shipped (the small-window
+  // kernel up to 8 rows; one row split in the block, no split launch); ring: one row with the split launch
+  // and the planes in the ring. GB/s: the weight's bytes over the time.
+  std::printf(
+      "\ndecode products, FMA vs tensor cores (tc: general kernel, new: small-window kernel <= 8 rows), "
+      "x fp32: us, weight GB/s\n");
   std::printf("%-15s %-9s %7s", "shape", "format", "MB");
-  for (int n : kRows) std::printf(" | %2d rows: fma us  tc us  tc GB/s TF/s x", n);
+  for (int n : kRows)
+    std::printf(" | %2d rows: fma   GB/s     tc    new   GB/s%s", n, n == 1 ? "   ring" : "");
   std::printf("\n");
   for (int bits : {4, 6}) {
     const int group = bits == 4 ? 32 : 64;
@@ -101,7 +108,6 @@ void run_tc_decode_bench(int reps) {
       const double bytes = double(s.rows) * s.cols * bits / 8 + 4.0 * s.rows * (s.cols / group);
       std::printf("%-15s %d-bit g%-3d %7.2f", s.name, bits, group, bytes / 1e6);
       for (int n : kRows) {
-        const Activations xa{x.data(), ActType::F32, s.cols};
         const double fma = median_us(
             [&](int i) {
               for (int r0 = 0; r0 < n; r0 += kMaxWindowRows)
@@ -110,18 +116,22 @@ void run_tc_decode_bench(int reps) {
                           stream.get());
             },
             static_cast<int>(c.w.size()), reps, stream);
-        (void)xa;
-        double tcu = -1;
-        if (tc_decode_supported(tiled(c.w[0])))
-          tcu = median_us(
+        double tc[3] = {-1, -1, -1};  // general, shipped, one row with the planes in the ring
+        for (int v = 0; v < (n == 1 ? 3 : 2) && tc_decode_supported(tiled(c.w[0])); ++v) {
+          tc_decode_small_windows(v >= 1);
+          tc_decode_one_row_in_block(v != 2);
+          tc[v] = median_us(
               [&](int i) {
                 tc_decode_wx(tiled(c.w[i]), x.as<float>(), s.cols, n, y.as<float>(), s.rows, scratch.data(),
                              scratch.bytes(), stream.get());
               },
               static_cast<int>(c.w.size()), reps, stream);
-        const double tf = tcu > 0 ? 2.0 * s.rows * s.cols * n / (tcu * 1e-6) / 1e12 : 0;
-        std::printf(" | %13.1f %6.1f %7.0f %5.1f %4.1f", fma, tcu, tcu > 0 ? bytes / (tcu * 1e3) : 0, tf,
-                    tcu > 0 ? fma / tcu : 0);
+        }
+        tc_decode_small_windows(true);
+        tc_decode_one_row_in_block(true);
+        std::printf(" | %11.1f %6.0f %6.1f %6.1f %6.0f", fma, bytes / (fma * 1e3), tc[0], tc[1],
+                    tc[1] > 0 ? bytes / (tc[1] * 1e3) : 0);
+        if (n == 1) std::printf(" %6.1f", tc[2]);
       }
       std::printf("\n");
     }
@@ -131,8 +141,11 @@ void run_tc_decode_bench(int reps) {
   // products.
   std::printf(
       "\nrouted experts (512, top-10; gate|up 1280x2560, down 2560x640, 4-bit g32, x fp32): us per step\n");
-  std::printf("%7s %8s | %9s %9s | %9s %9s | %8s %7s\n", "streams", "experts", "pairs gu", "tiles gu",
-              "pairs dn", "tiles dn", "tiles GB/s", "%");
+  std::printf(
+      "(tiles of up to min(streams, 8) slots, as the model cuts them; tc: general kernel, new: the "
+      "small-window kernel)\n");
+  std::printf("%7s %8s | %9s %6s %9s %9s | %9s %6s %9s %9s | %8s %7s\n", "streams", "experts", "pairs gu",
+              "GB/s", "tc gu", "new gu", "pairs dn", "GB/s", "tc dn", "new dn", "new GB/s", "%");
   const int n_experts = 512, k = 10, bits = 4, group = 32;
   Copies gu = make_copies(1280, 2560, bits, group, n_experts),
          dn = make_copies(2560, 640, bits, group, n_experts);
@@ -155,7 +168,7 @@ void run_tc_decode_bench(int reps) {
       for (int p = 0; p < total; ++p) up.push_back({topk[p], p / k}), down.push_back({topk[p], p});
       d_pairs_up.push_back(upload(up));
       d_pairs_dn.push_back(upload(down));
-      const int max_tiles = max_expert_tiles(streams, k, n_experts);
+      const int max_tiles = max_expert_tiles(streams, k, n_experts, std::min(streams, kDecodeExpertTileRows));
       n_tiles.push_back(max_tiles);
       DeviceBuffer d_topk = upload(topk);
       d_tiles.emplace_back(max_tiles * sizeof(ExpertWindow));
@@ -163,14 +176,14 @@ void run_tc_decode_bench(int reps) {
       d_slot.emplace_back(total * 4);
       moe_expert_tiles(d_topk.as<int32_t>(), streams, k, n_experts, d_tiles.back().as<ExpertWindow>(),
                        max_tiles, d_rows.back().as<int32_t>(), d_slot.back().as<int32_t>(),
-                       group_scratch.data(), stream.get());
+                       group_scratch.data(), stream.get(), std::min(streams, kDecodeExpertTileRows));
       stream.synchronize();
     }
     distinct /= lists;
     DeviceBuffer ygu(size_t(total) * 1280 * 4), ydn(size_t(total) * 2560 * 4),
         sc(tc_decode_scratch_bytes(2560, total));
     DeviceBuffer h = upload(random_normal(int64_t{total} * 640, 1.0f, rng));
-    const int tier = std::min(streams, kDecodeTileRows);
+    const int tier = std::min(streams, kDecodeExpertTileRows);
     const int copies = static_cast<int>(gu.w.size());
     auto pick = [&](int i) { return i % lists; };
     const double p_gu = median_us(
@@ -180,13 +193,25 @@ void run_tc_decode_bench(int reps) {
                             stream.get());
         },
         lists, reps, stream);
-    const double t_gu = median_us(
-        [&](int i) {
-          tc_decode_experts(tiled(gu.w[i % copies]), d_tiles[pick(i)].as<ExpertWindow>(), n_tiles[pick(i)],
-                            tier, d_rows[pick(i)].as<int32_t>(), x.as<float>(), 2560, streams,
-                            ygu.as<float>(), 1280, sc.data(), sc.bytes(), stream.get());
-        },
-        lists, reps, stream);
+    double t_gu[2], t_dn[2];
+    for (int small = 0; small < 2; ++small) {
+      tc_decode_small_windows(small == 1);
+      t_gu[small] = median_us(
+          [&](int i) {
+            tc_decode_experts(tiled(gu.w[i % copies]), d_tiles[pick(i)].as<ExpertWindow>(), n_tiles[pick(i)],
+                              tier, d_rows[pick(i)].as<int32_t>(), x.as<float>(), 2560, streams,
+                              ygu.as<float>(), 1280, sc.data(), sc.bytes(), stream.get());
+          },
+          lists, reps, stream);
+      t_dn[small] = median_us(
+          [&](int i) {
+            tc_decode_experts(tiled(dn.w[i % dn.w.size()]), d_tiles[pick(i)].as<ExpertWindow>(),
+                              n_tiles[pick(i)], tier, nullptr, h.as<float>(), 640, total, ydn.as<float>(),
+                              2560, sc.data(), sc.bytes(), stream.get());
+          },
+          lists, reps, stream);
+    }
+    tc_decode_small_windows(true);
     const double p_dn = median_us(
         [&](int i) {
           affine_wx_grouped(dn.w[i % dn.w.size()], d_pairs_dn[pick(i)].as<ExpertRow>(), total,
@@ -194,17 +219,12 @@ void run_tc_decode_bench(int reps) {
                             stream.get());
         },
         lists, reps, stream);
-    const double t_dn = median_us(
-        [&](int i) {
-          tc_decode_experts(tiled(dn.w[i % dn.w.size()]), d_tiles[pick(i)].as<ExpertWindow>(),
-                            n_tiles[pick(i)], tier, nullptr, h.as<float>(), 640, total, ydn.as<float>(), 2560,
-                            sc.data(), sc.bytes(), stream.get());
-        },
-        lists, reps, stream);
-    const double bytes = distinct * (1280.0 * 2560 + 2560.0 * 640) * (bits / 8.0 + 4.0 / group);
-    const double gbs = bytes / ((t_gu + t_dn) * 1e3);
-    std::printf("%7d %8.1f | %9.1f %9.1f | %9.1f %9.1f | %8.0f %6.0f%%\n", streams, distinct, p_gu, t_gu,
-                p_dn, t_dn, gbs, 100.0 * gbs / kCeilingGBs);
+    const double unit = bits / 8.0 + 4.0 / group;
+    const double gu_bytes = distinct * 1280.0 * 2560 * unit, dn_bytes = distinct * 2560.0 * 640 * unit;
+    const double gbs = (gu_bytes + dn_bytes) / ((t_gu[1] + t_dn[1]) * 1e3);
+    std::printf("%7d %8.1f | %9.1f %6.0f %9.1f %9.1f | %9.1f %6.0f %9.1f %9.1f | %8.0f %6.0f%%\n", streams,
+                distinct, p_gu, gu_bytes / (p_gu * 1e3), t_gu[0], t_gu[1], p_dn, dn_bytes / (p_dn * 1e3),
+                t_dn[0], t_dn[1], gbs, 100.0 * gbs / kCeilingGBs);
   }
 }
 

@@ -143,6 +143,36 @@ void check_experts(Tally& tally, int bits, int n_rows, int k, int n_experts, std
                name + ": every slot == its expert on its row alone (gate|up via row_ids, down in order)");
 }
 
+// The small-window kernel (tc_gemv.cu, windows of up to 8 rows) against the general kernel, bit for bit, on
+// 2560 columns (20 stages: its ring wraps several times) at every count 1..8, for six formats.
+void check_small_windows(Tally& tally, std::mt19937_64& rng, const Stream& s) {
+  const int64_t rows = 200, cols = 2560;
+  const int formats[][2] = {{4, 32}, {6, 64}, {3, 64}, {8, 128}, {2, 32}, {5, 32}};
+  for (const auto& f : formats) {
+    const TcWeight t = make_weight(rows, cols, f[0], f[1], 1, rng);
+    const DeviceBuffer x = upload(random_normal(16 * cols, 1.0f, rng));
+    int first_bad = -1;
+    for (int c = 1; c <= 8 && first_bad < 0; ++c) {
+      tc_decode_small_windows(false);
+      const std::vector<float> general = run_decode(t.w, x, cols, c % 5, c, s);
+      tc_decode_small_windows(true);
+      const std::vector<float> small = run_decode(t.w, x, cols, c % 5, c, s);  // one row: split in the block
+      tc_decode_one_row_in_block(false);
+      const std::vector<float> ring = run_decode(t.w, x, cols, c % 5, c, s);  // one row: planes in the ring
+      tc_decode_one_row_in_block(true);
+      const size_t bytes = general.size() * sizeof(float);
+      if (std::memcmp(general.data(), small.data(), bytes) != 0 ||
+          std::memcmp(general.data(), ring.data(), bytes))
+        first_bad = c;
+    }
+    tally.expect(first_bad < 0,
+                 format_name(f[0], f[1]) +
+                     ": small-window kernel (ring; one row also split in the block) == "
+                     "general kernel, bit for bit, 1..8 rows x 2560 columns" +
+                     (first_bad < 0 ? "" : " (first mismatch at " + std::to_string(first_bad) + " rows)"));
+  }
+}
+
 // The fixtures' small shapes (a few outputs, 32-512 columns), dense and 4-bit, at 1, 3 and 16 rows, within
 // the bound; and three products back to back on one scratch without a sync == each run alone (the model's
 // sequence: each split overwrites the planes the previous product read).
@@ -223,6 +253,10 @@ void run_tc_decode_checks(Tally& tally) {
   check_experts(tally, 6, 130, 2, 3, rng, s, kDecodeTileRows);  // about 87 rows an expert: two tiles each
   check_experts(tally, 4, 90, 3, 6, rng, s, kDecodeExpertTileRows);  // the model's decode tiles of 8
   check_experts(tally, 0, 16, 2, 8, rng, s, kDecodeExpertTileRows);
+  check_small_windows(tally, rng, s);
+  check_experts(tally, 4, 1, 10, 16, rng, s, 1);  // one stream: tiles of one slot (the 1-row small kernel)
+  check_experts(tally, 6, 3, 4, 8, rng, s, 2);
+  check_experts(tally, 4, 7, 4, 8, rng, s, 4);
 
   // Bad shapes and arguments, refused by name.
   std::vector<float> xh(64, 1.0f);

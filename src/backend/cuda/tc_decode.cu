@@ -22,159 +22,13 @@
 #include "backend/cuda/grid_dependency.cuh"
 #include "backend/cuda/tc_common.cuh"
 #include "backend/cuda/tc_decode.h"
+#include "backend/cuda/tc_decode_parts.cuh"
 
 namespace ds::cuda {
 
 namespace {
 
-using tc::cp_async16;
-using tc::cp_async4;
-using tc::cp_async_commit;
-using tc::from_bf16;
-using tc::kTerms;
-using tc::mma_bf16;
-
-constexpr int kWarps = 4;
-constexpr int kThreads = kWarps * 32;
-constexpr int kWarpOutputs = 16;
-constexpr int kBlockOutputs = kWarps * kWarpOutputs;
-constexpr int kUnitsPerStage = 4;  // units of 32 columns
-constexpr int kStages = 4;
-
-// One warp's stage: per output row the codes of 4 units (+ 4 words of padding: distinct banks for 4-bit),
-// then for affine 3 words of bf16 scales and 3 of biases (the words covering the stage's groups).
-template <int Bits>
-struct Stage {
-  static constexpr int kCodeWords = (Bits == 0 ? 16 : Bits) * kUnitsPerStage + 4;
-  static constexpr int kSbWords = Bits == 0 ? 0 : 8;  // scales at +0, biases at +4
-  static constexpr int kRowWords = kCodeWords + kSbWords;
-  static constexpr int kWords = kWarpOutputs * kRowWords;
-  static constexpr size_t kBlockBytes = size_t{kWarps} * kStages * kWords * 4;
-};
-
-struct DecodeWeight {
-  const uint32_t* codes;   // affine codes, or dense bf16 pairs
-  const uint32_t* scales;  // affine only: bf16 pairs from a 4-byte aligned base
-  const uint32_t* biases;
-  int64_t sb_base;  // bf16 index of the matrix's first scale (and bias) from those bases
-  int64_t rows, cols, words_per_row, groups_per_row;
-  int group_shift;
-  bool chunk16;  // rows of codes are a multiple of 16 bytes: 16-byte copies
-};
-
-struct DecodeX {
-  const uint4* planes;  // [kTerms, n_x, cols] bf16 in fragment order, as uint4 (8 values)
-  const float* sums;    // [n_x, cols / 32]
-  int64_t n_x, cols;
-};
-
-__device__ __forceinline__ uint32_t and_or_code(uint32_t a, uint32_t mask, uint32_t c) {
-  uint32_t d;
-  asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(d) : "r"(a), "r"(mask), "r"(c));  // (a & b) | c
-  return d;
-}
-
-// bf16x2 (128 + q) -> q, exactly.
-__device__ __forceinline__ uint32_t minus128(uint32_t v) {
-  uint32_t d;
-  asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(v), "r"(0x3F803F80u), "r"(0xC300C300u));
-  return d;
-}
-
-constexpr uint32_t kBf16Magic = 0x43004300u;  // bf16 128.0 in both halves
-
-template <int Bits, int I>
-__device__ __forceinline__ uint32_t code_of(uint32_t lo, uint32_t hi) {
-  constexpr int b = I * Bits;
-  constexpr uint32_t mask = (1u << Bits) - 1u;
-  if constexpr (b + Bits <= 32)
-    return (lo >> b) & mask;
-  else if constexpr (b >= 32)
-    return (hi >> (b - 32)) & mask;
-  else
-    return __funnelshift_r(lo, hi, b) & mask;
-}
-
-// The 4 bf16x2 pairs (columns (8t + p, 8t + p + 4), p = 0..3) of one output row's unit; uw: the unit's words.
-template <int Bits>
-__device__ __forceinline__ void unit_pairs(const uint32_t* uw, int t, uint32_t (&P)[4]) {
-  if constexpr (Bits == 0) {
-    const uint4 v = *reinterpret_cast<const uint4*>(uw + 4 * t);
-    P[0] = __byte_perm(v.x, v.z, 0x5410);
-    P[1] = __byte_perm(v.x, v.z, 0x7632);
-    P[2] = __byte_perm(v.y, v.w, 0x5410);
-    P[3] = __byte_perm(v.y, v.w, 0x7632);
-  } else if constexpr (Bits == 4) {
-    const uint32_t v = uw[t];
-#pragma unroll
-    for (int p = 0; p < 4; ++p) P[p] = minus128(and_or_code(v >> (4 * p), 0x000F000Fu, kBf16Magic));
-  } else if constexpr (Bits == 8) {
-    const uint32_t v0 = uw[2 * t], v1 = uw[2 * t + 1];
-#pragma unroll
-    for (int p = 0; p < 4; ++p) {
-      // 2^23 + q as fp32 (byte p into the low byte of 0x4B000000), minus 2^23: q exactly, then two to bf16x2.
-      const float lo = __fsub_rn(__uint_as_float(__byte_perm(v0, 0x4B000000u, 0x7540 | p)), 8388608.0f);
-      const float hi = __fsub_rn(__uint_as_float(__byte_perm(v1, 0x4B000000u, 0x7540 | p)), 8388608.0f);
-      const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);  // q < 256: exact
-      P[p] = *reinterpret_cast<const uint32_t*>(&h);
-    }
-  } else {
-    const int bit0 = t * 8 * Bits, w0 = bit0 >> 5, sh = bit0 & 31;
-    const uint32_t lo = __funnelshift_r(uw[w0], uw[w0 + 1], sh);
-    uint32_t hi = 0;
-    if constexpr (8 * Bits > 32) hi = __funnelshift_r(uw[w0 + 1], uw[w0 + 2], sh);
-    const uint32_t c[8] = {code_of<Bits, 0>(lo, hi), code_of<Bits, 1>(lo, hi), code_of<Bits, 2>(lo, hi),
-                           code_of<Bits, 3>(lo, hi), code_of<Bits, 4>(lo, hi), code_of<Bits, 5>(lo, hi),
-                           code_of<Bits, 6>(lo, hi), code_of<Bits, 7>(lo, hi)};
-#pragma unroll
-    for (int p = 0; p < 4; ++p) P[p] = minus128(c[p] | (c[p + 4] << 16) | kBf16Magic);
-  }
-}
-
-// Copies stage s (units 4s .. 4s+nu-1) of the warp's 16 outputs from o0 into dst; one commit group per call.
-template <int Bits>
-__device__ __forceinline__ void issue_stage(const DecodeWeight& W, int64_t o0, int64_t s, int64_t n_stages,
-                                            uint32_t* dst, int lane) {
-  using L = Stage<Bits>;
-  if (s < n_stages) {
-    const int64_t T = W.cols / 32, t0 = s * kUnitsPerStage;
-    const int nu = static_cast<int>(min(int64_t{kUnitsPerStage}, T - t0));
-    if constexpr (Bits == 0) {
-      const int cpr = nu * 4;  // 16-byte chunks per output row (a unit is 64 bytes)
-      for (int c = lane; c < kWarpOutputs * cpr; c += 32) {
-        const int r = c / cpr, k = c % cpr;
-        const int64_t o = min(o0 + r, W.rows - 1);
-        cp_async16(dst + r * L::kRowWords + 4 * k, W.codes + o * W.words_per_row + t0 * 16 + 4 * k, 16);
-      }
-    } else {
-      const int rw = nu * Bits;
-      if (W.chunk16) {
-        const int cpr = rw / 4;
-        for (int c = lane; c < kWarpOutputs * cpr; c += 32) {
-          const int r = c / cpr, k = c % cpr;
-          const int64_t o = min(o0 + r, W.rows - 1);
-          cp_async16(dst + r * L::kRowWords + 4 * k, W.codes + o * W.words_per_row + t0 * Bits + 4 * k, 16);
-        }
-      } else {
-        for (int c = lane; c < kWarpOutputs * rw; c += 32) {
-          const int r = c / rw, k = c % rw;
-          const int64_t o = min(o0 + r, W.rows - 1);
-          cp_async4(dst + r * L::kRowWords + k, W.codes + o * W.words_per_row + t0 * Bits + k, 4);
-        }
-      }
-      // Lanes 0-15 the scales of output row lane, 16-31 the biases: the 1-3 words covering the stage's
-      // groups.
-      const int half = lane >> 4, r = lane & 15;
-      const int64_t o = min(o0 + r, W.rows - 1);
-      const int64_t i_lo = W.sb_base + o * W.groups_per_row + ((t0 * 32) >> W.group_shift);
-      const int64_t i_hi = W.sb_base + o * W.groups_per_row + (((t0 + nu) * 32 - 1) >> W.group_shift);
-      const uint32_t* src = half == 0 ? W.scales : W.biases;
-      for (int64_t w = i_lo >> 1; w <= (i_hi >> 1); ++w)
-        cp_async4(dst + r * L::kRowWords + L::kCodeWords + 4 * half + (w - (i_lo >> 1)), src + w, 4);
-    }
-  }
-  cp_async_commit();
-}
+using namespace tcd;
 
 template <int Bits, int NF>
 __global__ void __launch_bounds__(kThreads)
@@ -381,11 +235,26 @@ void launch_nf(const DecodeWeight& W, dim3 grid, const ExpertWindow* tiles, int 
                                                                n_experts);
 }
 
+bool small_windows = true;     // tc_decode_small_windows
+bool one_row_in_block = true;  // tc_decode_one_row_in_block
+
+// Whether a launch takes the small-window kernel, and whether its one row is split in the block (no split
+// launch): affine weights (dense keeps the general kernel), windows of up to 8 rows, expert tiles of one slot
+// (tiles of 8 measured slower on it than on the general kernel: 8 staged rows a warp, 2 blocks an SM).
+bool takes_small(const TiledWeight& w, int tier_rows, bool tiles) {
+  return w.dense == nullptr && tier_rows <= (tiles ? 1 : 8) && small_windows;
+}
+bool takes_in_block(const TiledWeight& w, int tier_rows, bool tiles) {
+  return takes_small(w, tier_rows, tiles) && tier_rows <= 1 && one_row_in_block && w.cols <= kInBlockMaxCols;
+}
+
 template <int Bits>
-void launch_bits(const DecodeWeight& W, dim3 grid, int tier_rows, const ExpertWindow* tiles, int n_rows,
-                 const int32_t* row_ids, const DecodeX& X, float* y, int64_t ldy, int64_t n_experts,
-                 cudaStream_t stream) {
-  if (tier_rows <= 8)
+void launch_bits(const DecodeWeight& W, dim3 grid, int tier_rows, bool small, bool in_block,
+                 const ExpertWindow* tiles, int n_rows, const int32_t* row_ids, const DecodeX& X, float* y,
+                 int64_t ldy, int64_t n_experts, cudaStream_t stream) {
+  if (Bits != 0 && small)
+    launch_small<Bits>(W, grid, tier_rows, in_block, tiles, n_rows, row_ids, X, y, ldy, n_experts, stream);
+  else if (tier_rows <= 8)
     launch_nf<Bits, 1>(W, grid, tiles, n_rows, row_ids, X, y, ldy, n_experts, stream);
   else if (tier_rows <= 16)
     launch_nf<Bits, 2>(W, grid, tiles, n_rows, row_ids, X, y, ldy, n_experts, stream);
@@ -417,24 +286,36 @@ void dispatch(const char* op, const TiledWeight& w, unsigned grid_y, int tier_ro
         "scratch must hold " + std::to_string(need) + " bytes (got " + std::to_string(scratch_bytes) + ")");
   auto* planes = static_cast<uint16_t*>(scratch);
   auto* sums = reinterpret_cast<float*>(static_cast<uint8_t*>(scratch) + plane_bytes(w.cols, n_x));
-  const int64_t units = n_x * (w.cols / 32);
-  decode_split_kernel<<<static_cast<unsigned>((units + 127) / 128), 128, 0, stream>>>(x, ldx, n_x, w.cols,
-                                                                                      planes, sums);
-  check_launch(op);
+  const bool small = takes_small(w, tier_rows, tiles != nullptr),
+             in_block = takes_in_block(w, tier_rows, tiles != nullptr);
+  if (!in_block) {  // the one-row in-block kernel splits its row itself
+    const int64_t units = n_x * (w.cols / 32);
+    decode_split_kernel<<<static_cast<unsigned>((units + 127) / 128), 128, 0, stream>>>(x, ldx, n_x, w.cols,
+                                                                                        planes, sums);
+    check_launch(op);
+  }
   const DecodeWeight W = decode_weight(w);
-  const DecodeX X{reinterpret_cast<const uint4*>(planes), sums, n_x, w.cols};
+  const DecodeX X{reinterpret_cast<const uint4*>(planes), sums, n_x, w.cols, x, ldx};
   const dim3 grid(static_cast<unsigned>((w.rows + kBlockOutputs - 1) / kBlockOutputs), grid_y);
   if (w.dense != nullptr)
-    launch_bits<0>(W, grid, tier_rows, tiles, n_rows, row_ids, X, y, ldy, w.n_experts, stream);
+    launch_bits<0>(W, grid, tier_rows, false, false, tiles, n_rows, row_ids, X, y, ldy, w.n_experts, stream);
   else
     with_bits(w.affine.bits, [&](auto bits) {
-      launch_bits<decltype(bits)::value>(W, grid, tier_rows, tiles, n_rows, row_ids, X, y, ldy, w.n_experts,
-                                         stream);
+      launch_bits<decltype(bits)::value>(W, grid, tier_rows, small, in_block, tiles, n_rows, row_ids, X, y,
+                                         ldy, w.n_experts, stream);
     });
   check_launch(op);
 }
 
 }  // namespace
+
+void tc_decode_small_windows(bool on) {
+  small_windows = on;
+}
+
+void tc_decode_one_row_in_block(bool on) {
+  one_row_in_block = on;
+}
 
 bool tc_decode_supported(const TiledWeight& w) {
   if (!tiled_supported(w)) return false;

@@ -30,6 +30,15 @@ bool tc_decode_supported(const TiledWeight& w);
 // keeps the FMA products (column slices) for it by default.
 constexpr int64_t kDecodeMinRows = 1024;
 
+// Whether windows (and expert tiles) of at most 8 rows of MLX affine weights run the small-window kernel
+// (tc_gemv.cu: x and its tile sums staged in the weights' cp.async ring; the same bits as the general kernel,
+// checked) instead of the general one. On by default; off is for the bench's before/after. Process-wide.
+void tc_decode_small_windows(bool on);
+// Whether that kernel, for one row (a launch of one row or expert tiles of one slot) of at most 8192 columns,
+// splits the row into bf16 planes and tile sums itself, each block in shared memory (the split launch's
+// values, bit for bit), leaving the split launch out. On by default; process-wide.
+void tc_decode_one_row_in_block(bool on);
+
 // Scratch (device) for x split into bf16 planes: n_x rows of `cols` columns.
 size_t tc_decode_scratch_bytes(int64_t cols, int64_t n_x);
 

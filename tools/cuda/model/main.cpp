@@ -1,10 +1,9 @@
 // cuda_model_check: whole-model checks on the committed fixtures and the real-shape decode bench on the GPU
 // (docs/backend-cuda.md, docs/receipts/cuda-decode.md). Exit 1 when a check fails.
-// Usage: cuda_model_check ROOT [--no-checks] [--mtp-only] [--no-mtp-bench] [--small-config JSON] [--bench
-// CONFIG] [--encoding BITS:GROUP]...
+// Usage: cuda_model_check ROOT [--no-checks] [--mtp-only] [--small-config JSON] [--bench CONFIG] [--encoding
+// BITS:GROUP]...
 //        [--streams 1,8,32,64] [--rounds N] [--mtp-reps N] [--prompt 2048,8192,32768]
-// --mtp-only: only the MTP head's checks and (with --bench) its real-shape cost; --no-mtp-bench: not its
-// cost.
+// --mtp-only: only the MTP head's checks and (with --bench) its real-shape cost.
 // --prompt: the prompt bench at these lengths (the decode bench then only with --encoding).
 #include <cstdlib>
 #include <exception>
@@ -37,7 +36,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   const std::string root = argv[1];
-  bool checks = true, mtp_only = false, mtp_bench = true;
+  bool checks = true, mtp_only = false;
   int mtp_reps = 20;
   std::string bench_config, small_config = root + "/tests/cuda/flashnext-small-real-heads.json";
   std::vector<std::pair<int, int>> encodings;
@@ -51,8 +50,6 @@ int main(int argc, char** argv) {
       checks = false;
     } else if (a == "--mtp-only") {
       mtp_only = true;
-    } else if (a == "--no-mtp-bench") {
-      mtp_bench = false;
     } else if (a == "--mtp-reps") {
       mtp_reps = std::atoi(next().c_str());
     } else if (a == "--small-config") {
@@ -101,7 +98,7 @@ int main(int argc, char** argv) {
     for (auto [bits, group] : encodings) {
       if (!mtp_only)
         section(tally, "bench", [&] { mc::run_bench(bench_config, bits, group, streams, rounds); });
-      if (mtp_bench)
+      if (mtp_reps > 0)  // --mtp-reps 0: no MTP bench (it builds a second model)
         section(tally, "mtp bench", [&] { mc::run_mtp_bench(bench_config, bits, group, mtp_reps); });
     }
   }

@@ -33,10 +33,13 @@ struct DeltaRuleChunks;
 // kernels (wx_products.h) or the tensor-core ones (tc_decode.h) for every matrix with at least
 // tensor_min_rows outputs that they take (a choice by the matrix alone, so a row's bits never depend on the
 // call's rows either way). The defaults come from DS_CUDA_DECODE_PRODUCTS: fma (or unset), tensor,
-// tensor-all (tensor_min_rows 0: every matrix they take, for the checks) or tensor:ROWS.
+// tensor-all (tensor_min_rows 0: every matrix they take, for the checks) or tensor:ROWS[:COLS]. Below
+// tensor_min_cols columns (default 0; tensor:1024:512 leaves hc up, 320 columns, on the FMA products) a
+// matrix keeps the FMA products, and with them the one-row hc tail fusion.
 enum class DecodeProducts { Fma, Tensor };
 DecodeProducts decode_products_default();
 int64_t tensor_min_rows_default();
+int64_t tensor_min_cols_default();
 
 struct CudaModelOptions {
   int64_t max_context = 4096;   // positions a stream's device caches hold
@@ -65,6 +68,7 @@ struct CudaModelOptions {
   bool prompt_selected_tiles = true;
   DecodeProducts decode_products = decode_products_default();
   int64_t tensor_min_rows = tensor_min_rows_default();
+  int64_t tensor_min_cols = tensor_min_cols_default();
 };
 
 // Encodings for random weights: MLX affine bits/group for the experts and for every other matrix (bits 0:
@@ -216,6 +220,8 @@ class CudaModel {
   // decode tensor products in a decode call (decode_tensor_experts).
   const int32_t* prompt_experts(const Layer& L, int n, const float* x);
   bool decode_tensor_experts(const Layer& L) const;
+  // Whether a decode call runs this single matrix on the tensor products (by the options and the matrix).
+  bool decode_tensor_takes(const DeviceMatrix& m) const;
   void prompt_attention(const Layer& L, const AttentionShape& shape, const void* wins,
                         const AttentionRows& rows, int n, const AttentionSelection& sel);
   // The chunked delta rule's arguments for a prompt pass of n rows (scratch grown to fit).

@@ -20,8 +20,10 @@ void CudaModel::hc_mix(const DeviceHc& hc, int n, float* H, const float* pending
   // second (hc_kernels.h; other down|inject sums than wx's, within the float64 bounds, checked). Not in a
   // prompt pass: there every product is the tiled one.
   const DeviceMatrix& di = hc.down_inject.joined;
-  if (opt_.fused_hc && !prompt_pass_ && di.kind == DeviceMatrix::Kind::Affine &&
-      hc.up.kind == DeviceMatrix::Kind::Affine && hc_fused_takes(di.affine, hc.up.affine, S, D, R) &&
+  // Nor where the tensor decode products take either matrix (their arithmetic is not the fused kernels').
+  if (opt_.fused_hc && !prompt_pass_ && !decode_tensor_takes(di) && !decode_tensor_takes(hc.up) &&
+      di.kind == DeviceMatrix::Kind::Affine && hc.up.kind == DeviceMatrix::Kind::Affine &&
+      hc_fused_takes(di.affine, hc.up.affine, S, D, R) &&
       (iota_out == nullptr || di.rows == int64_t{R} + S)) {
     op("hc norm|down|inject");
     hc_head(di.affine, H, pending, iota_in, hc.norm.as<float>(), S, D, cfg_.rms_eps, s.normed, s.low_iota, n,
@@ -43,10 +45,9 @@ void CudaModel::hc_mix(const DeviceHc& hc, int n, float* H, const float* pending
   op("hc up");
   // One row: activations, up product and combine in one launch where the kernel takes the shape (same bits).
   // Not in a prompt pass: there every row takes the tiled products, whatever the pass's row count; nor with
-  // the tensor decode products, which then take hc up at every row count.
-  if (n == 1 && !prompt_pass_ && opt_.decode_products == DecodeProducts::Fma &&
-      hc.up.kind == DeviceMatrix::Kind::Affine && S == 4 &&
-      affine_wx_hc_tail(hc.up.affine, s.low_iota, R, inv_s, s.normed, D, x, iota_out, st))
+  // the tensor decode products where they take hc up (then at every row count).
+  if (n == 1 && !prompt_pass_ && !decode_tensor_takes(hc.up) && hc.up.kind == DeviceMatrix::Kind::Affine &&
+      S == 4 && affine_wx_hc_tail(hc.up.affine, s.low_iota, R, inv_s, s.normed, D, x, iota_out, st))
     return;
   hc_activations(s.low_iota, n, hc.down_inject.width, R, S, inv_s, s.low, iota_out, st);
   wx(hc.up, s.low, R, n, s.mix, int64_t{S} * D, st);

@@ -60,26 +60,41 @@ void grow(DeviceBuffer& b, size_t bytes) {
   if (b.bytes() < bytes) b = DeviceBuffer(bytes);
 }
 
-// DS_CUDA_DECODE_PRODUCTS: fma (or unset), tensor, tensor-all (min rows 0) or tensor:N (min rows N).
-std::pair<DecodeProducts, int64_t> decode_products_env() {
+// DS_CUDA_DECODE_PRODUCTS: fma (or unset), tensor, tensor-all (min rows 0) or tensor:N[:C] (min rows N, min
+// cols C; both tensor and tensor-all take every column count).
+struct DecodeProductsEnv {
+  DecodeProducts mode;
+  int64_t min_rows, min_cols;
+};
+DecodeProductsEnv decode_products_env() {
   const char* env = std::getenv("DS_CUDA_DECODE_PRODUCTS");
   const std::string v = env != nullptr ? env : "";
-  if (v.empty() || v == "fma") return {DecodeProducts::Fma, kDecodeMinRows};
-  if (v == "tensor") return {DecodeProducts::Tensor, kDecodeMinRows};
-  if (v == "tensor-all") return {DecodeProducts::Tensor, 0};
-  if (v.rfind("tensor:", 0) == 0 && v.size() > 7 && v.find_first_not_of("0123456789", 7) == std::string::npos)
-    return {DecodeProducts::Tensor, std::stoll(v.substr(7))};
-  fail("DS_CUDA_DECODE_PRODUCTS must be fma, tensor, tensor-all or tensor:ROWS (got '{}')", v);
+  if (v.empty() || v == "fma") return {DecodeProducts::Fma, kDecodeMinRows, 0};
+  if (v == "tensor") return {DecodeProducts::Tensor, kDecodeMinRows, 0};
+  if (v == "tensor-all") return {DecodeProducts::Tensor, 0, 0};
+  const size_t colon = v.find(':', 7);
+  auto number = [&](size_t from, size_t to) {
+    return to > from && v.find_first_not_of("0123456789", from) >= to;
+  };
+  if (v.rfind("tensor:", 0) == 0 && number(7, colon == std::string::npos ? v.size() : colon) &&
+      (colon == std::string::npos || number(colon + 1, v.size())))
+    return {DecodeProducts::Tensor, std::stoll(v.substr(7, colon - 7)),
+            colon == std::string::npos ? 0 : std::stoll(v.substr(colon + 1))};
+  fail("DS_CUDA_DECODE_PRODUCTS must be fma, tensor, tensor-all or tensor:ROWS[:COLS] (got '{}')", v);
 }
 
 }  // namespace
 
 DecodeProducts decode_products_default() {
-  return decode_products_env().first;
+  return decode_products_env().mode;
 }
 
 int64_t tensor_min_rows_default() {
-  return decode_products_env().second;
+  return decode_products_env().min_rows;
+}
+
+int64_t tensor_min_cols_default() {
+  return decode_products_env().min_cols;
 }
 
 TcScratchBytes tc_scratch_bytes(const ModelConfig& c, int n) {
@@ -90,7 +105,7 @@ TcScratchBytes tc_scratch_bytes(const ModelConfig& c, int n) {
   const int E = static_cast<int>(std::max<int64_t>(c.n_experts, 1));
   return {static_cast<int64_t>(
               std::max(tc_decode_scratch_bytes(widest, n), tc_decode_scratch_bytes(inter, n * K))),
-          int64_t{max_expert_tiles(n, static_cast<int>(K), E, kDecodeExpertTileRows)} *
+          int64_t{max_expert_tiles(n, static_cast<int>(K), E, 1)} *  // decode tiles: 1 or 8 slots
               int64_t{sizeof(ExpertWindow)},
           static_cast<int64_t>(expert_tiles_scratch_bytes(E))};
 }
@@ -100,10 +115,15 @@ namespace {
 // Whether a decode call runs matrix t on the tensor cores: by the options and the matrix alone.
 bool decode_tensor(const CudaModelOptions& opt, const TiledWeight& t) {
   return opt.decode_products == DecodeProducts::Tensor && t.rows >= opt.tensor_min_rows &&
-         tc_decode_supported(t);
+         t.cols >= opt.tensor_min_cols && tc_decode_supported(t);
 }
 
 }  // namespace
+
+bool CudaModel::decode_tensor_takes(const DeviceMatrix& m) const {
+  TiledWeight t;
+  return !prompt_pass_ && m.n_experts == 1 && tiled_view(m, t) && decode_tensor(opt_, t);
+}
 
 void CudaModel::wx(const DeviceMatrix& m, const float* x, int64_t ldx, int n, float* y, int64_t ldy,
                    cudaStream_t st) {
@@ -139,7 +159,9 @@ const int32_t* CudaModel::prompt_experts(const Layer& L, int n, const float* x) 
   const int K = static_cast<int>(cfg_.experts_per_tok), E = static_cast<int>(cfg_.n_experts),
             I = static_cast<int>(cfg_.moe_inter);
   const int64_t D = cfg_.hidden;
-  const int tile_rows = prompt_pass_ ? kTileRows : kDecodeExpertTileRows;
+  // Decode tiles of one slot at one row (the small-window kernel's one-row path, no split launch), else of up
+  // to 8; the tiling changes no bits (each slot == its expert on its row alone).
+  const int tile_rows = prompt_pass_ ? kTileRows : n == 1 ? 1 : kDecodeExpertTileRows;
   const int max_tiles = max_expert_tiles(n, K, E, tile_rows);
   ExpertWindow* tiles = s.tc_tiles;  // decode: the call's scratch (a captured graph allocates nothing)
   void* group = s.tc_group;

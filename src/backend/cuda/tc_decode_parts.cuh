@@ -1,0 +1,180 @@
+#pragma once
+// The pieces of the tensor-core decode products (tc_decode.h) that both kernels use: the general one
+// (tc_decode.cu, any row tier) and the one for windows of up to 8 rows (tc_gemv.cu), which must give the same
+// bits: the stage layout of the per-warp cp.async ring, the weight and x descriptors, the code decoders and
+// the stage copy.
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+#include "backend/cuda/tc_common.cuh"
+#include "backend/cuda/wx_products.h"
+
+namespace ds::cuda::tcd {
+
+using tc::cp_async16;
+using tc::cp_async4;
+using tc::cp_async_commit;
+using tc::from_bf16;
+using tc::kTerms;
+using tc::mma_bf16;
+
+constexpr int kWarps = 4;
+constexpr int kThreads = kWarps * 32;
+constexpr int kWarpOutputs = 16;
+constexpr int kBlockOutputs = kWarps * kWarpOutputs;
+constexpr int kUnitsPerStage = 4;  // units of 32 columns
+constexpr int kStages = 4;
+
+// One warp's stage: per output row the codes of 4 units (+ 4 words of padding: distinct banks for 4-bit),
+// then for affine 3 words of bf16 scales and 3 of biases (the words covering the stage's groups).
+template <int Bits>
+struct Stage {
+  static constexpr int kCodeWords = (Bits == 0 ? 16 : Bits) * kUnitsPerStage + 4;
+  static constexpr int kSbWords = Bits == 0 ? 0 : 8;  // scales at +0, biases at +4
+  static constexpr int kRowWords = kCodeWords + kSbWords;
+  static constexpr int kWords = kWarpOutputs * kRowWords;
+  static constexpr size_t kBlockBytes = size_t{kWarps} * kStages * kWords * 4;
+};
+
+struct DecodeWeight {
+  const uint32_t* codes;   // affine codes, or dense bf16 pairs
+  const uint32_t* scales;  // affine only: bf16 pairs from a 4-byte aligned base
+  const uint32_t* biases;
+  int64_t sb_base;  // bf16 index of the matrix's first scale (and bias) from those bases
+  int64_t rows, cols, words_per_row, groups_per_row;
+  int group_shift;
+  bool chunk16;  // rows of codes are a multiple of 16 bytes: 16-byte copies
+};
+
+struct DecodeX {
+  const uint4* planes;  // [kTerms, n_x, cols] bf16 in fragment order, as uint4 (8 values)
+  const float* sums;    // [n_x, cols / 32]
+  int64_t n_x, cols;
+  const float* x = nullptr;  // the unsplit rows (ldx apart): the one-row kernel splits its row itself
+  int64_t ldx = 0;
+};
+
+// The one-row small kernel that splits its x row in shared memory (no split launch) takes at most this many
+// columns (its planes and sums then fit beside the ring).
+constexpr int64_t kInBlockMaxCols = 8192;
+
+__device__ __forceinline__ uint32_t and_or_code(uint32_t a, uint32_t mask, uint32_t c) {
+  uint32_t d;
+  asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(d) : "r"(a), "r"(mask), "r"(c));  // (a & b) | c
+  return d;
+}
+
+// bf16x2 (128 + q) -> q, exactly.
+__device__ __forceinline__ uint32_t minus128(uint32_t v) {
+  uint32_t d;
+  asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(v), "r"(0x3F803F80u), "r"(0xC300C300u));
+  return d;
+}
+
+constexpr uint32_t kBf16Magic = 0x43004300u;  // bf16 128.0 in both halves
+
+template <int Bits, int I>
+__device__ __forceinline__ uint32_t code_of(uint32_t lo, uint32_t hi) {
+  constexpr int b = I * Bits;
+  constexpr uint32_t mask = (1u << Bits) - 1u;
+  if constexpr (b + Bits <= 32)
+    return (lo >> b) & mask;
+  else if constexpr (b >= 32)
+    return (hi >> (b - 32)) & mask;
+  else
+    return __funnelshift_r(lo, hi, b) & mask;
+}
+
+// The 4 bf16x2 pairs (columns (8t + p, 8t + p + 4), p = 0..3) of one output row's unit; uw: the unit's words.
+template <int Bits>
+__device__ __forceinline__ void unit_pairs(const uint32_t* uw, int t, uint32_t (&P)[4]) {
+  if constexpr (Bits == 0) {
+    const uint4 v = *reinterpret_cast<const uint4*>(uw + 4 * t);
+    P[0] = __byte_perm(v.x, v.z, 0x5410);
+    P[1] = __byte_perm(v.x, v.z, 0x7632);
+    P[2] = __byte_perm(v.y, v.w, 0x5410);
+    P[3] = __byte_perm(v.y, v.w, 0x7632);
+  } else if constexpr (Bits == 4) {
+    const uint32_t v = uw[t];
+#pragma unroll
+    for (int p = 0; p < 4; ++p) P[p] = minus128(and_or_code(v >> (4 * p), 0x000F000Fu, kBf16Magic));
+  } else if constexpr (Bits == 8) {
+    const uint32_t v0 = uw[2 * t], v1 = uw[2 * t + 1];
+#pragma unroll
+    for (int p = 0; p < 4; ++p) {
+      // 2^23 + q as fp32 (byte p into the low byte of 0x4B000000), minus 2^23: q exactly, then two to bf16x2.
+      const float lo = __fsub_rn(__uint_as_float(__byte_perm(v0, 0x4B000000u, 0x7540 | p)), 8388608.0f);
+      const float hi = __fsub_rn(__uint_as_float(__byte_perm(v1, 0x4B000000u, 0x7540 | p)), 8388608.0f);
+      const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);  // q < 256: exact
+      P[p] = *reinterpret_cast<const uint32_t*>(&h);
+    }
+  } else {
+    const int bit0 = t * 8 * Bits, w0 = bit0 >> 5, sh = bit0 & 31;
+    const uint32_t lo = __funnelshift_r(uw[w0], uw[w0 + 1], sh);
+    uint32_t hi = 0;
+    if constexpr (8 * Bits > 32) hi = __funnelshift_r(uw[w0 + 1], uw[w0 + 2], sh);
+    const uint32_t c[8] = {code_of<Bits, 0>(lo, hi), code_of<Bits, 1>(lo, hi), code_of<Bits, 2>(lo, hi),
+                           code_of<Bits, 3>(lo, hi), code_of<Bits, 4>(lo, hi), code_of<Bits, 5>(lo, hi),
+                           code_of<Bits, 6>(lo, hi), code_of<Bits, 7>(lo, hi)};
+#pragma unroll
+    for (int p = 0; p < 4; ++p) P[p] = minus128(c[p] | (c[p + 4] << 16) | kBf16Magic);
+  }
+}
+
+// Copies stage s (units 4s .. 4s+nu-1) of the warp's 16 outputs from o0 into dst; one commit group per call.
+template <int Bits>
+__device__ __forceinline__ void issue_stage(const DecodeWeight& W, int64_t o0, int64_t s, int64_t n_stages,
+                                            uint32_t* dst, int lane) {
+  using L = Stage<Bits>;
+  if (s < n_stages) {
+    const int64_t T = W.cols / 32, t0 = s * kUnitsPerStage;
+    const int nu = static_cast<int>(min(int64_t{kUnitsPerStage}, T - t0));
+    if constexpr (Bits == 0) {
+      const int cpr = nu * 4;  // 16-byte chunks per output row (a unit is 64 bytes)
+      for (int c = lane; c < kWarpOutputs * cpr; c += 32) {
+        const int r = c / cpr, k = c % cpr;
+        const int64_t o = min(o0 + r, W.rows - 1);
+        cp_async16(dst + r * L::kRowWords + 4 * k, W.codes + o * W.words_per_row + t0 * 16 + 4 * k, 16);
+      }
+    } else {
+      const int rw = nu * Bits;
+      if (W.chunk16) {
+        const int cpr = rw / 4;
+        for (int c = lane; c < kWarpOutputs * cpr; c += 32) {
+          const int r = c / cpr, k = c % cpr;
+          const int64_t o = min(o0 + r, W.rows - 1);
+          cp_async16(dst + r * L::kRowWords + 4 * k, W.codes + o * W.words_per_row + t0 * Bits + 4 * k, 16);
+        }
+      } else {
+        for (int c = lane; c < kWarpOutputs * rw; c += 32) {
+          const int r = c / rw, k = c % rw;
+          const int64_t o = min(o0 + r, W.rows - 1);
+          cp_async4(dst + r * L::kRowWords + k, W.codes + o * W.words_per_row + t0 * Bits + k, 4);
+        }
+      }
+      // Lanes 0-15 the scales of output row lane, 16-31 the biases: the 1-3 words covering the stage's
+      // groups.
+      const int half = lane >> 4, r = lane & 15;
+      const int64_t o = min(o0 + r, W.rows - 1);
+      const int64_t i_lo = W.sb_base + o * W.groups_per_row + ((t0 * 32) >> W.group_shift);
+      const int64_t i_hi = W.sb_base + o * W.groups_per_row + (((t0 + nu) * 32 - 1) >> W.group_shift);
+      const uint32_t* src = half == 0 ? W.scales : W.biases;
+      for (int64_t w = i_lo >> 1; w <= (i_hi >> 1); ++w)
+        cp_async4(dst + r * L::kRowWords + L::kCodeWords + 4 * half + (w - (i_lo >> 1)), src + w, 4);
+    }
+  }
+  cp_async_commit();
+}
+
+// The small-window product (tc_gemv.cu): windows (or expert tiles) of at most x_rows <= 8 rows, the bits of
+// decode_kernel<Bits, 1>; x and its tile sums ride in the weights' cp.async ring.
+// in_block: one row (x_rows 1, cols <= kInBlockMaxCols) split by each block from X.x into shared memory,
+// the planes and sums of the split launch bit for bit (tc::split3, the tile sum's order), so X.planes and
+// X.sums are not read and the split launch can be left out.
+template <int Bits>
+void launch_small(const DecodeWeight& W, dim3 grid, int x_rows, bool in_block, const ExpertWindow* tiles,
+                  int n_rows, const int32_t* row_ids, const DecodeX& X, float* y, int64_t ldy,
+                  int64_t n_experts, cudaStream_t stream);
+
+}  // namespace ds::cuda::tcd
