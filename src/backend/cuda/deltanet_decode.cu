@@ -84,9 +84,55 @@ __global__ void __launch_bounds__(kKeyRows)
   for (int k = 0; k < K - 1; ++k) win.conv_state[k * cd + ch] = hist[k];
 }
 
+// One token of the delta rule for value column c of a 4-warp group: warp kw holds key rows 32kw..32kw+31 of
+// the state in registers. S *= exp(g); u = k^T S; S += k ((v - u) beta)^T; returns this warp's part of o =
+// q^T S in part[kw][p]. Column sums meet as (w0 + w1) + (w2 + w3) in shared memory (sum4). Every thread calls
+// it.
+template <int W>
+__device__ __forceinline__ float sum4(const float (&part)[4][W], int p) {
+  return __fadd_rn(__fadd_rn(part[0][p], part[1][p]), __fadd_rn(part[2][p], part[3][p]));
+}
+
+template <int W>
+__device__ __forceinline__ void delta_step(float (&st)[kRowsPerWarp], const float* q_sh, const float* k_sh,
+                                           float (&part)[4][W], int kw, int p, float v, float beta,
+                                           float alpha) {
+  float u = 0.0f;
+  for (int i = 0; i < kRowsPerWarp; ++i) {
+    st[i] = __fmul_rn(st[i], alpha);
+    u = __fmaf_rn(k_sh[kw * kRowsPerWarp + i], st[i], u);
+  }
+  part[kw][p] = u;
+  __syncthreads();
+  u = sum4(part, p);
+  const float kv = __fmul_rn(__fsub_rn(v, u), beta);
+  float o = 0.0f;
+  for (int i = 0; i < kRowsPerWarp; ++i) {
+    st[i] = __fmaf_rn(k_sh[kw * kRowsPerWarp + i], kv, st[i]);
+    o = __fmaf_rn(q_sh[kw * kRowsPerWarp + i], st[i], o);
+  }
+  __syncthreads();  // every warp has read part's u
+  part[kw][p] = o;
+  __syncthreads();
+}
+
+// Gated RMSNorm of one (row, value head) by one warp: out = o / sqrt(mean(o^2) + eps) * w * gate(z). o may be
+// out (each lane rewrites only what it read).
+__device__ __forceinline__ void gated_norm_head(const DeltaNetShape& s, const float* o, float* out,
+                                                const float* zz, const float* norm, int lane) {
+  float ss = 0.0f;
+  for (int i = lane; i < s.dv; i += kWarp) ss = __fmaf_rn(o[i], o[i], ss);
+  ss = warp_sum(ss);
+  const float inv =
+      __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(ss, static_cast<float>(s.dv)), s.rms_eps)));
+  for (int i = lane; i < s.dv; i += kWarp) {
+    const float gate = s.gate_sigmoid ? dev::sigmoid(zz[i]) : dev::silu(zz[i]);
+    out[i] = __fmul_rn(__fmul_rn(__fmul_rn(o[i], inv), norm[i]), gate);
+  }
+}
+
 // The delta rule for one (window, value head, 32 value columns): lane = column, warp w holds key rows
-// 32w..32w+31 of the state in registers for the whole window. Per token: S *= exp(g); u = k^T S;
-// S += k ((v - u) beta)^T; o = q^T S. Column sums meet as (w0 + w1) + (w2 + w3) in shared memory.
+// 32w..32w+31 of the state in registers for the whole window (delta_step per token).
 __global__ void __launch_bounds__(128)
     delta_rule_kernel(DeltaNetShape s, DeltaNetWindow* windows, const float* mixed, int64_t lm,
                       const float* gates, float* core, int n_rows) {
@@ -111,34 +157,16 @@ __global__ void __launch_bounds__(128)
     const float beta = gates[row * 2 * s.nv + h];
     const float alpha = expf(gates[row * 2 * s.nv + s.nv + h]);
     __syncthreads();
-    float u = 0.0f;
-    for (int i = 0; i < kRowsPerWarp; ++i) {
-      st[i] = __fmul_rn(st[i], alpha);
-      u = __fmaf_rn(k_sh[warp * kRowsPerWarp + i], st[i], u);
-    }
-    part[warp][lane] = u;
-    __syncthreads();
-    u = __fadd_rn(__fadd_rn(part[0][lane], part[1][lane]), __fadd_rn(part[2][lane], part[3][lane]));
-    const float kv = __fmul_rn(__fsub_rn(v, u), beta);
-    float o = 0.0f;
-    for (int i = 0; i < kRowsPerWarp; ++i) {
-      st[i] = __fmaf_rn(k_sh[warp * kRowsPerWarp + i], kv, st[i]);
-      o = __fmaf_rn(q_sh[warp * kRowsPerWarp + i], st[i], o);
-    }
-    __syncthreads();  // every warp has read part's u
-    part[warp][lane] = o;
-    __syncthreads();
-    if (warp == 0)
-      core[row * vd + int64_t{h} * s.dv + c] =
-          __fadd_rn(__fadd_rn(part[0][lane], part[1][lane]), __fadd_rn(part[2][lane], part[3][lane]));
+    delta_step(st, q_sh, k_sh, part, warp, lane, v, beta, alpha);
+    if (warp == 0) core[row * vd + int64_t{h} * s.dv + c] = sum4(part, lane);
   }
   for (int i = 0; i < kRowsPerWarp; ++i) S[int64_t{warp * kRowsPerWarp + i} * s.dv + c] = st[i];
 }
 
 // The delta rule and the gated norm of one (window, value head) in one block, for dv <= 128: warps 4j..4j+3
-// are delta_rule_kernel's block for value columns 32j..32j+31 (the same chains and shared-memory sums), and
-// per token warp 0 then runs gated_norm_kernel's warp over the head's dv outputs (same order): the bits of
-// the two kernels run apart, in one launch.
+// are delta_rule_kernel's block for value columns 32j..32j+31 (the same delta_step), and per token warp 0
+// then runs gated_norm_kernel's warp over the head's dv outputs: the bits of the two kernels run apart, in
+// one launch.
 constexpr int kMaxFusedColumns = 128;
 
 __global__ void __launch_bounds__(4 * kMaxFusedColumns)
@@ -169,43 +197,17 @@ __global__ void __launch_bounds__(4 * kMaxFusedColumns)
     const float beta = gates[row * 2 * s.nv + h];
     const float alpha = expf(gates[row * 2 * s.nv + s.nv + h]);
     __syncthreads();
-    float u = 0.0f;
-    for (int i = 0; i < kRowsPerWarp; ++i) {
-      st[i] = __fmul_rn(st[i], alpha);
-      u = __fmaf_rn(k_sh[kw * kRowsPerWarp + i], st[i], u);
-    }
-    part[kw][c] = u;
+    delta_step(st, q_sh, k_sh, part, kw, c, v, beta, alpha);
+    if (kw == 0) o_sh[c] = sum4(part, c);
     __syncthreads();
-    u = __fadd_rn(__fadd_rn(part[0][c], part[1][c]), __fadd_rn(part[2][c], part[3][c]));
-    const float kv = __fmul_rn(__fsub_rn(v, u), beta);
-    float o = 0.0f;
-    for (int i = 0; i < kRowsPerWarp; ++i) {
-      st[i] = __fmaf_rn(k_sh[kw * kRowsPerWarp + i], kv, st[i]);
-      o = __fmaf_rn(q_sh[kw * kRowsPerWarp + i], st[i], o);
-    }
-    __syncthreads();  // every warp has read part's u
-    part[kw][c] = o;
-    __syncthreads();
-    if (kw == 0) o_sh[c] = __fadd_rn(__fadd_rn(part[0][c], part[1][c]), __fadd_rn(part[2][c], part[3][c]));
-    __syncthreads();
-    if (warp == 0) {
-      const float* zz = z + row * lz + int64_t{h} * s.dv;
-      float ss = 0.0f;
-      for (int i = lane; i < s.dv; i += kWarp) ss = __fmaf_rn(o_sh[i], o_sh[i], ss);
-      ss = warp_sum(ss);
-      const float inv =
-          __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(ss, static_cast<float>(s.dv)), s.rms_eps)));
-      float* out = core + row * vd + int64_t{h} * s.dv;
-      for (int i = lane; i < s.dv; i += kWarp) {
-        const float gate = s.gate_sigmoid ? dev::sigmoid(zz[i]) : dev::silu(zz[i]);
-        out[i] = __fmul_rn(__fmul_rn(__fmul_rn(o_sh[i], inv), norm[i]), gate);
-      }
-    }
+    if (warp == 0)
+      gated_norm_head(s, o_sh, core + row * vd + int64_t{h} * s.dv, z + row * lz + int64_t{h} * s.dv, norm,
+                      lane);
   }
   for (int i = 0; i < kRowsPerWarp; ++i) S[int64_t{kw * kRowsPerWarp + i} * s.dv + c] = st[i];
 }
 
-// Gated RMSNorm per (row, value head), one warp per head: o / sqrt(mean(o^2) + eps) * w * gate(z).
+// Gated RMSNorm per (row, value head), one warp per head, in place.
 __global__ void gated_norm_kernel(DeltaNetShape s, float* core, const float* z, int64_t lz,
                                   const float* norm) {
   dev::grid_dependency_wait();
@@ -213,16 +215,7 @@ __global__ void gated_norm_kernel(DeltaNetShape s, float* core, const float* z, 
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp, n_warps = blockDim.x / kWarp;
   for (int h = warp; h < s.nv; h += n_warps) {
     float* o = core + row * s.value_dim() + int64_t{h} * s.dv;
-    const float* zz = z + row * lz + int64_t{h} * s.dv;
-    float ss = 0.0f;
-    for (int i = lane; i < s.dv; i += kWarp) ss = __fmaf_rn(o[i], o[i], ss);
-    ss = warp_sum(ss);
-    const float inv =
-        __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(ss, static_cast<float>(s.dv)), s.rms_eps)));
-    for (int i = lane; i < s.dv; i += kWarp) {
-      const float gate = s.gate_sigmoid ? dev::sigmoid(zz[i]) : dev::silu(zz[i]);
-      o[i] = __fmul_rn(__fmul_rn(__fmul_rn(o[i], inv), norm[i]), gate);
-    }
+    gated_norm_head(s, o, o, z + row * lz + int64_t{h} * s.dv, norm, lane);
   }
 }
 
@@ -253,22 +246,11 @@ void deltanet_decode(const DeltaNetShape& s, const DeltaNetWeights& w, const Del
   const dim3 conv_grid(static_cast<unsigned>((cd + kKeyRows - 1) / kKeyRows),
                        static_cast<unsigned>(n_windows));
   const int64_t lba = rows.ld_gates_in(s);
-  switch (s.conv_kernel) {
-    case 2:
-      conv_norm_gates_kernel<2><<<conv_grid, kKeyRows, 0, stream>>>(s, wins, rows.mixed, lm, w.conv_taps,
-                                                                    rows.b, rows.a, lba, w.a_log, w.dt_bias,
-                                                                    rows.gates, q_scale, n_rows);
-      break;
-    case 3:
-      conv_norm_gates_kernel<3><<<conv_grid, kKeyRows, 0, stream>>>(s, wins, rows.mixed, lm, w.conv_taps,
-                                                                    rows.b, rows.a, lba, w.a_log, w.dt_bias,
-                                                                    rows.gates, q_scale, n_rows);
-      break;
-    default:
-      conv_norm_gates_kernel<4><<<conv_grid, kKeyRows, 0, stream>>>(s, wins, rows.mixed, lm, w.conv_taps,
-                                                                    rows.b, rows.a, lba, w.a_log, w.dt_bias,
-                                                                    rows.gates, q_scale, n_rows);
-  }
+  auto* conv = s.conv_kernel == 2   ? conv_norm_gates_kernel<2>
+               : s.conv_kernel == 3 ? conv_norm_gates_kernel<3>
+                                    : conv_norm_gates_kernel<4>;
+  conv<<<conv_grid, kKeyRows, 0, stream>>>(s, wins, rows.mixed, lm, w.conv_taps, rows.b, rows.a, lba, w.a_log,
+                                           w.dt_bias, rows.gates, q_scale, n_rows);
   check_launch("deltanet_decode conv, q/k norm, gates");
   if (chunks != nullptr) {
     delta_rule_chunked(s, wins, n_windows, rows.mixed, lm, rows.gates, rows.core, n_rows, *chunks, stream);

@@ -267,7 +267,7 @@ void CudaModel::ensure_scratch(int n) {
       {(void**)&s->y, n * D * 4},
       {(void**)&s->normed, n * SD * 4},
       {(void**)&s->low, n * std::max<int64_t>(c.hc_rank, 1) * 4},
-      {(void**)&s->low_iota, n * (c.hc_rank + S) * 4},
+      {(void**)&s->low_iota, n * S * (c.hc_rank + S) * 4},  // hc_head's per-stream partials too
       {(void**)&s->rjoint, n * (c.n_experts + 2 * c.shared_inter + 1) * 4},
       {(void**)&s->mix, n * SD * 4},
       {(void**)&s->iota, n * S * 4},

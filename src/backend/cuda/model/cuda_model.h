@@ -62,10 +62,10 @@ struct CudaModelOptions {
   // Matrices over the same activations uploaded as one matrix where they share an encoding, one product
   // (hc down|inject, router|shared gate|up|shared gate); off: one product each, same layout, same bits.
   bool joint_products = true;
-  // A decode call's hyper-connection mix in two launches per mix (hc_kernels.h: the norm folded into the
-  // down|inject product, the inject stored by the tail); off: the separate ops. Same bits. Off by default:
-  // it measured slower on the H200 at 1 and 8 streams (docs/receipts/cuda-decode.md, "fastdec").
-  bool fused_hc = false;
+  // A decode call's hyper-connection mix in two launches per mix at every row count (hc_kernels.h: the norm
+  // folded into the down|inject product split by stream, the partials summed by the tail); off: the separate
+  // ops. Other down|inject sums (checked within the float64 bounds); docs/receipts/cuda-decode.md, "hcchain".
+  bool fused_hc = true;
   int prompt_pass_rows = 2048;  // a prompt call runs in passes of at most this many rows (a multiple of 64)
   // Prompt passes run DeltaNet's chunked (C = 64) rule (deltanet_chunked.h) instead of the per-token
   // recurrence: off by default, as it measured 1.5x slower on the H200 (docs/receipts/cuda-prompt.md).
