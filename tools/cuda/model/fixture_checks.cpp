@@ -191,15 +191,26 @@ void run_fixture_checks(Tally& tally, const std::string& root, const std::vector
         CudaStreamState sq = m.new_state();
         const bool serial_same = same_bits(run_windows(m, sq, prompt, 16), got);
         m.set_programmatic_launch(true);
-        // The fused hyper-connection mix (hc_kernels.h) == the separate ops, in windows of 16 and in steps.
+        // The other hyper-connection mix (hc_kernels.h, down|inject split by stream / the separate ops; other
+        // sums, so not bit-equal where the split mix takes the shape): within the bound too, and its windows
+        // == its steps.
         m.set_fused_hc(!m.options().fused_hc);
         CudaStreamState sh16 = m.new_state(), sh1 = m.new_state();
-        const bool hc_same = same_bits(run_windows(m, sh16, prompt, 16), got) &&
-                             same_bits(run_windows(m, sh1, prompt, 1), got);
+        const std::vector<float> other16 = run_windows(m, sh16, prompt, 16);
+        const bool hc_steps = same_bits(run_windows(m, sh1, prompt, 1), other16);
         m.set_fused_hc(!m.options().fused_hc);
-        std::printf("  %s: fused hc mix == separate ops (windows of 16 and steps): %s\n", name.c_str(),
-                    hc_same ? "bit-identical" : "DIFFERENT");
-        tally.expect(hc_same, name + ": fused hc mix == separate ops");
+        double hc_worst = 0;
+        for (size_t i = 0; i < other16.size() && i < want.size(); ++i)
+          hc_worst = std::max(hc_worst, std::fabs(double(other16[i]) - want[i]));
+        std::printf(
+            "  %s: other hc mix (%s): worst %.3g (%.3f of the bound), %s the default; windows == steps: "
+            "%s\n",
+            name.c_str(), m.options().fused_hc ? "separate ops" : "split, hc_kernels", hc_worst,
+            hc_worst / kLogitBound, same_bits(other16, got) ? "bit-identical to" : "differs from",
+            hc_steps ? "bit-identical" : "DIFFERENT");
+        tally.expect(other16.size() == want.size() && hc_worst <= kLogitBound,
+                     name + ": other hc mix within bound");
+        tally.expect(hc_steps, name + ": other hc mix: windows == steps");
         std::printf("  %s: joint products == separate: %s; programmatic launch == plain edges: %s\n",
                     name.c_str(), joint_same ? "bit-identical" : "DIFFERENT",
                     serial_same ? "bit-identical" : "DIFFERENT");

@@ -83,6 +83,7 @@ int main(int argc, char** argv) {
             {"qwen4exp_base", "qwen4exp_hc2_sigmoid", "qwen4exp_multimodal", "qwen4exp_mlx_mixed",
              "qwen4exp_mlx_8bit_g128", "qwen4exp_mlx_2bit_g32", "qwen35moe", "flashnext_tiny", "qwen3next"});
       });
+      section(tally, "hc mix", [&] { mc::run_hc_checks(tally); });
       section(tally, "fast vs generic", [&] { mc::run_fast_vs_generic(tally, small_config); });
       section(tally, "prompt real heads", [&] { mc::run_prompt_real_heads(tally, small_config); });
       section(tally, "prompt attention", [&] { mc::run_attention_prompt_checks(tally); });

@@ -60,6 +60,8 @@ void run_mtp_bench(const std::string& config_path, int bits, int group, int reps
 void run_bench(const std::string& config_path, int bits, int group, const std::vector<int>& streams,
                int rounds);
 
+// The hyper-connection mix kernels (hc_checks.cpp) at the real shape against float64, rows alone == together.
+void run_hc_checks(Tally& tally);
 // The prompt path (prompt_checks.cpp): a fixture's teacher-forced logits through prompt passes within the
 // bound, and the prompt invariances (cut at 64 == one pass, cut elsewhere within 1e-3 of the largest logit;
 // alone == beside other prompts).

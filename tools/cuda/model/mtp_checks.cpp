@@ -387,19 +387,25 @@ void check_fast_head(Tally& tally, const std::string& config_path) {
   std::printf("  %s: CUDA-graph replay == direct launches: %s\n", name.c_str(),
               same ? "bit-identical" : "DIFFERENT");
   tally.expect(same, name + ": graph == direct");
-  // The head's graph with programmatic edges == plain edges; the fused hc mix == the separate ops.
+  // The head's graph with programmatic edges == plain edges; the other hc mix (split by stream / separate
+  // ops: other down|inject sums) within 1e-3 of the largest logit, as the fast-vs-generic comparison.
   m.set_programmatic_launch(false);
   CudaStreamState sp = m.new_state();
   const bool plain_same = same_bits(head(m, sp, H.row(0), next), all);
   m.set_programmatic_launch(true);
   m.set_fused_hc(!m.options().fused_hc);
   CudaStreamState sf = m.new_state();
-  const bool hc_same = same_bits(head(m, sf, H.row(0), next), all);
+  const std::vector<float> other = head(m, sf, H.row(0), next);
   m.set_fused_hc(!m.options().fused_hc);
-  std::printf("  %s: programmatic edges == plain edges: %s; fused hc mix == separate ops: %s\n", name.c_str(),
-              plain_same ? "bit-identical" : "DIFFERENT", hc_same ? "bit-identical" : "DIFFERENT");
+  double top = 0, hc_worst = 0;
+  for (float v : all) top = std::max(top, std::fabs(double(v)));
+  for (size_t i = 0; i < other.size() && i < all.size(); ++i)
+    hc_worst = std::max(hc_worst, std::fabs(double(other[i]) - all[i]));
+  const bool hc_ok = other.size() == all.size() && hc_worst <= 1e-3 * top;
+  std::printf("  %s: programmatic edges == plain edges: %s; other hc mix: worst %.3g (bound %.3g)\n",
+              name.c_str(), plain_same ? "bit-identical" : "DIFFERENT", hc_worst, 1e-3 * top);
   tally.expect(plain_same, name + ": programmatic edges == plain edges");
-  tally.expect(hc_same, name + ": fused hc mix == separate ops");
+  tally.expect(hc_ok, name + ": other hc mix within bound");
 }
 
 }  // namespace

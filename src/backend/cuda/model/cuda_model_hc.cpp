@@ -1,5 +1,6 @@
 // CudaModel's hyper-connection mix (docs/backend-cuda.md "Whole model"): the separate ops, or with
-// fused_hc the two launches of hc_kernels.h (the same bits). CPU math: src/model/layers/hyper_connection.cpp.
+// fused_hc the two launches of hc_kernels.h (down|inject split by stream). CPU math:
+// src/model/layers/hyper_connection.cpp.
 #include "backend/cuda/model/cuda_model.h"
 #include "backend/cuda/model/cuda_model_parts.h"
 #include "backend/cuda/model/glue_kernels.h"
@@ -14,9 +15,10 @@ void CudaModel::hc_mix(const DeviceHc& hc, int n, float* H, const float* pending
             R = static_cast<int>(cfg_.hc_rank);
   const float inv_s = 1.0f / static_cast<float>(S);
   const cudaStream_t st = stream_.get();
-  // With fused_hc, a decode call: the inject + norm + down|inject in one launch, the tail (which stores the
-  // inject) in a second, each row in its own blocks, at every row count (the same bits as the ops below,
-  // checked). Not in a prompt pass: there every product is the tiled one.
+  // With fused_hc, a decode call at every row count: the inject + the norm + the down|inject product split by
+  // stream in one launch, the partials' sum + the activations + up + the combine + the inject's store in a
+  // second (hc_kernels.h; other down|inject sums than wx's, within the float64 bounds, checked). Not in a
+  // prompt pass: there every product is the tiled one.
   const DeviceMatrix& di = hc.down_inject.joined;
   // Nor where the tensor decode products take either matrix (their arithmetic is not the fused kernels').
   if (opt_.fused_hc && !prompt_pass_ && !decode_tensor_takes(di) && !decode_tensor_takes(hc.up) &&
@@ -24,11 +26,11 @@ void CudaModel::hc_mix(const DeviceHc& hc, int n, float* H, const float* pending
       hc_fused_takes(di.affine, hc.up.affine, S, D, R) &&
       (iota_out == nullptr || di.rows == int64_t{R} + S)) {
     op("hc norm|down|inject");
-    hc_head(di.affine, H, pending, iota_in, hc.norm.as<float>(), S, D, cfg_.rms_eps, s.normed, s.low_iota,
-            hc.down_inject.width, n, st);
+    hc_head(di.affine, H, pending, iota_in, hc.norm.as<float>(), S, D, cfg_.rms_eps, s.normed, s.low_iota, n,
+            st);
     op("hc up");
-    hc_tail(hc.up.affine, s.low_iota, hc.down_inject.width, R, inv_s, s.normed, S, D, H, pending, iota_in, x,
-            iota_out, n, st);
+    hc_tail(hc.up.affine, s.low_iota, di.rows, R, inv_s, s.normed, S, D, H, pending, iota_in, x, iota_out, n,
+            st);
     return;
   }
   op("hc norm");

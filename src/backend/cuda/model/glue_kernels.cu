@@ -2,6 +2,7 @@
 #include "backend/cuda/grid_dependency.cuh"
 #include "backend/cuda/model/device_math.cuh"
 #include "backend/cuda/model/glue_kernels.h"
+#include "backend/cuda/model/norm_reduce.cuh"
 
 namespace ds::cuda {
 
@@ -13,24 +14,8 @@ unsigned blocks_for(int64_t n, int threads) {
   return static_cast<unsigned>((n + threads - 1) / threads);
 }
 
-constexpr int kNormThreads = 256;
-
-// The norm's block reduction, shared by both kernels: each warp's butterfly of its threads' double sums, then
-// thread 0 adds the kNormThreads / 32 warp sums in order; returns 1 / rms to every thread.
-__device__ __forceinline__ float block_inv_rms(double ss, int width, float eps) {
-  __shared__ double part[kNormThreads / kWarp];
-  __shared__ float inv_shared;
-  ss = dev::warp_sum(ss);
-  if (threadIdx.x % kWarp == 0) part[threadIdx.x / kWarp] = ss;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    double total = 0;
-    for (int w = 0; w < kNormThreads / kWarp; ++w) total = __dadd_rn(total, part[w]);
-    inv_shared = dev::inv_rms(total, width, eps);
-  }
-  __syncthreads();
-  return inv_shared;
-}
+using dev::block_inv_rms;
+using dev::kNormThreads;
 
 // One block per (row, group): thread-strided double sums, the warps' butterflies, then warp 0 adds the 8 warp
 // sums in order. The order depends on the width alone; the many threads keep enough loads in flight.

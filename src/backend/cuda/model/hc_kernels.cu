@@ -1,12 +1,15 @@
-// The hyper-connection mix in two launches (hc_kernels.h): each block recomputes its row's grouped norm (the
-// row sits in L2) instead of a norm launch, and the inject is stored by the tail, so no block writes what
-// another block of the same launch reads.
+// The hyper-connection mix in two launches (hc_kernels.h). The head's blocks each norm one stream of one row
+// (the width the separate norm kernel runs at) and hold their weights in registers, loaded before waiting for
+// the previous kernel; the tail sums the per-stream partials in a fixed order and stores the inject, so no
+// block writes what another block of the same launch reads. No atomics anywhere.
 #include <string>
 
+#include "backend/cuda/code_bits.h"
 #include "backend/cuda/cuda_error.h"
 #include "backend/cuda/grid_dependency.cuh"
 #include "backend/cuda/model/device_math.cuh"
 #include "backend/cuda/model/hc_kernels.h"
+#include "backend/cuda/model/norm_reduce.cuh"
 #include "backend/cuda/wx_kernels.cuh"
 
 namespace ds::cuda {
@@ -15,158 +18,119 @@ namespace {
 
 using detail::kOutputsPerWarp;
 using detail::kWarpsPerBlock;
+using dev::kNormThreads;
 
-constexpr int kThreads = kWarpsPerBlock * 32;
-constexpr int kStreams = 4;        // the tail's warps are the streams
-constexpr int kNormThreads = 256;  // rms_norm_rows' threads per group: the order the head reproduces
-// S*D floats of the row in shared memory: with the static part, under the 48 KB a block gets without opt-in.
-constexpr int kMaxStreamWidth = 11264;
+constexpr int kStreams = 4;  // the tail's warps are the streams; its partial sum is ((p0 + p1) + (p2 + p3))
+// Head: one block of rms_norm_rows' 256 threads per (output tile, stream, row); each warp kHeadOutputs
+// outputs, its lanes holding up to kLaneUnits 32-column units of the stream each (D <= 3072); at most 128
+// registers a thread, so two blocks fit an SM beside the previous kernel's.
+constexpr int kHeadWarps = kNormThreads / 32;
+constexpr int kHeadOutputs = 2;
+constexpr int kHeadTile = kHeadWarps * kHeadOutputs;
+constexpr int kLaneUnits = 3;
+constexpr int kNormItems = 12;  // values of the stream a thread holds: kNormItems * 256 = 3072 >= D
+constexpr int kMaxStreamWidth = 3072;
 constexpr int kMaxRank = 1024;
-constexpr int kChunk = 10;  // float4 loads a thread keeps in flight (a 10240-float row: two chunks)
-static_assert(kNormThreads == 2 * kThreads, "a head thread plays two of rms_norm_rows' threads");
+constexpr int kTailThreads = kWarpsPerBlock * 32;
+static_assert(kNormItems * kNormThreads == kMaxStreamWidth && kLaneUnits * 32 * 32 == kMaxStreamWidth);
 
 template <int Bits>
 using Matrix = typename detail::AffineUnit<Bits>::Matrix;
 
-__device__ __forceinline__ void prefetch_l2(const void* p) {
-  asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
-}
-
-// The codes, scales and biases of output rows o0 .. o0+count-1 into L2. Weights never change during a round,
-// so this goes out before waiting for the previous kernel (programmatic launch).
+// Block (tile, g, r). Before the wait: the warp's weight units of stream g and the norm weights (never
+// written during a round). After it: stream g of row r with the inject added, its 1 / rms in rms_norm_rows'
+// order (thread t sums values t, t + 256, ... in double; block_inv_rms), the normed stream in shared memory
+// (and, by tile 0, in normed), then each output's partial over the stream: lane l's chain over units l,
+// l + 32, ... (unit_product, columns in order), the xor butterfly.
 template <int Bits>
-__device__ __forceinline__ void prefetch_rows(const Matrix<Bits>& m, int64_t o0, int count, int64_t n_out) {
-  for (int o = 0; o < count && o0 + o < n_out; ++o) {
-    const int64_t row = o0 + o;
-    const auto* codes = reinterpret_cast<const char*>(m.codes + row * m.words_per_row);
-    const auto* scales = reinterpret_cast<const char*>(m.scales + row * m.groups_per_row);
-    const auto* biases = reinterpret_cast<const char*>(m.biases + row * m.groups_per_row);
-    const int64_t code_bytes = int64_t{m.words_per_row} * 4, group_bytes = int64_t{m.groups_per_row} * 2;
-    for (int64_t b = int64_t{threadIdx.x} * 128; b < code_bytes; b += kThreads * 128) prefetch_l2(codes + b);
-    for (int64_t b = int64_t{threadIdx.x} * 128; b < group_bytes; b += kThreads * 128) {
-      prefetch_l2(scales + b);
-      prefetch_l2(biases + b);
-    }
-  }
-}
-
-// Block (b, r): row r's stream row (with the inject) in shared memory, its grouped norm in rms_norm_rows'
-// order (256 threads a group, thread-strided double sums, the warps' butterflies, the 8 warp sums in order;
-// head thread j plays that kernel's threads j and j + 128, i.e. warps w and w + 4), then block_product's
-// outputs for block b over the normed row: affine_wx's chain for this shape.
-template <int Bits>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kNormThreads, 2)
     hc_head_kernel(Matrix<Bits> m, int64_t n_out, const float* H, const float* pending, const float* iota_in,
-                   const float* norm_w, int D, float eps, float* normed, float* joint, int64_t ld_joint) {
+                   const float* norm_w, int D, float eps, float* normed, float* partial) {
   using Unit = detail::AffineUnit<Bits>;
-  extern __shared__ float4 shared_row[];
-  float* xs = reinterpret_cast<float*>(shared_row);
-  __shared__ double part[kStreams][kNormThreads / 32];
-  __shared__ float inv[kStreams];
+  constexpr int NO = kHeadOutputs;
+  __shared__ __align__(16) float xs[kMaxStreamWidth];
   const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
-  const int slices = detail::column_slices<Unit>(n_out, m.cols);
-  const int per_block = kWarpsPerBlock / slices * kOutputsPerWarp;
-  prefetch_rows<Bits>(m, int64_t{blockIdx.x} * per_block, per_block, n_out);
-  for (int b = threadIdx.x * 32; b < kStreams * D; b += kThreads * 32) prefetch_l2(norm_w + b);
+  const int g = blockIdx.y, r = blockIdx.z, S = gridDim.y;
+  const int64_t o0 = (int64_t{blockIdx.x} * kHeadWarps + warp) * NO;
+  const int units = D / Unit::kCols;
+  const bool has_outputs = o0 < n_out;
+  Unit cur[kLaneUnits][NO];
+#pragma unroll
+  for (int j = 0; j < kLaneUnits; ++j) {
+    if (has_outputs && lane + 32 * j < units) {
+#pragma unroll
+      for (int o = 0; o < NO; ++o)
+        cur[j][o].load(m, o0 + o < n_out ? o0 + o : n_out - 1, int64_t{g} * units + lane + 32 * j);
+    }
+  }
+  const float* mw = norm_w + int64_t{g} * D;
+  float mv[kNormItems];
+#pragma unroll
+  for (int k = 0; k < kNormItems; ++k) {
+    const int i = threadIdx.x + k * kNormThreads;
+    if (i < D) mv[k] = mw[i];
+  }
   dev::grid_dependency_wait();
-  const int r = blockIdx.y, SD = kStreams * D;
-  // Chunks of kChunk float4 a thread, every load of a chunk in flight at once (a loop of one load at a time
-  // waits one L2 round trip per value).
-  const int SD4 = SD / 4;
-  const auto* h4 = reinterpret_cast<const float4*>(H + int64_t{r} * SD);
-  const auto* p4 = pending != nullptr ? reinterpret_cast<const float4*>(pending + int64_t{r} * D) : nullptr;
-  auto* x4 = reinterpret_cast<float4*>(xs);
-  for (int c0 = 0; c0 < SD4; c0 += kChunk * kThreads) {
-    float4 v[kChunk], a[kChunk];
-    float scale[kChunk];
+  const int64_t row_g = int64_t{r} * S + g;
+  const float* hr = H + row_g * D;
+  float v[kNormItems];
 #pragma unroll
-    for (int k = 0; k < kChunk; ++k) {
-      const int i4 = c0 + k * kThreads + threadIdx.x;
-      if (i4 < SD4) {
-        v[k] = h4[i4];
-        if (pending != nullptr) {
-          const int g = i4 * 4 / D;
-          a[k] = p4[i4 - g * (D / 4)];
-          scale[k] = iota_in[int64_t{r} * kStreams + g];
-        }
-      }
+  for (int k = 0; k < kNormItems; ++k) {
+    const int i = threadIdx.x + k * kNormThreads;
+    if (i < D) v[k] = hr[i];
+  }
+  if (pending != nullptr) {  // add_rms_norm_rows' inject: v + iota * y, not written back (the tail stores it)
+    const float* pr = pending + int64_t{r} * D;
+    const float a = iota_in[row_g];
+#pragma unroll
+    for (int k = 0; k < kNormItems; ++k) {
+      const int i = threadIdx.x + k * kNormThreads;
+      if (i < D) v[k] = __fadd_rn(v[k], __fmul_rn(a, pr[i]));
     }
+  }
+  double ss = 0;
 #pragma unroll
-    for (int k = 0; k < kChunk; ++k) {
-      const int i4 = c0 + k * kThreads + threadIdx.x;
-      if (i4 < SD4) {
-        if (pending != nullptr) {
-          v[k].x = __fadd_rn(v[k].x, __fmul_rn(scale[k], a[k].x));
-          v[k].y = __fadd_rn(v[k].y, __fmul_rn(scale[k], a[k].y));
-          v[k].z = __fadd_rn(v[k].z, __fmul_rn(scale[k], a[k].z));
-          v[k].w = __fadd_rn(v[k].w, __fmul_rn(scale[k], a[k].w));
-        }
-        x4[i4] = v[k];
-      }
+  for (int k = 0; k < kNormItems; ++k)
+    if (threadIdx.x + k * kNormThreads < D) ss = __dadd_rn(ss, __dmul_rn(v[k], v[k]));
+  const float inv = dev::block_inv_rms(ss, D, eps);
+  float* nr = normed + row_g * D;
+#pragma unroll
+  for (int k = 0; k < kNormItems; ++k) {
+    const int i = threadIdx.x + k * kNormThreads;
+    if (i < D) {
+      const float y = __fmul_rn(__fmul_rn(v[k], inv), mv[k]);
+      xs[i] = y;
+      if (blockIdx.x == 0) nr[i] = y;  // for the tail's combine
     }
   }
   __syncthreads();
-  // 2 x kStreams independent chains, each in its own order (the groups interleaved only for latency).
-  double a[kStreams] = {}, b[kStreams] = {};
-  for (int i = threadIdx.x; i < D; i += kNormThreads) {
-    const bool second = i + kThreads < D;
+  if (!has_outputs) return;  // uniform over the warp; no barrier follows
+  float acc[1][NO];
 #pragma unroll
-    for (int g = 0; g < kStreams; ++g) {
-      const float x = xs[g * D + i];
-      a[g] = __dadd_rn(a[g], __dmul_rn(x, x));
-      if (second) {
-        const float y = xs[g * D + i + kThreads];
-        b[g] = __dadd_rn(b[g], __dmul_rn(y, y));
-      }
-    }
-  }
+  for (int o = 0; o < NO; ++o) acc[0][o] = 0.0f;
 #pragma unroll
-  for (int g = 0; g < kStreams; ++g) {
-    const double sa = dev::warp_sum(a[g]), sb = dev::warp_sum(b[g]);
-    if (lane == 0) part[g][warp] = sa, part[g][warp + kWarpsPerBlock] = sb;
-  }
-  __syncthreads();
-  if (threadIdx.x < kStreams) {
-    double total = 0;
-    for (int w = 0; w < kNormThreads / 32; ++w) total = __dadd_rn(total, part[threadIdx.x][w]);
-    inv[threadIdx.x] = dev::inv_rms(total, D, eps);
-  }
-  __syncthreads();
-  auto* n4 = reinterpret_cast<float4*>(normed + int64_t{r} * SD);
-  const auto* w4 = reinterpret_cast<const float4*>(norm_w);
-  for (int c0 = 0; c0 < SD4; c0 += kChunk * kThreads) {
-    float4 w[kChunk];
+  for (int j = 0; j < kLaneUnits; ++j)
+    if (lane + 32 * j < units)
+      detail::unit_product<Unit, detail::F32Rows, 1, NO>(cur[j], lane + 32 * j, detail::F32Rows{xs, 0}, 0, 1,
+                                                         acc);
 #pragma unroll
-    for (int k = 0; k < kChunk; ++k) {
-      const int i4 = c0 + k * kThreads + threadIdx.x;
-      if (i4 < SD4) w[k] = w4[i4];
-    }
+  for (int o = 0; o < NO; ++o)
 #pragma unroll
-    for (int k = 0; k < kChunk; ++k) {
-      const int i4 = c0 + k * kThreads + threadIdx.x;
-      if (i4 < SD4) {
-        const float g_inv = inv[i4 * 4 / D];
-        float4 v = x4[i4];
-        v.x = __fmul_rn(__fmul_rn(v.x, g_inv), w[k].x);
-        v.y = __fmul_rn(__fmul_rn(v.y, g_inv), w[k].y);
-        v.z = __fmul_rn(__fmul_rn(v.z, g_inv), w[k].z);
-        v.w = __fmul_rn(__fmul_rn(v.w, g_inv), w[k].w);
-        x4[i4] = v;
-        if (blockIdx.x == 0) n4[i4] = v;  // for the tail's combine
-      }
-    }
-  }
-  __syncthreads();
-  detail::block_product<Unit, detail::F32Rows, 1>(m, n_out, detail::F32Rows{xs, 0}, 0, 1,
-                                                  joint + int64_t{r} * ld_joint, ld_joint);
+    for (int mask = 16; mask > 0; mask >>= 1)
+      acc[0][o] = __fadd_rn(acc[0][o], __shfl_xor_sync(0xFFFFFFFFu, acc[0][o], mask));
+  float* pr = partial + row_g * n_out;
+#pragma unroll
+  for (int o = 0; o < NO; ++o)
+    if (lane == o && o0 + o < n_out) pr[o0 + o] = acc[0][o];
 }
 
-// Block (b, r) owns d = 4b .. 4b+3 of row r: warp k computes the up outputs k*D + d (stream k) with
-// slice_product's chain (affine_wx's: up is not sliced), over silu(joint * inv_s) staged in shared memory;
-// then hc_combine's sum, streams in order. It stores the inject hc_head folded into its norm for these d.
+// Block (b, r) owns d = 4b .. 4b+3 of row r: the joint values summed from the head's partials, warp k
+// computes the up outputs k*D + d (stream k) with slice_product's chain (affine_wx's: up is not sliced), over
+// silu(joint * inv_s) staged in shared memory; then hc_combine's sum, streams in order. It stores the inject
+// hc_head folded into its norm for these d.
 template <int Bits>
-__global__ void __launch_bounds__(kThreads)
-    hc_tail_kernel(Matrix<Bits> m, const float* joint, int64_t ld_joint, int R, float inv_s,
+__global__ void __launch_bounds__(kTailThreads)
+    hc_tail_kernel(Matrix<Bits> m, const float* partial, int64_t ld_partial, int R, float inv_s,
                    const float* normed, int D, float* H, const float* pending, const float* iota_in, float* x,
                    float* iota_out) {
   __shared__ __align__(16) float low[kMaxRank];
@@ -187,19 +151,25 @@ __global__ void __launch_bounds__(kThreads)
   dev::grid_dependency_wait();
   const int r = blockIdx.y;
   const int64_t SD = int64_t{kStreams} * D;
-  const float* jr = joint + int64_t{r} * ld_joint;
+  const float* pr = partial + int64_t{r} * kStreams * ld_partial;
+  // The stream partials' fixed-order sum (hc_kernels.h).
+  auto joint = [&](int j) {
+    return __fadd_rn(__fadd_rn(pr[j], pr[ld_partial + j]),
+                     __fadd_rn(pr[2 * ld_partial + j], pr[3 * ld_partial + j]));
+  };
   {
-    float v[kMaxRank / kThreads];  // every load in flight at once
+    float v[kMaxRank / kTailThreads];  // every load in flight at once
 #pragma unroll
-    for (int k = 0; k < kMaxRank / kThreads; ++k)
-      if (k * kThreads + threadIdx.x < R) v[k] = jr[k * kThreads + threadIdx.x];
+    for (int k = 0; k < kMaxRank / kTailThreads; ++k)
+      if (k * kTailThreads + threadIdx.x < R) v[k] = joint(k * kTailThreads + threadIdx.x);
 #pragma unroll
-    for (int k = 0; k < kMaxRank / kThreads; ++k)
-      if (k * kThreads + threadIdx.x < R) low[k * kThreads + threadIdx.x] = dev::silu(__fmul_rn(v[k], inv_s));
+    for (int k = 0; k < kMaxRank / kTailThreads; ++k)
+      if (k * kTailThreads + threadIdx.x < R)
+        low[k * kTailThreads + threadIdx.x] = dev::silu(__fmul_rn(v[k], inv_s));
   }
   if (iota_out != nullptr && blockIdx.x == 0 && threadIdx.x < kStreams)
     iota_out[int64_t{r} * kStreams + threadIdx.x] =
-        __fmul_rn(2.0f, dev::sigmoid(__fmul_rn(jr[R + threadIdx.x], inv_s)));
+        __fmul_rn(2.0f, dev::sigmoid(__fmul_rn(joint(R + threadIdx.x), inv_s)));
   // The inject's inputs load now; the sum is stored at the end, off the product's path.
   const bool injects = pending != nullptr && threadIdx.x < kStreams * kOutputsPerWarp;
   float* h = H + r * SD + threadIdx.x / kOutputsPerWarp * int64_t{D} + d0 + threadIdx.x % kOutputsPerWarp;
@@ -256,32 +226,6 @@ Matrix<Bits> matrix_of(const AffineWeight& w) {
           static_cast<uint32_t>(w.cols / w.group)};
 }
 
-template <class Fn>
-bool with_bits(int bits, Fn&& fn) {
-  switch (bits) {
-    case 2:
-      fn(std::integral_constant<int, 2>{});
-      return true;
-    case 3:
-      fn(std::integral_constant<int, 3>{});
-      return true;
-    case 4:
-      fn(std::integral_constant<int, 4>{});
-      return true;
-    case 5:
-      fn(std::integral_constant<int, 5>{});
-      return true;
-    case 6:
-      fn(std::integral_constant<int, 6>{});
-      return true;
-    case 8:
-      fn(std::integral_constant<int, 8>{});
-      return true;
-    default:
-      return false;
-  }
-}
-
 bool affine_ok(const AffineWeight& w) {
   return w.codes != nullptr && w.scales != nullptr && w.biases != nullptr && w.n_experts == 1 &&
          (w.group == 32 || w.group == 64 || w.group == 128) && w.cols % w.group == 0 &&
@@ -292,8 +236,7 @@ bool affine_ok(const AffineWeight& w) {
 }  // namespace
 
 bool hc_fused_takes(const AffineWeight& down_inject, const AffineWeight& up, int S, int D, int R) {
-  if (S != kStreams || D % kOutputsPerWarp != 0 || R % 8 != 0 || R > kMaxRank || S * D > kMaxStreamWidth)
-    return false;
+  if (S != kStreams || D % 32 != 0 || D > kMaxStreamWidth || R % 8 != 0 || R > kMaxRank) return false;
   if (!affine_ok(down_inject) || !affine_ok(up)) return false;
   if (down_inject.cols != int64_t{S} * D || (down_inject.rows != R && down_inject.rows != R + S))
     return false;
@@ -305,34 +248,34 @@ bool hc_fused_takes(const AffineWeight& down_inject, const AffineWeight& up, int
   return unsliced;
 }
 
+int64_t hc_partial_floats(const AffineWeight& down_inject, int S, int n) {
+  return int64_t{n} * S * down_inject.rows;
+}
+
 void hc_head(const AffineWeight& down_inject, const float* H, const float* pending, const float* iota_in,
-             const float* norm_w, int S, int D, float eps, float* normed, float* joint, int64_t ld_joint,
-             int n, cudaStream_t stream) {
+             const float* norm_w, int S, int D, float eps, float* normed, float* partial, int n,
+             cudaStream_t stream) {
   constexpr const char* op = "hc_head";
-  if (S != kStreams || n < 1 || n > 65535 || int64_t{S} * D > kMaxStreamWidth || down_inject.cols != S * D)
+  if (S != kStreams || n < 1 || n > 65535 || D % 32 != 0 || D > kMaxStreamWidth ||
+      down_inject.cols != int64_t{S} * D || (pending != nullptr && iota_in == nullptr))
     throw ArgumentError(std::string(op) + ": shape not taken (check hc_fused_takes first): S " +
                         std::to_string(S) + ", D " + std::to_string(D) + ", rows " + std::to_string(n));
   with_bits(down_inject.bits, [&](auto bits) {
     constexpr int B = decltype(bits)::value;
-    using Unit = detail::AffineUnit<B>;
-    const int64_t per_block =
-        int64_t{kWarpsPerBlock / detail::column_slices<Unit>(down_inject.rows, down_inject.cols)} *
-        kOutputsPerWarp;
-    const dim3 grid(static_cast<unsigned>((down_inject.rows + per_block - 1) / per_block),
-                    static_cast<unsigned>(n));
-    const size_t shared = static_cast<size_t>(S) * D * sizeof(float);
-    hc_head_kernel<B><<<grid, kThreads, shared, stream>>>(matrix_of<B>(down_inject), down_inject.rows, H,
-                                                          pending, iota_in, norm_w, D, eps, normed, joint,
-                                                          ld_joint);
+    const dim3 grid(static_cast<unsigned>((down_inject.rows + kHeadTile - 1) / kHeadTile),
+                    static_cast<unsigned>(S), static_cast<unsigned>(n));
+    hc_head_kernel<B><<<grid, kNormThreads, 0, stream>>>(matrix_of<B>(down_inject), down_inject.rows, H,
+                                                         pending, iota_in, norm_w, D, eps, normed, partial);
   });
   check_launch(op);
 }
 
-void hc_tail(const AffineWeight& up, const float* joint, int64_t ld_joint, int R, float inv_s,
+void hc_tail(const AffineWeight& up, const float* partial, int64_t ld_partial, int R, float inv_s,
              const float* normed, int S, int D, float* H, const float* pending, const float* iota_in,
              float* x, float* iota_out, int n, cudaStream_t stream) {
   constexpr const char* op = "hc_tail";
-  if (S != kStreams || n < 1 || n > 65535 || R > kMaxRank || up.cols != R || up.rows != int64_t{S} * D)
+  if (S != kStreams || n < 1 || n > 65535 || R > kMaxRank || up.cols != R || up.rows != int64_t{S} * D ||
+      ld_partial < R + (iota_out != nullptr ? S : 0))
     throw ArgumentError(std::string(op) + ": shape not taken (check hc_fused_takes first): S " +
                         std::to_string(S) + ", D " + std::to_string(D) + ", R " + std::to_string(R));
   if (pending != nullptr && iota_in == iota_out)
@@ -341,8 +284,8 @@ void hc_tail(const AffineWeight& up, const float* joint, int64_t ld_joint, int R
   with_bits(up.bits, [&](auto bits) {
     constexpr int B = decltype(bits)::value;
     const dim3 grid(static_cast<unsigned>(D / kOutputsPerWarp), static_cast<unsigned>(n));
-    hc_tail_kernel<B><<<grid, kThreads, 0, stream>>>(matrix_of<B>(up), joint, ld_joint, R, inv_s, normed, D,
-                                                     H, pending, iota_in, x, iota_out);
+    hc_tail_kernel<B><<<grid, kTailThreads, 0, stream>>>(matrix_of<B>(up), partial, ld_partial, R, inv_s,
+                                                         normed, D, H, pending, iota_in, x, iota_out);
   });
   check_launch(op);
 }

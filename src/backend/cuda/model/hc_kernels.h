@@ -1,10 +1,12 @@
 #pragma once
-// The hyper-connection mix of a decode call in two launches per mix (docs/backend-cuda.md "Hyper-connection
-// mix"): hc_head = the pending inject + the grouped RMS norm + the down|inject product, hc_tail = the
-// activations + the up product + the combine + the inject written back to H. Each row of a call runs in its
-// own blocks, so a row's bits never depend on the row count; the arithmetic is that of add_rms_norm_rows,
-// affine_wx (one row), hc_activations and hc_combine run apart, in the same order: the same bits. Used with
-// CudaModelOptions::fused_hc (off by default: slower on the H200 at 1 and 8 streams, see the receipt).
+// The hyper-connection mix of a decode call in two launches per mix (docs/backend-cuda.md "Whole model"),
+// with the down|inject product split by stream: hc_head block (tile, g, r) norms stream g of row r (the
+// pending inject added, rms_norm_rows' order and bits) and writes its outputs' partial products over that
+// stream's D columns; hc_tail sums the S partials in a fixed order, then the activations + the up product +
+// the combine + the inject written back to H. The split is fixed by the weight's shape and each row runs in
+// its own blocks, so a row's bits never depend on the row count, the window split or the launch path. The
+// down|inject sums differ from affine_wx's (another fixed order, checked against float64), so the mix is
+// used at EVERY decode row count or at none (CudaModelOptions::fused_hc); prompt passes keep the tiled ops.
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -14,22 +16,27 @@
 namespace ds::cuda {
 
 // Whether hc_head/hc_tail take the mix: MLX affine down|inject [R (+ S), S*D] and up [S*D, R] of one encoding
-// each, S == 4 streams, D % 4 == 0, R % 8 == 0, R <= 1024, S*D <= 11264 (the normed row in shared memory), up
-// not split into column slices. False: run the separate ops.
+// each, S == 4 streams, D % 32 == 0, D <= 3072, R % 8 == 0, R <= 1024, up not split into column slices.
+// False: run the separate ops.
 bool hc_fused_takes(const AffineWeight& down_inject, const AffineWeight& up, int S, int D, int R);
 
-// Per row r < n: v = H[r] (+ iota_in[r, g] * pending[r] on group g when pending is set; H is NOT written),
-// normed = v / rms(group) * norm_w (add_rms_norm_rows' order and bits), written to normed[r] by one block;
-// joint[r * ld_joint + o] = down_inject[o] . normed for every o (affine_wx's chain for that shape).
-void hc_head(const AffineWeight& down_inject, const float* H, const float* pending, const float* iota_in,
-             const float* norm_w, int S, int D, float eps, float* normed, float* joint, int64_t ld_joint,
-             int n, cudaStream_t stream);
+// Floats of hc_head's partials for n rows (the caller's scratch): n * S * down_inject.rows.
+int64_t hc_partial_floats(const AffineWeight& down_inject, int S, int n);
 
-// Per row r < n: low = silu(joint[r, 0..R) * inv_s), mix = up low, x[r, d] = (sum_k sigmoid(mix[k D + d]) *
-// normed[r, k D + d]) * (1/S), k in order; with iota_out set iota_out[r, k] = 2 sigmoid(joint[r, R + k] *
-// inv_s); with pending set H[r, k, d] += iota_in[r, k] * pending[r, d] (the inject hc_head computed for its
+// Per row r < n and stream g < S: v = H[r, g] (+ iota_in[r, g] * pending[r] when pending is set; H is NOT
+// written), normed[r, g] = v / rms(v) * norm_w[g] (add_rms_norm_rows' bits); partial[(r S + g) rows + o] =
+// down_inject[o, g D .. g D + D) . normed[r, g] for every output o: lane l of the output's warp takes the
+// stream's 32-column units l, l + 32, ... in order (a fused-multiply-add chain), then the xor butterfly.
+void hc_head(const AffineWeight& down_inject, const float* H, const float* pending, const float* iota_in,
+             const float* norm_w, int S, int D, float eps, float* normed, float* partial, int n,
+             cudaStream_t stream);
+
+// Per row r < n: joint[o] = (p0[o] + p1[o]) + (p2[o] + p3[o]) over hc_head's partials (rows ld_partial),
+// low = silu(joint[0..R) * inv_s), mix = up low (affine_wx's chain), x[r, d] = (sum_k sigmoid(mix[k D + d]) *
+// normed[r, k D + d]) * (1/S), k in order; with iota_out set iota_out[r, k] = 2 sigmoid(joint[R + k] *
+// inv_s); with pending set H[r, k, d] += iota_in[r, k] * pending[r, d] (the inject hc_head added for its
 // norm, now stored). iota_in and iota_out must differ.
-void hc_tail(const AffineWeight& up, const float* joint, int64_t ld_joint, int R, float inv_s,
+void hc_tail(const AffineWeight& up, const float* partial, int64_t ld_partial, int R, float inv_s,
              const float* normed, int S, int D, float* H, const float* pending, const float* iota_in,
              float* x, float* iota_out, int n, cudaStream_t stream);
 

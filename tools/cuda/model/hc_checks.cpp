@@ -1,0 +1,258 @@
+// The hyper-connection mix kernels (hc_kernels.h) at the real shape (S 4, D 2560, R 320) against a float64
+// reference within a stated bound, with a negative control; a row alone == the same row among others (bit for
+// bit); the normed rows and the stored inject == add_rms_norm_rows' (bit for bit).
+#include <cmath>
+#include <cstring>
+#include <random>
+
+#include "../host_reference.h"
+#include "backend/cuda/cuda_error.h"
+#include "backend/cuda/device_buffer.h"
+#include "backend/cuda/model/glue_kernels.h"
+#include "backend/cuda/model/hc_kernels.h"
+#include "model_checks.h"
+
+namespace ds::cuda::modelcheck {
+
+namespace {
+
+using wxcheck::HostAffine;
+using wxcheck::RefWeight;
+
+constexpr int kS = 4, kD = 2560, kR = 320;
+constexpr float kEps = 1e-6f;
+const double kUlp = std::ldexp(1.0, -24);
+
+struct DeviceAffine {
+  DeviceBuffer codes, scales, biases;
+  AffineWeight w;
+};
+
+DeviceAffine upload(const HostAffine& a) {
+  DeviceAffine d{DeviceBuffer(a.codes.size() * 4),
+                 DeviceBuffer(a.scales.size() * 2),
+                 DeviceBuffer(a.biases.size() * 2),
+                 {}};
+  d.codes.upload(a.codes.data(), a.codes.size() * 4);
+  d.scales.upload(a.scales.data(), a.scales.size() * 2);
+  d.biases.upload(a.biases.data(), a.biases.size() * 2);
+  d.w = {d.codes.as<uint32_t>(),
+         d.scales.as<uint16_t>(),
+         d.biases.as<uint16_t>(),
+         a.rows,
+         a.cols,
+         a.bits,
+         a.group,
+         1};
+  return d;
+}
+
+template <class T>
+DeviceBuffer to_device(const std::vector<T>& v) {
+  DeviceBuffer b(v.size() * sizeof(T));
+  b.upload(v.data(), v.size() * sizeof(T));
+  return b;
+}
+
+template <class T>
+std::vector<T> to_host(const DeviceBuffer& b, size_t count) {
+  std::vector<T> v(count);
+  b.download(v.data(), count * sizeof(T));
+  return v;
+}
+
+// The mix's inputs for n rows.
+struct Inputs {
+  int n = 0;
+  std::vector<float> H, pending, iota_in, norm_w;
+};
+
+Inputs random_inputs(int n, std::mt19937_64& rng) {
+  Inputs in;
+  in.n = n;
+  in.H = wxcheck::random_normal(int64_t{n} * kS * kD, 1.0f, rng);
+  in.pending = wxcheck::random_normal(int64_t{n} * kD, 1.0f, rng);
+  std::uniform_real_distribution<float> u(0.5f, 1.5f);
+  in.iota_in.resize(size_t(n) * kS);
+  for (float& v : in.iota_in) v = u(rng);
+  in.norm_w.resize(size_t(kS) * kD);
+  for (float& v : in.norm_w) v = u(rng);
+  return in;
+}
+
+struct Outputs {
+  std::vector<float> x, iota, H, normed;
+  std::vector<float> joint;  // per row, the down|inject outputs: hc_tail's sum of the head's partials
+};
+
+// hc_head + hc_tail on the device; with_pending false: no inject (the final mixer's form), no iota out.
+Outputs run_split(const DeviceAffine& di, const DeviceAffine& up, const Inputs& in, bool with_pending) {
+  const int n = in.n;
+  DeviceBuffer H = to_device(in.H), pending = to_device(in.pending), iota_in = to_device(in.iota_in),
+               norm_w = to_device(in.norm_w);
+  DeviceBuffer normed(size_t(n) * kS * kD * 4), partial(size_t(hc_partial_floats(di.w, kS, n)) * 4),
+      x(size_t(n) * kD * 4), iota_out(size_t(n) * kS * 4);
+  x.fill_bytes(0xFF), iota_out.fill_bytes(0xFF), normed.fill_bytes(0xFF);
+  const float* p = with_pending ? pending.as<float>() : nullptr;
+  const float* ii = with_pending ? iota_in.as<float>() : nullptr;
+  hc_head(di.w, H.as<float>(), p, ii, norm_w.as<float>(), kS, kD, kEps, normed.as<float>(),
+          partial.as<float>(), n, nullptr);
+  hc_tail(up.w, partial.as<float>(), di.w.rows, kR, 1.0f / kS, normed.as<float>(), kS, kD, H.as<float>(), p,
+          ii, x.as<float>(), with_pending ? iota_out.as<float>() : nullptr, n, nullptr);
+  check(cudaDeviceSynchronize(), "hc mix check");
+  // The joint values as the tail forms them, (p0 + p1) + (p2 + p3) in f32 (-ffp-contract=off: the same bits).
+  const int64_t rows = di.w.rows;
+  const std::vector<float> pv = to_host<float>(partial, size_t(n) * kS * rows);
+  std::vector<float> joint(size_t(n) * rows);
+  for (int r = 0; r < n; ++r)
+    for (int64_t o = 0; o < rows; ++o) {
+      const float* p0 = &pv[size_t(r) * kS * rows + o];
+      joint[size_t(r) * rows + o] = (p0[0] + p0[rows]) + (p0[2 * rows] + p0[3 * rows]);
+    }
+  return {to_host<float>(x, size_t(n) * kD), to_host<float>(iota_out, size_t(n) * kS),
+          to_host<float>(H, in.H.size()), to_host<float>(normed, size_t(n) * kS * kD), std::move(joint)};
+}
+
+// The separate norm's normed rows and stored inject (add_rms_norm_rows), the bits hc_head/hc_tail must give.
+Outputs run_norm(const Inputs& in, bool with_pending) {
+  DeviceBuffer H = to_device(in.H), pending = to_device(in.pending), iota_in = to_device(in.iota_in),
+               norm_w = to_device(in.norm_w), normed(in.H.size() * 4);
+  if (with_pending)
+    add_rms_norm_rows(H.as<float>(), kS * kD, iota_in.as<float>(), pending.as<float>(), norm_w.as<float>(),
+                      kS, kD, kEps, normed.as<float>(), kS * kD, in.n, nullptr);
+  else
+    rms_norm_rows(H.as<float>(), kS * kD, norm_w.as<float>(), kS, kD, kEps, normed.as<float>(), kS * kD, in.n,
+                  nullptr);
+  check(cudaDeviceSynchronize(), "hc norm check");
+  return {{}, {}, to_host<float>(H, in.H.size()), to_host<float>(normed, in.H.size()), {}};
+}
+
+double sigmoid(double z) {
+  return 1.0 / (1.0 + std::exp(-z));
+}
+
+// Worst |got - float64| / bound over row r (the reference's affine scales times `scale`), in two parts:
+// - the head: each down|inject output (the GPU's partial sum) against float64 from H, the inject and the
+// norm,
+//   within (chain + 7 + 8) ulps of sum |w normed| (a stream's lane chain of ceil(80/32)*32 terms, a rounded
+//   dequantization, the butterfly; the partials' 2 adds and normed's roundings, 6 ulps of each value);
+// - the tail, from the GPU's joint values and normed rows: x and iota against float64 within silu/sigmoid/
+//   products of 8 ulps each, the up chain's (32 + 7) ulps of sum |u low| plus sum |u| dlow, |sigmoid'| <=
+//   1/4.
+double worst_ratio(const HostAffine& di, const HostAffine& up, double scale, const Inputs& in, int r,
+                   bool with_pending, const Outputs& got) {
+  std::vector<double> nv(size_t(kS) * kD);
+  for (int g = 0; g < kS; ++g) {
+    double ss = 0;
+    std::vector<double> v(kD);
+    for (int i = 0; i < kD; ++i) {
+      const size_t at = (size_t(r) * kS + g) * kD + i;
+      v[i] = in.H[at] +
+             (with_pending ? double(in.iota_in[size_t(r) * kS + g]) * in.pending[size_t(r) * kD + i] : 0);
+      ss += v[i] * v[i];
+    }
+    const double inv = 1.0 / std::sqrt(ss / kD + kEps);
+    for (int i = 0; i < kD; ++i) nv[size_t(g) * kD + i] = v[i] * inv * in.norm_w[size_t(g) * kD + i];
+  }
+  const RefWeight wd{&di, nullptr, di.rows, di.cols, scale}, wu{&up, nullptr, up.rows, up.cols, scale};
+  const double joint_factor = wxcheck::bound_factor(kD, 32) + 8 * kUlp;
+  double worst = 0;
+  const float* joint = &got.joint[size_t(r) * di.rows];
+  for (int64_t o = 0; o < di.rows; ++o) {
+    const wxcheck::RefValue v = wxcheck::reference(wd, nv.data(), o);
+    worst = std::max(worst, std::fabs(joint[o] - v.y) / (joint_factor * v.abs_sum + 1e-30));
+  }
+  std::vector<double> low(kR), dlow(kR);
+  for (int j = 0; j < kR; ++j) {
+    const double z = double(joint[j]) / kS;
+    low[j] = z * sigmoid(z);
+    dlow[j] = 8 * kUlp * std::fabs(low[j]);
+  }
+  const float* normed = &got.normed[size_t(r) * kS * kD];
+  for (int d = 0; d < kD; ++d) {
+    double x = 0, dx = 0;
+    for (int k = 0; k < kS; ++k) {
+      const int64_t o = int64_t{k} * kD + d;
+      const wxcheck::RefValue m = wxcheck::reference(wu, low.data(), o);
+      double prop = 0;
+      for (int j = 0; j < kR; ++j) prop += std::fabs(wu.at(o, j)) * dlow[j];
+      const double dmix = wxcheck::bound_factor(kR, 32) * m.abs_sum + prop;
+      const double s = sigmoid(m.y), n = normed[o];
+      x += s * n;
+      dx += 0.25 * dmix * std::fabs(n) + 8 * kUlp * std::fabs(s * n);
+    }
+    x /= kS, dx = dx / kS + 1e-30;
+    worst = std::max(worst, std::fabs(got.x[size_t(r) * kD + d] - x) / dx);
+  }
+  if (with_pending)
+    for (int k = 0; k < kS; ++k) {
+      const double want = 2 * sigmoid(double(joint[kR + k]) / kS);
+      worst = std::max(worst, std::fabs(got.iota[size_t(r) * kS + k] - want) / (8 * kUlp * want + 1e-30));
+    }
+  return worst;
+}
+
+bool same_floats(const std::vector<float>& a, size_t a0, const std::vector<float>& b, size_t b0,
+                 size_t count) {
+  return std::memcmp(a.data() + a0, b.data() + b0, count * sizeof(float)) == 0;
+}
+
+}  // namespace
+
+void run_hc_checks(Tally& tally) {
+  struct Case {
+    int bits, group;
+    bool with_pending;  // false: the final mixer's form (down rows R, no inject, no iota out)
+  };
+  // Groups of 128 do not divide up's R = 320 columns (hc_fused_takes refuses them: the separate ops run).
+  for (const Case c : {Case{4, 32, true}, Case{6, 64, true}, Case{8, 64, false}, Case{2, 32, true},
+                       Case{3, 64, true}, Case{5, 32, true}}) {
+    std::mt19937_64 rng(1000 + c.bits * 7 + c.group);
+    const HostAffine di =
+        wxcheck::random_affine(c.with_pending ? kR + kS : kR, int64_t{kS} * kD, c.bits, c.group, rng);
+    const HostAffine up = wxcheck::random_affine(int64_t{kS} * kD, kR, c.bits, c.group, rng);
+    const DeviceAffine ddi = upload(di), dup = upload(up);
+    const std::string name = "hc mix " + std::to_string(c.bits) + "-bit g" + std::to_string(c.group) +
+                             (c.with_pending ? "" : " (mixer form)");
+    if (!hc_fused_takes(ddi.w, dup.w, kS, kD, kR)) {
+      tally.expect(false, name + ": hc_fused_takes refuses the real shape");
+      continue;
+    }
+    const int n = 5;
+    const Inputs all = random_inputs(n, rng);
+    const Outputs together = run_split(ddi, dup, all, c.with_pending);
+    // Each row alone (n = 1) == the same row among 5, bit for bit (x, iota, H, normed).
+    bool alone_same = true;
+    for (int r = 0; r < n; ++r) {
+      Inputs one;
+      one.n = 1;
+      one.H.assign(all.H.begin() + int64_t{r} * kS * kD, all.H.begin() + int64_t{r + 1} * kS * kD);
+      one.pending.assign(all.pending.begin() + int64_t{r} * kD, all.pending.begin() + int64_t{r + 1} * kD);
+      one.iota_in.assign(all.iota_in.begin() + r * kS, all.iota_in.begin() + (r + 1) * kS);
+      one.norm_w = all.norm_w;
+      const Outputs o = run_split(ddi, dup, one, c.with_pending);
+      alone_same = alone_same && same_floats(o.x, 0, together.x, size_t(r) * kD, kD) &&
+                   same_floats(o.H, 0, together.H, size_t(r) * kS * kD, size_t(kS) * kD) &&
+                   same_floats(o.normed, 0, together.normed, size_t(r) * kS * kD, size_t(kS) * kD) &&
+                   (!c.with_pending || same_floats(o.iota, 0, together.iota, size_t(r) * kS, kS));
+    }
+    const Outputs norm = run_norm(all, c.with_pending);
+    const bool norm_same = norm.normed == together.normed && norm.H == together.H;
+    double worst = 0, off = 0;
+    for (int r = 0; r < 2; ++r) {
+      worst = std::max(worst, worst_ratio(di, up, 1.0, all, r, c.with_pending, together));
+      off = std::max(off, worst_ratio(di, up, 1.01, all, r, c.with_pending, together));
+    }
+    std::printf(
+        "  %s: down|inject, x%s vs float64 %.3f of the bound (scales 1%% off: %.0fx); rows alone == 5 "
+        "together: %s; normed rows and stored inject == add_rms_norm_rows: %s\n",
+        name.c_str(), c.with_pending ? ", iota" : "", worst, off, alone_same ? "bit-identical" : "DIFFERENT",
+        norm_same ? "bit-identical" : "DIFFERENT");
+    tally.expect(worst <= 1.0, name + ": within the float64 bound");
+    tally.expect(off > 1.0, name + ": negative control exceeds the bound");
+    tally.expect(alone_same, name + ": a row alone == among others");
+    tally.expect(norm_same, name + ": normed and inject == add_rms_norm_rows");
+  }
+}
+
+}  // namespace ds::cuda::modelcheck
