@@ -135,15 +135,7 @@ __global__ void __launch_bounds__(kThreads)
     __syncwarp();                      // ... and every lane's
     const uint32_t* st = ring + (s % kStages) * L::kWords;
     const int64_t t0 = s * kUnitsPerStage;
-    const int nu = static_cast<int>(min(int64_t{kUnitsPerStage}, T - t0));
-    // A full stage unrolled: the units' MMA chains are independent (only the epilogue runs in unit order),
-    // so the compiler can overlap them.
-    if (nu == kUnitsPerStage) {
-#pragma unroll
-      for (int u = 0; u < kUnitsPerStage; ++u) unit_step(st, t0, u);
-    } else {
-      for (int u = 0; u < nu; ++u) unit_step(st, t0, u);
-    }
+    stage_units(static_cast<int>(min(int64_t{kUnitsPerStage}, T - t0)), [&](int u) { unit_step(st, t0, u); });
     __syncwarp();  // every lane is done with stage s before its slot is refilled
   }
 #pragma unroll

@@ -167,6 +167,18 @@ __device__ __forceinline__ void issue_stage(const DecodeWeight& W, int64_t o0, i
   cp_async_commit();
 }
 
+// step(u) for the nu units of one stage. A full stage unrolled: the units' MMA chains are independent (only
+// the epilogue runs in unit order), so the compiler can overlap them.
+template <class Step>
+__device__ __forceinline__ void stage_units(int nu, Step&& step) {
+  if (nu == kUnitsPerStage) {
+#pragma unroll
+    for (int u = 0; u < kUnitsPerStage; ++u) step(u);
+  } else {
+    for (int u = 0; u < nu; ++u) step(u);
+  }
+}
+
 // The small-window product (tc_gemv.cu): windows (or expert tiles) of at most x_rows <= 8 rows, the bits of
 // decode_kernel<Bits, 1>; x and its tile sums ride in the weights' cp.async ring.
 // in_block: one row (x_rows 1, cols <= kInBlockMaxCols) split by each block from X.x into shared memory,

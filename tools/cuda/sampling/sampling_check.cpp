@@ -151,8 +151,9 @@ class Maker {
                                      20,
                                      50,
                                      1000,
+                                     5000,  // above the 4,096-key list, below the 7,936 thread maxima
                                      static_cast<int32_t>(vocab),
-                                     static_cast<int32_t>(vocab + 7)}[static_cast<size_t>(pick(0, 9))];
+                                     static_cast<int32_t>(vocab + 7)}[static_cast<size_t>(pick(0, 10))];
     if (coin(0.5))
       p.top_p = std::vector<float>{
           1e-6f, 0.1f, 0.5f, 0.8f, 0.9f, 0.95f, 0.999999f, 1.0f}[static_cast<size_t>(pick(0, 7))];

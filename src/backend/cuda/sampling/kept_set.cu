@@ -18,6 +18,16 @@ namespace {
 constexpr int kDigitBits = 11, kDigits = 1 << kDigitBits, kLevels = 5;  // 55 bits cover a 51-bit key
 constexpr int kTopShift = kDigitBits * (kLevels - 1);
 
+// Inclusive prefix sum of v over the lanes of a warp (every lane calls it).
+__device__ uint64_t warp_inclusive_sum(uint64_t v) {
+  const int lane = threadIdx.x & 31;
+  for (int o = 1; o < 32; o <<= 1) {
+    const uint64_t u = __shfl_up_sync(0xffffffffu, v, o);
+    if (lane >= o) v += u;
+  }
+  return v;
+}
+
 // Warp 0 of a block, all lanes: the bin where the count (or mass) summed from the top bin down reaches the
 // want-th unit, want = want_of(total of the bins). `rest` is want less the bins above it. False when the
 // bins hold less than want.
@@ -26,11 +36,7 @@ __device__ bool find_from_top(const T* hist, WantOf want_of, int& digit, uint64_
   const int lane = threadIdx.x & 31, per = kBins / 32, top = kBins - 1 - per * lane;
   uint64_t sum = 0;
   for (int j = 0; j < per; ++j) sum += hist[top - j];
-  uint64_t incl = sum;
-  for (int o = 1; o < 32; o <<= 1) {
-    const uint64_t v = __shfl_up_sync(0xffffffffu, incl, o);
-    if (lane >= o) incl += v;
-  }
+  const uint64_t incl = warp_inclusive_sum(sum);
   const uint64_t want = want_of(__shfl_sync(0xffffffffu, incl, 31));
   const uint64_t excl = incl - sum;
   const unsigned hit = __ballot_sync(0xffffffffu, want > excl && want <= incl);
@@ -163,21 +169,13 @@ __device__ uint64_t mass_cut(const uint64_t* list, int m, const PackedRow& r, do
   uint64_t sum = 0;
   for (int i = lo; i < hi; ++i) sum += mass_of(offset_of(key_z(list[i]), r, max_s));
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
-  uint64_t incl = sum;
-  for (int o = 1; o < 32; o <<= 1) {
-    const uint64_t v = __shfl_up_sync(0xffffffffu, incl, o);
-    if (lane >= o) incl += v;
-  }
+  uint64_t incl = warp_inclusive_sum(sum);
   if (lane == 31) warp_sums[warp] = incl;
   if (threadIdx.x == 0) s_at = m - 1;
   __syncthreads();
   if (warp == 0) {
     const uint64_t w = lane < warps ? warp_sums[lane] : 0;
-    uint64_t wi = w;
-    for (int o = 1; o < 32; o <<= 1) {
-      const uint64_t v = __shfl_up_sync(0xffffffffu, wi, o);
-      if (lane >= o) wi += v;
-    }
+    const uint64_t wi = warp_inclusive_sum(w);
     if (lane < warps) warp_sums[lane] = wi - w;
     if (lane == 31) s_total = wi;
   }
