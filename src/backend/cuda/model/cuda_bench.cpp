@@ -45,8 +45,8 @@ DecodeRate bench_decode_rounds(CudaModel& m, int streams, int rounds, int warmup
   return {streams, rounds, 1e3 * sec / rounds, streams * rounds / sec};
 }
 
-std::vector<std::pair<std::string, double>> op_breakdown(CudaModel& m, int rounds) {
-  Rounds r(m, 1);
+std::vector<std::pair<std::string, double>> op_breakdown(CudaModel& m, int rounds, int streams) {
+  Rounds r(m, streams);
   r.run();
   m.set_time_ops(true);
   m.reset_op_times();
