@@ -52,8 +52,8 @@ void add_backend_options(CLI::App& cmd, std::string& backend, bool& cuda_prompt_
                "cuda: prompts as tensor-core prompt passes (docs/backend-cuda.md \"Prompt path\"; default; "
                "=false: as decode windows)");
   cmd.add_flag("--cuda-drafts", cuda_drafts,
-               "cuda: draft as on the CPU (off by default on CUDA: measured slower there, "
-               "docs/receipts/speculative.md)");
+               "cuda: draft as on the CPU (off by default on CUDA: greedy replies measured 12-64% faster "
+               "with drafts there, sampled ones 22% slower; docs/receipts/speculative.md)");
 }
 
 bool drafts_on(const std::string& backend, bool no_drafts, bool cuda_drafts) {

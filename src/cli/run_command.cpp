@@ -116,6 +116,9 @@ void run(const RunOptions& o) {
                static_cast<long long>(generated), decode, generated / std::max(decode, 1e-9),
                static_cast<long long>(done.drafted_tokens), static_cast<long long>(done.accepted_tokens),
                static_cast<unsigned long long>(params.seed));
+  // Not in the times above: the depth policy times its rounds when the engine starts.
+  if (const double ms = engine.stats().draft_calibration_ms; ms > 0)
+    std::fprintf(stderr, "[drafts: depth policy calibrated in %.1f ms at engine start]\n", ms);
 }
 
 }  // namespace

@@ -78,7 +78,7 @@ double HeadCosts::cost(std::span<const int> depths, std::span<const int64_t> row
 }
 
 void choose_depths(const RoundCosts& costs, std::span<DepthChoice> choices, int64_t base_rows,
-                   const HeadCosts* head, bool rewind_reruns) {
+                   const HeadCosts* head, bool rewind_reruns, bool reruns_as_rows) {
   int64_t rows = base_rows + static_cast<int64_t>(choices.size());
   double tokens = 0;
   std::vector<int> depths(choices.size(), 0);
@@ -88,9 +88,10 @@ void choose_depths(const RoundCosts& costs, std::span<DepthChoice> choices, int6
     head_rows[i] = choices[i].head_rows;
     tokens += 1.0;
   }
-  // The re-run pass after a missed draft: taken unless every drafting window lands whole (chance: the
-  // product of each window's all-land chance), over about the rows those windows keep.
-  auto rerun_ms = [&] {
+  // The re-run after a missed draft: taken unless every drafting window lands whole (chance: the product of
+  // each window's all-land chance), over about the rows those windows keep; a pass of its own, or (rows
+  // joining the next round's windows) those rows more in a round of `r` rows.
+  auto rerun_ms = [&](int64_t r) {
     double all_land = 1.0, kept = 0.0;
     for (size_t i = 0; i < choices.size(); ++i) {
       if (depths[i] == 0) continue;
@@ -102,10 +103,12 @@ void choose_depths(const RoundCosts& costs, std::span<DepthChoice> choices, int6
       kept += r.expected_tokens(depths[i]);
     }
     if (kept == 0.0) return 0.0;
-    return (1.0 - all_land) * costs.cost(std::max<int64_t>(1, static_cast<int64_t>(kept + 0.5)));
+    const int64_t kept_rows = std::max<int64_t>(1, static_cast<int64_t>(kept + 0.5));
+    const double ms = reruns_as_rows ? costs.cost(r + kept_rows) - costs.cost(r) : costs.cost(kept_rows);
+    return (1.0 - all_land) * ms;
   };
   auto round_ms = [&](int64_t r) {
-    return costs.cost(r) + (head ? head->cost(depths, head_rows) : 0.0) + (rewind_reruns ? rerun_ms() : 0.0);
+    return costs.cost(r) + (head ? head->cost(depths, head_rows) : 0.0) + (rewind_reruns ? rerun_ms(r) : 0.0);
   };
   // Greedy: deepen the one stream whose deepening gives the best rate, while the rate improves.
   for (;;) {

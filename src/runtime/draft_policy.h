@@ -65,8 +65,9 @@ struct DepthChoice {
 // rows. `head`: the head's call costs (null: drafts cost nothing to make, as copies or drafts already made).
 // `rewind_reruns`: a window whose drafts do not all land costs one more pass over the kept rows (the
 // backend's rollback re-runs them: ModelBackend::rewind_reruns), counted at the chance that any window
-// misses.
+// misses. `reruns_as_rows`: the kept rows ride in the next round (ModelBackend::reruns_join_next_window), so
+// they cost the rows they add to a round, not a pass.
 void choose_depths(const RoundCosts& costs, std::span<DepthChoice> choices, int64_t base_rows = 0,
-                   const HeadCosts* head = nullptr, bool rewind_reruns = false);
+                   const HeadCosts* head = nullptr, bool rewind_reruns = false, bool reruns_as_rows = false);
 
 }  // namespace ds

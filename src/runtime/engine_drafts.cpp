@@ -17,12 +17,18 @@ double ms_since(EngineClock::time_point start) {
 
 // Passes over all widths at calibration; each width keeps its fastest.
 constexpr int kCalibrationPasses = 3;
+// Calibration reuses one scratch state (a new state a call costs an allocation on a GPU) until it would pass
+// this many positions.
+constexpr int64_t kCalibrationPositions = 128;
 
 }  // namespace
 
 // Times a verify window of each width on a scratch state, before the first drafted round; with the
-// MTP head as the source, also the head's catch-up call by rows and its chain call by streams.
+// MTP head as the source, also the head's catch-up call by rows and its chain call by streams. Each call is
+// shaped as the drafted rounds' (hidden rows captured, the head's output rows), so a backend that keeps
+// work by call shape (CUDA graphs) has it ready for them.
 void Engine::Impl::calibrate_costs() {
+  const auto calibration_start = EngineClock::now();
   const int64_t widths = static_cast<int64_t>(options.max_drafts) + 1;
   const int64_t vocab = model.config().vocab_size;
   auto tokens_of = [&](int64_t rows) {
@@ -35,13 +41,23 @@ void Engine::Impl::calibrate_costs() {
   SamplingParams greedy;
   greedy.temperature = 0;
   const TokenCounts no_history;
+  const bool head = drafter->uses_hidden() && model.has_mtp();
+  const auto W = static_cast<size_t>(head ? model.mtp_hidden_width() : 0);
+  const int64_t positions = std::min(kCalibrationPositions, model.max_context());
+  StreamState scratch = model.new_state();
+  std::vector<float> hidden_rows(static_cast<size_t>(widths) * W);
   round_costs.calibrate(
       widths,
       [&](int64_t rows) {
         const std::vector<int32_t> tokens = tokens_of(rows);
-        StreamState scratch = model.new_state();
+        if (scratch.position + rows > positions) scratch = model.new_state();
         WindowRecord record;
-        ForwardSegment seg{&scratch, tokens, false, rows > 1, nullptr, rows > 1 ? &record : nullptr};
+        ForwardSegment seg{&scratch,
+                           tokens,
+                           false,
+                           rows > 1,
+                           head ? hidden_rows.data() : nullptr,
+                           rows > 1 ? &record : nullptr};
         std::vector<RowDraw> uses(static_cast<size_t>(rows), row_with(RowUse::Draw));
         for (int64_t i = 0; i < rows; ++i) {
           uses[static_cast<size_t>(i)].params = &greedy;
@@ -57,15 +73,19 @@ void Engine::Impl::calibrate_costs() {
         return ms_since(start);
       },
       kCalibrationPasses);
-  if (!drafter->uses_hidden() || !model.has_mtp()) return;
-  const auto W = static_cast<size_t>(model.mtp_hidden_width());
+  if (!head) {
+    note_calibration(ms_since(calibration_start));
+    return;
+  }
+  scratch = model.new_state();
   head_costs.catch_up.calibrate(
       widths,
       [&](int64_t rows) {
         const std::vector<int32_t> tokens = tokens_of(rows);
         const std::vector<float> hidden(rows * W, 0.5f);
-        StreamState scratch = model.new_state();
-        MtpSegment seg{&scratch, hidden, tokens, 0, nullptr, MtpLogits::Last};
+        std::vector<float> out(rows * W);
+        if (scratch.mtp_position + rows > positions) scratch = model.new_state();
+        MtpSegment seg{&scratch, hidden, tokens, scratch.mtp_position, out.data(), MtpLogits::Last};
         std::lock_guard lock(forward_mutex());
         const auto start = EngineClock::now();
         model.mtp_forward({&seg, 1});
@@ -73,22 +93,32 @@ void Engine::Impl::calibrate_costs() {
       },
       kCalibrationPasses);
   // Chain calls over more streams than the table holds extrapolate linearly (RoundCosts::cost).
+  std::vector<StreamState> chain_states;
   head_costs.chain.calibrate(
       std::clamp<int64_t>(options.parallel, 2, widths),
       [&](int64_t streams) {
         const std::vector<int32_t> token = tokens_of(1);
         const std::vector<float> hidden(W, 0.5f);
-        std::vector<StreamState> scratch(streams, model.new_state());
+        while (static_cast<int64_t>(chain_states.size()) < streams) chain_states.push_back(model.new_state());
         std::vector<std::vector<float>> outs(streams, std::vector<float>(W));
         std::vector<MtpSegment> segs;
-        for (int64_t i = 0; i < streams; ++i)
-          segs.push_back({&scratch[i], hidden, token, 0, outs[i].data(), MtpLogits::All});
+        for (int64_t i = 0; i < streams; ++i) {
+          StreamState& st = chain_states[static_cast<size_t>(i)];
+          if (st.mtp_position + 1 > positions) st = model.new_state();
+          segs.push_back({&st, hidden, token, st.mtp_position, outs[i].data(), MtpLogits::All});
+        }
         std::lock_guard lock(forward_mutex());
         const auto start = EngineClock::now();
         model.mtp_forward(segs);
         return ms_since(start);
       },
       kCalibrationPasses);
+  note_calibration(ms_since(calibration_start));
+}
+
+void Engine::Impl::note_calibration(double ms) {
+  std::lock_guard lock(mutex);
+  stats.draft_calibration_ms += ms;
 }
 
 // The head follows a stream only while the engine may draft at all and its cache is in step with the state.
@@ -142,7 +172,8 @@ void Engine::Impl::plan_windows() {
     if (options.draft_depth > 0) {
       for (auto& c : choices) c.depth = std::min(c.offered, options.draft_depth);
     } else {
-      choose_depths(round_costs, choices, plain, head, model.rewind_reruns());
+      choose_depths(round_costs, choices, plain, head, model.rewind_reruns(),
+                    model.reruns_join_next_window());
     }
     return choices;
   };

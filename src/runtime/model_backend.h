@@ -42,6 +42,9 @@ class ModelBackend {
   // Whether rewind() leaves the kept rows to be re-run by the next forward (a pass more per missed draft,
   // which the depth policy counts); false when the record restores them outright (the CPU).
   virtual bool rewind_reruns() const { return false; }
+  // With rewind_reruns: whether the kept rows run inside the stream's next window (rows more in that round,
+  // which the depth policy prices as rows) rather than in a pass of their own.
+  virtual bool reruns_join_next_window() const { return false; }
   // How the engine cuts prompts on this backend (EngineOptions overrides either): prompt rows per round, and
   // the spacing of prompt-cache marks (a multiple of the 64 grid; a piece ends at the next mark, so the
   // spacing bounds a piece). A backend whose prompt passes pay per call (the GPU's) takes longer pieces.

@@ -335,6 +335,27 @@ TEST(DraftPolicy, ReRunsAfterMissesCount) {
   EXPECT_EQ(sure[0].depth, 4);
 }
 
+// Where the kept rows ride in the next round's window (CUDA), a miss costs those rows, not a pass: on
+// weight-bound rounds an even-chance draft pays again, while on rounds that cost by the row it still does
+// not.
+TEST(DraftPolicy, ReRunRowsCostRowsNotAPass) {
+  LandingRates half;
+  for (int i = 0; i < 50; ++i) half.record(1, i % 2);
+  RoundCosts flat;
+  flat.calibrate(9, [](int64_t rows) { return 10.0 + 0.1 * static_cast<double>(rows); });
+  std::vector<DepthChoice> even = {{&half, 1}};
+  choose_depths(flat, even, 0, nullptr, true, false);
+  EXPECT_EQ(even[0].depth, 0);  // a pass: 1.5 tokens for about 15.2 ms
+  choose_depths(flat, even, 0, nullptr, true, true);
+  EXPECT_EQ(even[0].depth, 1);  // two rows more at half the chance: 1.5 tokens for about 10.3 ms
+  RoundCosts by_row;
+  by_row.calibrate(9, [](int64_t rows) { return 2.0 + static_cast<double>(rows); });
+  choose_depths(by_row, even, 0, nullptr, false);
+  EXPECT_EQ(even[0].depth, 1);  // restored outright: 1.5 tokens for 4 ms beats 1 for 3
+  choose_depths(by_row, even, 0, nullptr, true, true);
+  EXPECT_EQ(even[0].depth, 0);  // + half of two rows: 1.5 tokens for 5 ms
+}
+
 // A new stream (no windows yet) still tries drafts where misses re-run: priced at the even-chance prior, the
 // re-run pass would keep it from ever drafting, so it would never learn that its drafts land (on the H200
 // every reply drafted nothing). Once it has tried a few windows, its measured rates decide.

@@ -8,8 +8,10 @@
 # deltaserve, cuda_engine_contract, cuda_model_check and lib/), else built here from this tree (as
 # cuda_engine.sh does). Runtime libraries from the carried Debian packages in DS_DEBS (as cuda_engine.sh).
 # PROMPT_PATH=1 also runs the contract with --prompt-path (CudaBackend's prompt passes; not yet run on the H200).
+# (c) runs each case's VARIANTS (default "on off"; "legacy": the earlier draft path, DS_CUDA_DRAFTS_LEGACY=1)
+# with DS_CUDA_PHASES=1, each run's phase table into phases.log; ON_FLAGS: run's flags for "on" and "legacy".
 # Usage: DS_DEBS=DIR [DS_PREBUILT=DIR|FILE] [MODEL=DIR] [BENCH_CONFIG=FILE] [RUNS=3] [PROMPT_PATH=1]
-#   tools/device/cuda_final.sh [bench args]
+#   [VARIANTS="on legacy off"] [ON_FLAGS=...] tools/device/cuda_final.sh [bench args]
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 repo=${REPO:-$root}  # the fixtures, tests/cuda configs and models
@@ -69,19 +71,26 @@ receipt() {  # name, max tokens, then run's arguments
   local name=$1 n=$2
   shift 2
   for ((i = 1; i <= runs; ++i)); do
-    for d in on off; do
-      local extra=(--cuda-drafts)  # drafts are off on CUDA unless asked for
+    for d in $variants; do
+      # on: drafts (the default; ON_FLAGS, e.g. --cuda-drafts for a build before 2026-12-01 04:00 UTC that
+      # gated them); legacy: the earlier draft path
+      # (DS_CUDA_DRAFTS_LEGACY=1: one graph a kind, windows without graphs, re-runs as a pass); off: none.
+      local extra=($on_flags) legacy=0
       [[ $d == off ]] && extra=(--no-drafts)
-      local reply
-      reply=$(timeout 30 "$bin/deltaserve" run "$model" --backend cuda --max-tokens "$n" "$@" "${extra[@]}" \
-        2>"$out/run_err.txt" | md5sum | cut -c1-8)
+      [[ $d == legacy ]] && legacy=1
+      local reply err=/tmp/ds-run-err.txt
+      reply=$(DS_CUDA_DRAFTS_LEGACY=$legacy DS_CUDA_PHASES=1 timeout 30 "$bin/deltaserve" run "$model" \
+        --backend cuda --max-tokens "$n" "$@" "${extra[@]}" 2>"$err" | md5sum | cut -c1-8)
       local stats
-      stats=$(grep -E 'tok/s' "$out/run_err.txt" | tr -d '[]')
-      echo "$name n=$n drafts $d run $i: reply md5 $reply ${stats:-$(tail -1 "$out/run_err.txt")}" |
+      stats=$(grep -E 'tok/s' "$err" | tr -d '[]')
+      echo "$name n=$n drafts $d run $i: reply md5 $reply ${stats:-$(tail -1 "$err")}" |
         tee -a "$out/receipt.log"
+      { echo "== $name n=$n drafts $d run $i"; grep -v '^$' "$err" | grep -vE 'tok/s'; } >>"$out/phases.log"
     done
   done
 }
+variants=${VARIANTS:-on off}
+on_flags=${ON_FLAGS:-}
 (
   receipt fib 256 -p "def fibonacci(n):" --temperature 0
   receipt chat 256 --chat -p "Write a Python function that returns the n-th Fibonacci number." --temperature 0

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 
 #include "core/error.h"
 
@@ -16,6 +18,7 @@ struct CudaEngineState final : BackendState {
   // Before the last window that ran with a WindowRecord: its recurrent parts (rewind restores them).
   DeviceBuffer before;
   int64_t before_position = -1;
+  int64_t before_quiet = 0;  // re-run rows that rode ahead of that window (its record holds them first)
   // Rows kept by a rewind, re-run at the next forward that takes this state: `current` stands before them.
   std::vector<int32_t> replay;
 
@@ -43,9 +46,54 @@ CudaBackend::CudaBackend(std::unique_ptr<CudaModel> model, bool prompt_path)
     : model_(std::move(model)), prompt_path_(prompt_path) {
   if (!model_) fail("CudaBackend: no model");
   graphs_ = model_->options().graphs;
+  auto env_on = [](const char* name) {
+    const char* v = std::getenv(name);
+    return v != nullptr && std::string(v) == "1";
+  };
+  if (env_on("DS_CUDA_DRAFTS_LEGACY")) {
+    window_graphs_ = merge_reruns_ = false;
+    model_->set_parked_graphs(1, true);
+  } else {
+    // One-off shapes (a prompt run as a window) launch directly; a shape seen twice gets its graph.
+    model_->set_parked_graphs(std::max(model_->options().parked_graphs, 2), false);
+  }
+  time_phases_ = env_on("DS_CUDA_PHASES");
 }
 
-CudaBackend::~CudaBackend() = default;
+CudaBackend::~CudaBackend() {
+  if (time_phases_ && !phases_.empty()) std::fputs(phase_table().c_str(), stderr);
+}
+
+void CudaBackend::add_phase(const char* name, int64_t rows,
+                            std::chrono::steady_clock::time_point start) const {
+  if (!time_phases_) return;
+  // The host's wall time of the call, the device's work included (every call ends in a sync).
+  Phase& p = phases_[name];
+  ++p.calls;
+  p.rows += rows;
+  p.ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+}
+
+const char* CudaBackend::round_phase(const Call& c) const {
+  if (c.prompt) return "round with prompt rows";
+  if (c.reruns > 0) return "round: windows + re-run rows";
+  return c.steps_only ? "round: one row a stream" : "round: draft windows";
+}
+
+std::string CudaBackend::phase_table() const {
+  std::string out = "[cuda phases: calls, rows, host ms, ms a call]\n";
+  double total = 0;
+  for (const auto& [name, p] : phases_) {
+    out += fmt::format("  {:<32} {:>6} {:>7} {:>9.2f} {:>7.3f}\n", name, p.calls, p.rows, p.ms,
+                       p.calls > 0 ? p.ms / static_cast<double>(p.calls) : 0.0);
+    total += p.ms;
+  }
+  const CudaModel::LaunchCounts& l = model_->launch_counts();
+  out += fmt::format("  {:<32} {:>24.2f}\n", "all phases", total);
+  out += fmt::format("  graph captures {} ({:.2f} host ms, inside the phases), replays {}, direct calls {}\n",
+                     l.captures, l.capture_ms, l.replays, l.direct);
+  return out;
+}
 
 int64_t CudaBackend::prompt_rows_per_round() const {
   return prompt_path_ ? model_->options().prompt_pass_rows : ModelBackend::prompt_rows_per_round();
@@ -78,13 +126,17 @@ void CudaBackend::flush_replays(std::span<const ForwardSegment> segments) const 
   std::vector<CudaEngineState*> owners;
   for (const ForwardSegment& sg : segments) {
     CudaEngineState& s = state_of(*sg.state, *model_, "CudaBackend::forward");
-    if (s.replay.empty()) continue;
+    if (s.replay.empty() || joins_replay(sg)) continue;
     runs.push_back({&s.current, s.replay, false});
     owners.push_back(&s);
   }
   if (runs.empty()) return;
-  model_->set_graphs(false);  // a one-off shape: capturing it would only evict the decode round's graph
+  const auto start = std::chrono::steady_clock::now();
+  // A shape seen before replays its parked graph, a new one launches directly (the earlier form: always
+  // directly, since a capture would evict the round's one graph).
+  model_->set_graphs(graphs_ && window_graphs_);
   model_->forward_greedy(runs);
+  add_phase("re-run pass", static_cast<int64_t>(runs.size()), start);
   for (CudaEngineState* s : owners) {
     replay_rows_ += static_cast<int64_t>(s->replay.size());
     s->replay.clear();
@@ -92,40 +144,62 @@ void CudaBackend::flush_replays(std::span<const ForwardSegment> segments) const 
   ++replays_;
 }
 
-// The call's CudaSegments: replays flushed, window records taken, hidden rows placed in one device scratch.
+// The call's CudaSegments: replays flushed or joined ahead of their windows, window records taken, hidden
+// rows placed in one device scratch.
 CudaBackend::Call CudaBackend::prepare(std::span<const ForwardSegment> segments) const {
   flush_replays(segments);
   Call c;
   c.runs.reserve(segments.size());
-  // Hidden rows for the MTP head: one device scratch, each wanting segment's rows at its offset.
+  c.joined.resize(segments.size());
+  c.quiet.assign(segments.size(), 0);
+  for (size_t i = 0; i < segments.size(); ++i) {
+    CudaEngineState& s = state_of(*segments[i].state, *model_, "CudaBackend::forward");
+    if (s.replay.empty()) continue;  // flushed above unless it rides along
+    c.quiet[i] = s.replay.size();
+    c.joined[i] = std::move(s.replay);
+    c.joined[i].insert(c.joined[i].end(), segments[i].tokens.begin(), segments[i].tokens.end());
+    s.replay.clear();
+    replay_rows_ += static_cast<int64_t>(c.quiet[i]);
+    c.reruns += c.quiet[i];
+  }
+  if (c.reruns > 0) ++replays_;
+  // Hidden rows for the MTP head: one device scratch, each wanting segment's rows (re-run rows first, not
+  // read back) at its offset.
   const auto W = static_cast<size_t>(mtp_hidden_width());
   c.hidden_at.assign(segments.size(), SIZE_MAX);
   for (size_t i = 0; i < segments.size(); ++i) {
     if (segments[i].hidden == nullptr) continue;
     if (W == 0) fail("CudaBackend::forward: hidden rows asked for, but the model has no MTP head");
     c.hidden_at[i] = c.hidden_floats;
-    c.hidden_floats += segments[i].tokens.size() * W;
+    c.hidden_floats += (c.quiet[i] + segments[i].tokens.size()) * W;
   }
   c.hidden_dev = c.hidden_floats > 0 ? hidden_scratch(hidden_rows_, c.hidden_floats) : nullptr;
   for (size_t i = 0; i < segments.size(); ++i) {
     const ForwardSegment& sg = segments[i];
     CudaEngineState& s = state_of(*sg.state, *model_, "CudaBackend::forward");
+    const std::span<const int32_t> tokens =
+        c.quiet[i] > 0 ? std::span<const int32_t>(c.joined[i]) : std::span<const int32_t>(sg.tokens);
     if (sg.record != nullptr) {
-      // What rewind() needs: the position, PLE context and recurrent parts before the window, its tokens.
+      // What rewind() needs: the position, PLE context and recurrent parts before the call's rows (the
+      // re-run rows ahead of the window included), its tokens.
       WindowRecord& r = *sg.record;
       r.pos0 = s.current.position;
-      r.count = static_cast<int64_t>(sg.tokens.size());
-      r.tokens.assign(sg.tokens.begin(), sg.tokens.end());
+      r.count = static_cast<int64_t>(tokens.size());
+      r.tokens.assign(tokens.begin(), tokens.end());
       r.ple_context = s.current.ple_context;
       model_->save_recurrent(s.current, s.before);
       s.before_position = s.current.position;
+      s.before_quiet = static_cast<int64_t>(c.quiet[i]);
     }
     // Prompt segments take the prompt path with prompt_path_, else run as decode windows (the same bits).
     const bool as_prompt = prompt_path_ && sg.prompt;
-    c.runs.push_back({&s.current, sg.tokens, sg.all_logits, as_prompt,
-                      c.hidden_at[i] == SIZE_MAX ? nullptr : c.hidden_dev + c.hidden_at[i]});
-    c.steps_only = c.steps_only && (as_prompt || (!sg.prompt && sg.tokens.size() == 1));
+    CudaSegment run{&s.current, tokens, sg.all_logits, as_prompt,
+                    c.hidden_at[i] == SIZE_MAX ? nullptr : c.hidden_dev + c.hidden_at[i]};
+    run.quiet_rows = static_cast<int64_t>(c.quiet[i]);
+    c.runs.push_back(run);
+    c.steps_only = c.steps_only && (as_prompt || (!sg.prompt && tokens.size() == 1));
     (as_prompt ? c.prompt : c.decode) = true;
+    if (!as_prompt) c.rows += tokens.size();
   }
   return c;
 }
@@ -137,7 +211,7 @@ void CudaBackend::finish(std::span<const ForwardSegment> segments, const Call& c
   const auto W = static_cast<size_t>(mtp_hidden_width());
   for (size_t i = 0; i < segments.size(); ++i)
     if (c.hidden_at[i] != SIZE_MAX)
-      check(cudaMemcpyAsync(segments[i].hidden, c.hidden_dev + c.hidden_at[i],
+      check(cudaMemcpyAsync(segments[i].hidden, c.hidden_dev + c.hidden_at[i] + c.quiet[i] * W,
                             segments[i].tokens.size() * W * sizeof(float), cudaMemcpyDeviceToHost,
                             model_->stream()),
             "CudaBackend::forward: hidden rows to the host");
@@ -145,9 +219,11 @@ void CudaBackend::finish(std::span<const ForwardSegment> segments, const Call& c
 }
 
 std::vector<float> CudaBackend::forward(std::span<const ForwardSegment> segments) const {
+  const auto start = std::chrono::steady_clock::now();
   const Call c = prepare(segments);
   std::vector<float> logits = forward_split(c.runs, c.steps_only);
   finish(segments, c);
+  add_phase(round_phase(c), static_cast<int64_t>(c.rows), start);
   return logits;
 }
 
@@ -165,16 +241,18 @@ DrawnRows CudaBackend::forward_rows(std::span<const ForwardSegment> segments,
           (u.params->top_k_active() || u.params->top_p_active()))
         u.use = RowUse::Host;
   const PackedDraws packed = pack_draws(uses, V);  // rows the device does not take become Host
+  const auto start = std::chrono::steady_clock::now();
   const Call c = prepare(segments);
   float* logits = nullptr;
   int64_t n = 0;
   if (!(c.prompt && c.decode)) {
-    model_->set_graphs(graphs_ && c.steps_only);
+    model_->set_graphs(graphs_ && (c.steps_only || window_graphs_));
     logits = model_->forward_on_device(c.runs, &n);
   }
   if (logits == nullptr) {
     const std::vector<float> host = forward_split(c.runs, c.steps_only);
     finish(segments, c);
+    add_phase(round_phase(c), static_cast<int64_t>(c.rows), start);
     return draw_rows_on_host(host, V, uses);
   }
   if (n != static_cast<int64_t>(uses.size()))
@@ -196,6 +274,7 @@ DrawnRows CudaBackend::forward_rows(std::span<const ForwardSegment> segments,
   for (size_t k = 0; k < drawn.size(); ++k) out.tokens[static_cast<size_t>(packed.rows[k].row)] = drawn[k];
   draws_ += static_cast<int64_t>(drawn.size());
   finish(segments, c);
+  add_phase(round_phase(c), static_cast<int64_t>(c.rows), start);
   return out;
 }
 
@@ -204,9 +283,9 @@ DrawnRows CudaBackend::forward_rows(std::span<const ForwardSegment> segments,
 std::vector<float> CudaBackend::forward_split(std::span<const CudaSegment> runs, bool steps_only) const {
   std::vector<CudaSegment> prompt, decode;
   for (const CudaSegment& r : runs) (r.prompt ? prompt : decode).push_back(r);
-  // Plain decode rounds repeat their shape and replay the model's one CUDA graph; prompt pieces and draft
-  // windows (their depth changes round to round) would each capture a new graph and evict it.
-  model_->set_graphs(graphs_ && steps_only);
+  // Decode rounds replay the graph parked for their shape (draft windows too, unless in the earlier form);
+  // prompt passes launch directly.
+  model_->set_graphs(graphs_ && (steps_only || window_graphs_));
   if (prompt.empty() || decode.empty()) return model_->forward(runs);
   const std::vector<float> from_prompt = model_->forward(prompt), from_decode = model_->forward(decode);
   const auto V = static_cast<size_t>(model_->config().vocab_size);
@@ -241,8 +320,10 @@ float* CudaBackend::hidden_scratch(DeviceBuffer& buffer, size_t floats) const {
 
 void CudaBackend::rewind(const WindowRecord& record, int64_t keep, StreamState& state) const {
   CudaEngineState& s = state_of(state, *model_, "CudaBackend::rewind");
-  if (keep < 1 || keep > record.count)
-    fail("CudaBackend::rewind: keep {} is outside the window's 1..{} rows", keep, record.count);
+  // The record starts with the re-run rows that rode ahead of the engine's window (before_quiet of them).
+  const int64_t quiet = s.before_quiet;
+  if (keep < 1 || keep > record.count - quiet)
+    fail("CudaBackend::rewind: keep {} is outside the window's 1..{} rows", keep, record.count - quiet);
   if (s.before_position != record.pos0 || s.current.position != record.pos0 + record.count ||
       !s.replay.empty())
     fail("CudaBackend::rewind: the state is not just after the recorded window (at {}, window {}..{})",
@@ -250,9 +331,10 @@ void CudaBackend::rewind(const WindowRecord& record, int64_t keep, StreamState& 
   model_->restore_recurrent(s.before, s.current);
   s.current.position = record.pos0;
   s.current.ple_context = record.ple_context;
-  s.replay.assign(record.tokens.begin(), record.tokens.begin() + keep);
+  s.replay.assign(record.tokens.begin(), record.tokens.begin() + quiet + keep);
   s.before_position = -1;
-  state.position = record.pos0 + keep;
+  s.before_quiet = 0;
+  state.position = record.pos0 + quiet + keep;
 }
 
 // The host's MtpSegments as CudaMtpSegments: hidden rows up to the device, output hidden rows back. The
@@ -261,10 +343,16 @@ void CudaBackend::rewind(const WindowRecord& record, int64_t keep, StreamState& 
 // them).
 std::vector<float> CudaBackend::mtp_forward(std::span<const MtpSegment> segments) const {
   if (!model_->has_mtp()) fail("CudaBackend::mtp_forward: the model has no MTP head");
+  const auto start = std::chrono::steady_clock::now();
   const auto W = static_cast<size_t>(model_->mtp_hidden_width());
   size_t in_floats = 0, out_floats = 0;
+  bool chain = true, follow = true;  // every segment a one-row chain step / prompt rows without logits
+  int64_t head_rows = 0;
   for (const MtpSegment& sg : segments) {
     const size_t rows = sg.next_tokens.size();
+    chain = chain && rows == 1 && sg.hidden_out != nullptr && sg.logits == MtpLogits::All;
+    follow = follow && sg.logits == MtpLogits::None;
+    head_rows += static_cast<int64_t>(rows);
     if (sg.hidden.size() != rows * W)
       fail("CudaBackend::mtp_forward: {} hidden floats for {} rows of {}", sg.hidden.size(), rows, W);
     in_floats += rows * W;
@@ -301,6 +389,7 @@ std::vector<float> CudaBackend::mtp_forward(std::span<const MtpSegment> segments
     out_at += sg.hidden.size();
   }
   if (out_floats > 0) check(cudaStreamSynchronize(model_->stream()), "CudaBackend::mtp_forward");
+  add_phase(chain ? "head: chain steps" : follow ? "head: prompt rows" : "head: catch-up", head_rows, start);
   return logits;
 }
 

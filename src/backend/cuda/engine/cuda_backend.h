@@ -3,16 +3,21 @@
 // live on the device (StreamState::backend holds a CudaStreamState; a StreamState copy is a device-to-device
 // copy, which is what the prompt cache stores). Draft rollback restores the recurrent parts saved before the
 // window and re-runs the kept rows at the next forward, batched (windows == one-token steps bit for bit on
-// CUDA, ../shared/design/exactness.md allows it). Draws: forward_rows leaves the logits on the device and
-// the DeviceSampler draws each row as the KeyedSampler would (same tokens); only rows the engine reads on
-// the host (logprobs) come back. set_device_draws(false): every row to the host, the KeyedSampler draws.
-// The MTP head: CudaModel::mtp_forward, hidden rows crossing to the host (the engine keeps them in
-// StreamState::mtp_pending); the head's cache lives in the device state, its length follows
-// StreamState::mtp_position (StreamState::truncate_mtp moves only that; the device side follows at the next
-// head call). Prompts run as decode windows (same bits as steps), or with `prompt_path` as CudaModel prompt
-// passes (CudaSegment::prompt; a mixed round is then two calls): off by default until the contract has run
-// with it on the H200.
+// CUDA, ../shared/design/exactness.md allows it): the kept rows ride ahead of the stream's next decode window
+// as rows without logits (one call, its shape's graph), or, for a prompt piece, in a pass of their own. Draft
+// windows replay graphs parked by shape as plain rounds do (CudaModel, graph_cache.h). Draws: forward_rows
+// leaves the logits on the device and the DeviceSampler draws each row as the KeyedSampler would (same
+// tokens); only rows the engine reads on the host (logprobs) come back. set_device_draws(false): every row to
+// the host, the KeyedSampler draws. The MTP head: CudaModel::mtp_forward, hidden rows crossing to the host
+// (the engine keeps them in StreamState::mtp_pending); the head's cache lives in the device state, its length
+// follows StreamState::mtp_position (StreamState::truncate_mtp moves only that; the device side follows at
+// the next head call). Prompts run as decode windows (same bits as steps), or with `prompt_path` as CudaModel
+// prompt passes (CudaSegment::prompt; a mixed round is then two calls): off by default until the contract has
+// run with it on the H200.
+#include <chrono>
+#include <map>
 #include <memory>
+#include <string>
 
 #include "backend/cuda/model/cuda_model.h"
 #include "backend/cuda/sampling/device_sampler.h"
@@ -37,6 +42,8 @@ class CudaBackend final : public ModelBackend {
                          std::span<const RowDraw> rows) const override;
   void rewind(const WindowRecord& record, int64_t keep, StreamState& state) const override;
   bool rewind_reruns() const override { return true; }  // restore + re-run of the kept rows
+  // The kept rows ride in the next window (rows, not a pass) unless DS_CUDA_DRAFTS_LEGACY=1.
+  bool reruns_join_next_window() const override { return merge_reruns_; }
   // With prompt passes, a prompt piece is one pass (prompt_pass_rows, 2048) and cache marks are that far
   // apart: a pass of 64 rows runs the products at a fraction of their rate (docs/receipts/cuda-prompt.md).
   int64_t prompt_rows_per_round() const override;
@@ -55,6 +62,14 @@ class CudaBackend final : public ModelBackend {
   // Re-runs (rollbacks) done so far and their rows, for receipts.
   int64_t replays() const { return replays_; }
   int64_t replay_rows() const { return replay_rows_; }
+  // Host milliseconds by phase of a drafted reply (rounds plain / with windows, re-run passes, head calls by
+  // kind), printed to stderr when the backend ends if DS_CUDA_PHASES=1 (docs/receipts/speculative.md).
+  struct Phase {
+    int64_t calls = 0, rows = 0;
+    double ms = 0;
+  };
+  const std::map<std::string, Phase>& phases() const { return phases_; }
+  std::string phase_table() const;
 
  private:
   struct Call {
@@ -62,12 +77,19 @@ class CudaBackend final : public ModelBackend {
     std::vector<size_t> hidden_at;  // each segment's offset in hidden_dev, SIZE_MAX: none
     size_t hidden_floats = 0;
     float* hidden_dev = nullptr;
-    bool steps_only = true;               // every decode segment one row (a CUDA graph round)
-    bool prompt = false, decode = false;  // the call holds prompt passes / decode windows
+    bool steps_only = true;                    // every decode segment one row (a CUDA graph round)
+    bool prompt = false, decode = false;       // the call holds prompt passes / decode windows
+    std::vector<std::vector<int32_t>> joined;  // per segment: re-run rows then the window (else empty)
+    std::vector<size_t> quiet;                 // per segment: the re-run rows ahead of its window
+    size_t rows = 0, reruns = 0;               // decode rows in the call, re-run rows among them
   };
   Call prepare(std::span<const ForwardSegment> segments) const;
   void finish(std::span<const ForwardSegment> segments, const Call& c) const;
+  // Re-runs, in one pass of their own, the kept rows of the states whose segment does not take them along.
   void flush_replays(std::span<const ForwardSegment> segments) const;
+  bool joins_replay(const ForwardSegment& sg) const { return merge_reruns_ && !(prompt_path_ && sg.prompt); }
+  void add_phase(const char* name, int64_t rows, std::chrono::steady_clock::time_point start) const;
+  const char* round_phase(const Call& c) const;
   std::vector<float> forward_split(std::span<const CudaSegment> runs, bool steps_only) const;
   // Device scratch of at least `floats` floats for hidden rows (grown, never shrunk).
   float* hidden_scratch(DeviceBuffer& buffer, size_t floats) const;
@@ -75,6 +97,12 @@ class CudaBackend final : public ModelBackend {
   std::unique_ptr<CudaModel> model_;
   bool prompt_path_;  // prompt segments as CudaModel prompt passes, else as decode windows
   bool graphs_;       // the model's option: decode rounds replay CUDA graphs; other calls launch directly
+  // DS_CUDA_DRAFTS_LEGACY=1 turns both off (with one graph a kind): the earlier draft path, to measure
+  // against.
+  bool window_graphs_ = true;  // verify windows replay parked graphs too (else launched directly)
+  bool merge_reruns_ = true;   // kept rows ride in the next window (else a pass of their own)
+  bool time_phases_ = false;   // DS_CUDA_PHASES=1
+  mutable std::map<std::string, Phase> phases_;
   mutable int64_t replays_ = 0, replay_rows_ = 0;
   mutable DeviceBuffer hidden_rows_, hidden_out_;  // hidden rows crossing between host and device
   bool device_draws_ = true, device_filters_ = true;

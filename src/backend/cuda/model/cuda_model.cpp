@@ -24,12 +24,14 @@ namespace ds::cuda {
 namespace {
 
 constexpr int kMaxExpertWindowSlots = 4096;  // moe_expert_windows takes at most this many (row, rank) pairs
+// Calls of up to this many rows (decode rounds, draft windows with their re-run rows, head calls: the calls
+// replayed as graphs) share a scratch of this size; wider ones (prompts) take a second one.
+constexpr int kNarrowRows = 32;
 
 }  // namespace
 
 CudaModel::~CudaModel() {
   for (auto& e : op_events_) cudaEventDestroy(e.second);
-  if (graph_exec_ != nullptr) cudaGraphExecDestroy(graph_exec_);
 }
 
 void CudaModel::op(const char* name) {
@@ -236,7 +238,15 @@ void CudaModel::mixer(const Layer& L, int layer, int n, const float* x, float* y
 
 void CudaModel::ensure_scratch(int n) {
   const ModelConfig& c = cfg_;
+  // A wide call (a prompt, its head rows) never moves the narrow calls' buffers, so their parked graphs,
+  // keyed by those buffers, stay valid (it used to grow the one scratch after calibration had captured them).
+  const bool wide = n > kNarrowRows;
+  if (wide != wide_scratch_) {
+    std::swap(scratch_, other_scratch_);
+    wide_scratch_ = wide;
+  }
   if (scratch_ && scratch_->capacity >= n) return;
+  if (!wide) n = kNarrowRows;
   const int64_t D = c.hidden, S = c.hc_count, SD = c.stream_width(), V = c.vocab_size;
   auto s = std::make_unique<Scratch>();
   s->capacity = n;
@@ -338,7 +348,8 @@ int64_t CudaModel::run(std::span<const CudaSegment> segments) {
       fail("CudaModel::forward: a stream would reach position {} but the device caches hold {} (max_context)",
            sg.state->position + count, opt_.max_context);
     for (int64_t t = 0; t < count; ++t)
-      if (sg.all_logits || t == count - 1) want.push_back(n + static_cast<int32_t>(t));
+      if ((sg.all_logits && t >= sg.quiet_rows) || t == count - 1)
+        want.push_back(n + static_cast<int32_t>(t));
     tokens.insert(tokens.end(), sg.tokens.begin(), sg.tokens.end());
     n += static_cast<int>(count);
     max_count = std::max(max_count, static_cast<int>(count));
@@ -533,39 +544,7 @@ int64_t CudaModel::run(std::span<const CudaSegment> segments) {
                                  opt_.tensor_tall_only ? 1 : 0,
                                  s.any_selecting ? 1 : 0,
                                  any_hidden ? 1 : 0};
-  if (!use_graph) {
-    if (graph_exec_ != nullptr) {  // its timing events would be mixed with these
-      cudaGraphExecDestroy(graph_exec_);
-      graph_exec_ = nullptr;
-      for (auto& ev : op_events_) cudaEventDestroy(ev.second);
-      op_events_.clear();
-    }
-    enqueue();
-  } else {
-    if (graph_exec_ == nullptr || key != graph_key_) {
-      if (graph_exec_ != nullptr) cudaGraphExecDestroy(graph_exec_);
-      graph_exec_ = nullptr;
-      for (auto& ev : op_events_) cudaEventDestroy(ev.second);
-      op_events_.clear();
-      graph_exec_ = capture_graph(enqueue, &graph_nodes_, &graph_programmatic_edges_);
-      graph_key_ = key;
-    }
-    check(cudaGraphLaunch(graph_exec_, st), "cudaGraphLaunch");
-  }
-  if (opt_.time_ops) {
-    if (!use_graph) op("end");
-    stream_.synchronize();
-    for (size_t i = 0; i + 1 < op_events_.size(); ++i) {
-      float ms = 0;
-      check(cudaEventElapsedTime(&ms, op_events_[i].second, op_events_[i + 1].second),
-            "cudaEventElapsedTime");
-      op_ms_[op_events_[i].first] += ms;
-    }
-    if (!use_graph) {  // a graph's events live as long as the graph
-      for (auto& ev : op_events_) cudaEventDestroy(ev.second);
-      op_events_.clear();
-    }
-  }
+  launch(round_graphs_, key, use_graph, enqueue, true);
   for (const CudaSegment& sg : segments) {
     if (!c.ple_layer_ids.empty())
       ple_advance_context(sg.state->ple_context, sg.tokens.data(), static_cast<int64_t>(sg.tokens.size()));

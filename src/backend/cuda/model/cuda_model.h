@@ -15,6 +15,7 @@
 
 #include "backend/cuda/device_buffer.h"
 #include "backend/cuda/model/device_matrix.h"
+#include "backend/cuda/model/graph_cache.h"
 #include "backend/cuda/stream.h"
 #include "model/model.h"
 #include "model/model_config.h"
@@ -49,6 +50,12 @@ struct CudaModelOptions {
   bool generic_mixers = false;  // use the any-shape DeltaNet/attention kernels even where the fast ones fit
   bool time_ops = false;  // CUDA events between op kinds (op_times), inside the graph when graphs are on
   bool graphs = true;     // replay a decode round of an already seen shape as one CUDA graph
+  // Graphs kept per call kind (rounds, head calls), by call shape (graph_cache.h); 1: the earlier form, one
+  // graph captured again at every change of shape and dropped by a direct call (kept to measure against).
+  int parked_graphs = 32;
+  // A shape's graph captured at its first call (every call with graphs on replays one: the checks), or at its
+  // second (the engine's CudaBackend: a one-off shape launches directly, cheaper than a capture).
+  bool graph_at_first_call = true;
   // Routed experts as expert windows (each expert read once a step; bit-identical to the per-pair products):
   // off by default, as the per-pair products measured faster at 1-64 streams (docs/receipts/cuda-decode.md).
   bool expert_windows = false;
@@ -109,6 +116,9 @@ struct CudaSegment {
   // (the streams before the final mixer), or null. It stays on the device; copy it to the host only if
   // needed.
   float* hidden = nullptr;
+  // With all_logits, the first `quiet_rows` rows return no logits (rows re-run ahead of a window: their
+  // logits were read when they first ran).
+  int64_t quiet_rows = 0;
 };
 
 // Rows for the MTP draft head, as ds::MtpSegment (docs/mtp.md) with the hidden rows in DEVICE memory: row i
@@ -178,9 +188,11 @@ class CudaModel {
   void set_prompt_chunked_deltanet(bool on) { opt_.prompt_chunked_deltanet = on; }
   void set_prompt_selected_tiles(bool on) { opt_.prompt_selected_tiles = on; }
   void set_graphs(bool on) { opt_.graphs = on; }
+  void set_parked_graphs(int n, bool at_first_call);  // drops every parked graph
   void set_expert_windows(bool on) { opt_.expert_windows = on; }
   void set_programmatic_launch(bool on) { opt_.programmatic_launch = on; }
   void set_fused_hc(bool on) { opt_.fused_hc = on; }
+  // For benches: a round's graphs are keyed by it, the MTP head's are not (set it before the head runs).
   void set_decode_products(DecodeProducts p, bool tall_only = false) {
     opt_.decode_products = p, opt_.tensor_tall_only = tall_only;
   }
@@ -189,6 +201,13 @@ class CudaModel {
   size_t graph_nodes() const { return graph_nodes_; }
   // Kernel-to-kernel edges of that graph made programmatic (0 without programmatic_launch).
   size_t graph_programmatic_edges() const { return graph_programmatic_edges_; }
+  // Calls since construction by how they ran (receipts, DS_CUDA_PHASES): graph captures and the host
+  // milliseconds they took, graph replays, direct launches.
+  struct LaunchCounts {
+    int64_t captures = 0, replays = 0, direct = 0;
+    double capture_ms = 0;
+  };
+  const LaunchCounts& launch_counts() const { return launches_; }
   cudaStream_t stream() const { return stream_.get(); }
 
  private:
@@ -215,6 +234,10 @@ class CudaModel {
   // nodes and the edges made programmatic into *nodes / *edges when given.
   cudaGraphExec_t capture_graph(const std::function<void()>& enqueue, size_t* nodes = nullptr,
                                 size_t* edges = nullptr);
+  // Runs a call's enqueue(): its shape's parked graph replayed, or captured and parked, or (graphs off, a
+  // shape's first call) launched directly; then with time_ops its ops' times added to op_times.
+  void launch(GraphCache& cache, const GraphKey& key, bool use_graph, const std::function<void()>& enqueue,
+              bool round);
   std::vector<std::pair<int64_t, int64_t>> recurrent_ranges() const;  // (first float, floats), merged
   // Prompt path (cuda_model_prompt.cpp). Inside the forward's members an unqualified wx(...) names this
   // member: the decode products, or in a prompt pass the tiled tensor-core ones.
@@ -247,6 +270,8 @@ class CudaModel {
   DeviceMatrix lm_head_;
   std::unique_ptr<HostTables> host_;
   std::unique_ptr<Scratch> scratch_;
+  std::unique_ptr<Scratch> other_scratch_;  // the other size class's (ensure_scratch: narrow / wide calls)
+  bool wide_scratch_ = false;               // scratch_ is the wide calls'
   std::unique_ptr<PromptScratch> prompt_scratch_;
   bool prompt_pass_ = false;  // this call's segments are prompt passes
   std::unique_ptr<Mtp> mtp_;  // the MTP head (its layer's cache is state slot cfg_.layers)
@@ -257,11 +282,11 @@ class CudaModel {
   int64_t state_floats_ = 0;
   std::map<std::string, double> op_ms_;
   std::vector<std::pair<std::string, cudaEvent_t>> op_events_;
-  cudaGraphExec_t graph_exec_ = nullptr;
+  GraphCache round_graphs_, head_graphs_;
+  LaunchCounts launches_;
   bool capturing_ = false;
   bool experts_windowed_ =
       false;  // every layer's experts are MLX affine: the expert-window kernels take them
-  std::vector<int64_t> graph_key_;
   size_t graph_nodes_ = 0;
   size_t graph_programmatic_edges_ = 0;
 };

@@ -1,4 +1,8 @@
-// CudaModel::capture_graph: the capture sequence a decode round and the MTP head's call share.
+// CudaModel::capture_graph and launch: the capture sequence and the graph-or-direct choice a decode round and
+// the MTP head's call share.
+#include <algorithm>
+#include <chrono>
+
 #include "backend/cuda/cuda_error.h"
 #include "backend/cuda/model/cuda_model.h"
 #include "backend/cuda/model/programmatic_graph.h"
@@ -41,6 +45,53 @@ cudaGraphExec_t CudaModel::capture_graph(const std::function<void()>& enqueue, s
   cudaGraphDestroy(graph);
   check(made, "cudaGraphInstantiate");
   return exec;
+}
+
+void CudaModel::set_parked_graphs(int n, bool at_first_call) {
+  opt_.parked_graphs = n;
+  opt_.graph_at_first_call = at_first_call;
+  round_graphs_.set_capacity(static_cast<size_t>(std::max(n, 1)), at_first_call);
+  head_graphs_.set_capacity(static_cast<size_t>(std::max(n, 1)), at_first_call);
+}
+
+void CudaModel::launch(GraphCache& cache, const GraphKey& key, bool use_graph,
+                       const std::function<void()>& enqueue, bool round) {
+  destroy_events(op_events_);  // only a direct call's events live here, and only for this call
+  TimingEvents* timed = nullptr;
+  if (use_graph) {
+    ParkedGraph* g = cache.find(key);
+    if (g == nullptr && cache.capture_now(key)) {
+      const auto start = std::chrono::steady_clock::now();
+      cudaGraphExec_t exec =
+          round ? capture_graph(enqueue, &graph_nodes_, &graph_programmatic_edges_) : capture_graph(enqueue);
+      launches_.capture_ms +=
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+      ++launches_.captures;
+      g = &cache.park(key, exec, std::move(op_events_));
+      op_events_.clear();
+    }
+    if (g != nullptr) {
+      check(cudaGraphLaunch(g->exec, stream_.get()), "cudaGraphLaunch");
+      ++launches_.replays;
+      timed = &g->events;
+    }
+  } else if (opt_.parked_graphs <= 1) {
+    cache.clear();  // the earlier form: a direct call dropped the one graph (its timing events)
+  }
+  if (timed == nullptr) {
+    enqueue();
+    op("end");
+    ++launches_.direct;
+    timed = &op_events_;
+  }
+  if (!opt_.time_ops) return;
+  stream_.synchronize();
+  for (size_t i = 0; i + 1 < timed->size(); ++i) {
+    float ms = 0;
+    check(cudaEventElapsedTime(&ms, (*timed)[i].second, (*timed)[i + 1].second), "cudaEventElapsedTime");
+    op_ms_[(*timed)[i].first] += ms;
+  }
+  destroy_events(op_events_);
 }
 
 }  // namespace ds::cuda

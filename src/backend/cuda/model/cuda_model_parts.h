@@ -64,8 +64,9 @@ struct CudaModel::Layer {
 };
 
 // The MTP head (qwen4_exp form, docs/mtp.md): its own norms and input projections, one attention layer run by
-// the main layers' functions, its own final mixer; pinned and device staging and a CUDA graph of its own, so
-// head calls and main rounds alternate without recapturing each other's graphs.
+// the main layers' functions, its own final mixer; pinned and device staging of its own (its graphs are
+// parked in CudaModel::head_graphs_), so head calls and main rounds alternate without recapturing each
+// other's graphs.
 struct CudaModel::Mtp {
   DeviceBuffer norm_embedding, norm_hidden;  // [D], [S*D] (one joint norm over the streams)
   DeviceMatrix fc_embedding, fc_hidden;      // [D, D] each; fc_hidden per stream
@@ -74,12 +75,7 @@ struct CudaModel::Mtp {
   DeviceBuffer staged;
   uint8_t* pinned = nullptr;
   size_t pinned_bytes = 0;
-  cudaGraphExec_t graph = nullptr;
-  std::vector<int64_t> graph_key;
-  std::vector<std::pair<std::string, cudaEvent_t>> events;  // time_ops: the graph's timing events
   ~Mtp() {
-    for (auto& e : events) cudaEventDestroy(e.second);
-    if (graph) cudaGraphExecDestroy(graph);
     if (pinned) cudaFreeHost(pinned);
   }
 };

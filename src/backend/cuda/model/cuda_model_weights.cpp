@@ -81,6 +81,7 @@ void CudaModel::build(const ModelWeights* w, const DummySpec* spec, const MtpWei
   if (c.family == ModelFamily::Qwen3Next)
     fail("CudaModel: qwen3_next is not supported on CUDA (its fused qkvz/ba projections are not ported)");
   if (c.max_positions > 0 && opt_.max_context > c.max_positions) opt_.max_context = c.max_positions;
+  set_parked_graphs(opt_.parked_graphs, opt_.graph_at_first_call);
   const cudaStream_t st = stream_.get();
   uint64_t seed = spec ? spec->seed * 1000003 : 0;
   auto SHAPE = [&](const MatrixWeight* h, int64_t rows, int64_t cols) {

@@ -1,7 +1,7 @@
 // CudaModel's MTP draft head (docs/mtp.md, docs/backend-cuda.md "MTP head"; CPU math: Model::mtp_forward in
 // src/model/mtp.cpp): the embedding rows gathered on the host, the hidden rows read from device pointers, the
 // head's attention layer run by the main layers' functions on cache slot cfg_.layers, the final mixer and
-// lm_head only for the rows that want logits. A call of an already seen shape replays one CUDA graph.
+// lm_head only for the rows that want logits. A call of an already seen shape replays its parked CUDA graph.
 #include <cstring>
 
 #include "backend/cpu/matmul.h"
@@ -171,58 +171,22 @@ int64_t CudaModel::mtp_run(std::span<const CudaMtpSegment> segments) {
       wx(lm_head_, s.x, D, n_out, s.logits, V, st);
     }
   };
-  // With time_ops the head's ops are timed into op_times like a round's (reset them between the two to read
-  // either alone). Its events are its own (op_events_ holds the main graph's between rounds): swapped in for
-  // the call, and kept with the head's graph, whose nodes they are.
-  auto drop_events = [&] {
-    for (auto& e : op_events_) cudaEventDestroy(e.second);
-    op_events_.clear();
-  };
-  std::swap(op_events_, h.events);
-  try {
-    if (!opt_.graphs) {
-      drop_events();
-      enqueue();
-      op("end");
-    } else {
-      const std::vector<int64_t> key{n,
-                                     static_cast<int64_t>(segments.size()),
-                                     max_count,
-                                     n_out,
-                                     static_cast<int64_t>(stage.bytes.size()),
-                                     reinterpret_cast<int64_t>(dev),
-                                     reinterpret_cast<int64_t>(h.pinned),
-                                     reinterpret_cast<int64_t>(s.arena.data()),
-                                     opt_.expert_windows ? 1 : 0,
-                                     any_out ? 1 : 0,
-                                     opt_.time_ops ? 1 : 0,
-                                     opt_.programmatic_launch ? 1 : 0,
-                                     opt_.fused_hc ? 1 : 0};
-      if (h.graph == nullptr || key != h.graph_key) {
-        if (h.graph != nullptr) cudaGraphExecDestroy(h.graph);
-        h.graph = nullptr;
-        drop_events();
-        // As a round's graph: every kernel waits on its predecessor first (docs/backend-cuda.md).
-        h.graph = capture_graph(enqueue);
-        h.graph_key = key;
-      }
-      check(cudaGraphLaunch(h.graph, st), "cudaGraphLaunch");
-    }
-    if (opt_.time_ops) {
-      stream_.synchronize();
-      for (size_t i = 0; i + 1 < op_events_.size(); ++i) {
-        float ms = 0;
-        check(cudaEventElapsedTime(&ms, op_events_[i].second, op_events_[i + 1].second),
-              "cudaEventElapsedTime");
-        op_ms_[op_events_[i].first] += ms;
-      }
-      if (!opt_.graphs) drop_events();
-    }
-  } catch (...) {
-    std::swap(op_events_, h.events);
-    throw;
-  }
-  std::swap(op_events_, h.events);
+  // The head's graphs are parked apart from the rounds' (the two alternate every drafted round); with
+  // time_ops its ops are timed into op_times like a round's (reset them between the two to read either).
+  const GraphKey key{n,
+                     static_cast<int64_t>(segments.size()),
+                     max_count,
+                     n_out,
+                     static_cast<int64_t>(stage.bytes.size()),
+                     reinterpret_cast<int64_t>(dev),
+                     reinterpret_cast<int64_t>(h.pinned),
+                     reinterpret_cast<int64_t>(s.arena.data()),
+                     opt_.expert_windows ? 1 : 0,
+                     any_out ? 1 : 0,
+                     opt_.time_ops ? 1 : 0,
+                     opt_.programmatic_launch ? 1 : 0,
+                     opt_.fused_hc ? 1 : 0};
+  launch(head_graphs_, key, opt_.graphs, enqueue, false);
   for (const CudaMtpSegment& sg : segments)
     sg.state->mtp_position += static_cast<int64_t>(sg.next_tokens.size());
   return n_out;
