@@ -195,4 +195,60 @@ void run_bench(const std::string& config_path, int bits, int group, const std::v
   }
 }
 
+void run_op_tables(const std::string& config_path, int bits, int group, const std::vector<int>& streams,
+                   int rounds) {
+  const ModelConfig cfg = read_config(config_path);
+  DummySpec spec;
+  spec.expert_bits = spec.other_bits = bits;
+  spec.expert_group = spec.other_group = group;
+  CudaModelOptions opt;
+  opt.max_context = 512;
+  CudaModel m(cfg, spec, opt);
+  std::printf("\n== op tables, real shape, MLX affine %d-bit g%d ==\n", bits, group);
+  const CudaModelOptions was = m.options();
+  struct Mode {
+    const char* name;
+    DecodeProducts products;
+    bool tall_only;
+  };
+  for (const Mode& md :
+       {Mode{"fma", DecodeProducts::Fma, false}, Mode{"tensor", DecodeProducts::Tensor, false},
+        Mode{"tensor-tall", DecodeProducts::Tensor, true}}) {
+    m.set_decode_products(md.products, md.tall_only);
+    const DecodeProducts p = md.products;
+    const char* mode = md.name;
+    for (int n : streams) {
+      const DecodeRate r = bench_decode_rounds(m, n, rounds, 3);
+      std::printf("%s, %d streams: %.3f ms/round, %.1f tok/s\n", mode, n, r.ms_per_round, r.tokens_per_s);
+      // The other routed-expert path where the FMA products run the experts (the tensor ones tile them).
+      if (p == DecodeProducts::Fma) {
+        m.set_expert_windows(!m.options().expert_windows);
+        const DecodeRate w = bench_decode_rounds(m, n, rounds, 1);
+        std::printf("%s, %d streams, %s: %.3f ms/round, %.1f tok/s\n", mode, n,
+                    m.options().expert_windows ? "expert windows" : "per-pair expert products",
+                    w.ms_per_round, w.tokens_per_s);
+      }
+      // Events split the programmatic chain at every op: the sum exceeds the untimed round.
+      for (const bool windows : {false, true}) {
+        if (windows && (p != DecodeProducts::Fma || n > 8)) break;
+        m.set_expert_windows(windows);
+        const int timed = 4;
+        const auto ops = op_breakdown(m, timed, n);
+        double total = 0;
+        for (const auto& o : ops) total += o.second;
+        std::printf(
+            "  per-op GPU time of one round, %s products, %d streams%s (events as graph nodes; mean of "
+            "%d):\n",
+            mode, n, windows ? ", expert windows" : "", timed);
+        for (const auto& [k, us] : ops)
+          std::printf("    %-22s %10.1f us %5.1f%%\n", k.c_str(), us, 100 * us / total);
+        std::printf("    %-22s %10.1f us\n", "total", total);
+        std::fflush(stdout);
+      }
+      m.set_expert_windows(was.expert_windows);
+    }
+  }
+  m.set_decode_products(was.decode_products, was.tensor_tall_only);
+}
+
 }  // namespace ds::cuda::modelcheck

@@ -2,7 +2,7 @@
 // (docs/backend-cuda.md, docs/receipts/cuda-decode.md). Exit 1 when a check fails.
 // Usage: cuda_model_check ROOT [--no-checks] [--mtp-only] [--small-config JSON] [--bench CONFIG] [--encoding
 // BITS:GROUP]...
-//        [--streams 1,8,32,64] [--rounds N] [--mtp-reps N] [--prompt 2048,8192,32768]
+//        [--streams 1,8,32,64] [--rounds N] [--mtp-reps N] [--prompt 2048,8192,32768] [--op-streams 8,64]
 // --mtp-only: only the MTP head's checks and (with --bench) its real-shape cost.
 // --prompt: the prompt bench at these lengths (the decode bench then only with --encoding).
 #include <cstdlib>
@@ -42,7 +42,7 @@ int main(int argc, char** argv) {
   std::vector<std::pair<int, int>> encodings;
   std::vector<int> streams{1, 8, 32, 64};
   int rounds = 32;
-  std::vector<int> prompt_lengths;
+  std::vector<int> prompt_lengths, op_streams;
   for (int i = 2; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&] { return i + 1 < argc ? std::string(argv[++i]) : std::string(); };
@@ -66,6 +66,9 @@ int main(int argc, char** argv) {
     } else if (a == "--prompt") {  // prompt lengths for the prompt bench, e.g. 2048,8192,32768
       std::stringstream ss(next());
       for (std::string t; std::getline(ss, t, ',');) prompt_lengths.push_back(std::atoi(t.c_str()));
+    } else if (a == "--op-streams") {  // per-op tables at these stream counts instead of the decode bench
+      std::stringstream ss(next());
+      for (std::string t; std::getline(ss, t, ',');) op_streams.push_back(std::atoi(t.c_str()));
     } else if (a == "--rounds") {
       rounds = std::atoi(next().c_str());
     } else {
@@ -96,7 +99,10 @@ int main(int argc, char** argv) {
   if (!bench_config.empty() && (prompt_lengths.empty() || !encodings.empty())) {
     if (encodings.empty()) encodings = {{4, 32}, {6, 64}};
     for (auto [bits, group] : encodings) {
-      if (!mtp_only)
+      if (!mtp_only && !op_streams.empty())
+        section(tally, "op tables",
+                [&] { mc::run_op_tables(bench_config, bits, group, op_streams, rounds); });
+      else if (!mtp_only)
         section(tally, "bench", [&] { mc::run_bench(bench_config, bits, group, streams, rounds); });
       if (mtp_reps > 0)  // --mtp-reps 0: no MTP bench (it builds a second model)
         section(tally, "mtp bench", [&] { mc::run_mtp_bench(bench_config, bits, group, mtp_reps); });

@@ -59,6 +59,9 @@ void run_mtp_bench(const std::string& config_path, int bits, int group, int reps
 // The real shape from the config at the given expert/other encodings; decode rounds at each stream count.
 void run_bench(const std::string& config_path, int bits, int group, const std::vector<int>& streams,
                int rounds);
+// Per-op GPU tables at each stream count, FMA and tensor decode products (and FMA with the other expert path).
+void run_op_tables(const std::string& config_path, int bits, int group, const std::vector<int>& streams,
+                   int rounds);
 
 // The hyper-connection mix kernels (hc_checks.cpp) at the real shape against float64, rows alone == together.
 void run_hc_checks(Tally& tally);

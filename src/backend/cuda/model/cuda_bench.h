@@ -18,8 +18,8 @@ struct DecodeRate {
 // Each stream first reads `context` tokens (windows of 16), then `warmup` untimed rounds, then `rounds` timed
 // by the wall clock (host work, uploads and GPU time together).
 DecodeRate bench_decode_rounds(CudaModel& m, int streams, int rounds, int warmup, int context = 0);
-// GPU time per op kind over `rounds` batch-1 rounds (CUDA events between op kinds, inside the replayed graph
-// when graphs are on): (op, microseconds per round), largest first.
-std::vector<std::pair<std::string, double>> op_breakdown(CudaModel& m, int rounds);
+// GPU time per op kind over `rounds` rounds of `streams` streams (CUDA events between op kinds, inside the
+// replayed graph when graphs are on): (op, microseconds per round), largest first.
+std::vector<std::pair<std::string, double>> op_breakdown(CudaModel& m, int rounds, int streams = 1);
 
 }  // namespace ds::cuda

@@ -540,6 +540,8 @@ int64_t CudaModel::run(std::span<const CudaSegment> segments) {
                                  opt_.expert_windows ? 1 : 0,
                                  opt_.programmatic_launch ? 1 : 0,
                                  opt_.fused_hc ? 1 : 0,
+                                 static_cast<int64_t>(opt_.decode_products),
+                                 opt_.tensor_tall_only ? 1 : 0,
                                  s.any_selecting ? 1 : 0,
                                  any_hidden ? 1 : 0};
   launch(round_graphs_, key, use_graph, enqueue, true);

@@ -36,11 +36,14 @@ struct DeltaRuleChunks;
 // call's rows either way). The defaults come from DS_CUDA_DECODE_PRODUCTS: fma (or unset), tensor,
 // tensor-all (tensor_min_rows 0: every matrix they take, for the checks) or tensor:ROWS[:COLS]. Below
 // tensor_min_cols columns (default 0; tensor:1024:512 leaves hc up, 320 columns, on the FMA products) a
-// matrix keeps the FMA products, and with them the one-row hc tail fusion.
+// matrix keeps the FMA products, and with them the one-row hc tail fusion. tensor-tall (tensor_tall_only)
+// takes only matrices with at least as many outputs as columns (docs/receipts/cuda-decode.md, "Several
+// streams").
 enum class DecodeProducts { Fma, Tensor };
 DecodeProducts decode_products_default();
 int64_t tensor_min_rows_default();
 int64_t tensor_min_cols_default();
+bool tensor_tall_only_default();
 
 struct CudaModelOptions {
   int64_t max_context = 4096;   // positions a stream's device caches hold
@@ -76,6 +79,7 @@ struct CudaModelOptions {
   DecodeProducts decode_products = decode_products_default();
   int64_t tensor_min_rows = tensor_min_rows_default();
   int64_t tensor_min_cols = tensor_min_cols_default();
+  bool tensor_tall_only = tensor_tall_only_default();
 };
 
 // Encodings for random weights: MLX affine bits/group for the experts and for every other matrix (bits 0:
@@ -188,6 +192,10 @@ class CudaModel {
   void set_expert_windows(bool on) { opt_.expert_windows = on; }
   void set_programmatic_launch(bool on) { opt_.programmatic_launch = on; }
   void set_fused_hc(bool on) { opt_.fused_hc = on; }
+  // For benches: a round's graphs are keyed by it, the MTP head's are not (set it before the head runs).
+  void set_decode_products(DecodeProducts p, bool tall_only = false) {
+    opt_.decode_products = p, opt_.tensor_tall_only = tall_only;
+  }
   const CudaModelOptions& options() const { return opt_; }
   // Nodes (launches, copies, timing events) of the last captured round's graph.
   size_t graph_nodes() const { return graph_nodes_; }

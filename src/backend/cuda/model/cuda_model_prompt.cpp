@@ -61,10 +61,12 @@ void grow(DeviceBuffer& b, size_t bytes) {
 }
 
 // DS_CUDA_DECODE_PRODUCTS: fma (or unset), tensor, tensor-all (min rows 0) or tensor:N[:C] (min rows N, min
-// cols C; both tensor and tensor-all take every column count).
+// cols C; both tensor and tensor-all take every column count); tensor-tall and tensor-tall-all: as tensor and
+// tensor-all, but only matrices with at least as many outputs as columns.
 struct DecodeProductsEnv {
   DecodeProducts mode;
   int64_t min_rows, min_cols;
+  bool tall_only = false;
 };
 DecodeProductsEnv decode_products_env() {
   const char* env = std::getenv("DS_CUDA_DECODE_PRODUCTS");
@@ -72,6 +74,8 @@ DecodeProductsEnv decode_products_env() {
   if (v.empty() || v == "fma") return {DecodeProducts::Fma, kDecodeMinRows, 0};
   if (v == "tensor") return {DecodeProducts::Tensor, kDecodeMinRows, 0};
   if (v == "tensor-all") return {DecodeProducts::Tensor, 0, 0};
+  if (v == "tensor-tall") return {DecodeProducts::Tensor, kDecodeMinRows, 0, true};
+  if (v == "tensor-tall-all") return {DecodeProducts::Tensor, 0, 0, true};
   const size_t colon = v.find(':', 7);
   auto number = [&](size_t from, size_t to) {
     return to > from && v.find_first_not_of("0123456789", from) >= to;
@@ -80,7 +84,10 @@ DecodeProductsEnv decode_products_env() {
       (colon == std::string::npos || number(colon + 1, v.size())))
     return {DecodeProducts::Tensor, std::stoll(v.substr(7, colon - 7)),
             colon == std::string::npos ? 0 : std::stoll(v.substr(colon + 1))};
-  fail("DS_CUDA_DECODE_PRODUCTS must be fma, tensor, tensor-all or tensor:ROWS[:COLS] (got '{}')", v);
+  fail(
+      "DS_CUDA_DECODE_PRODUCTS must be fma, tensor, tensor-all, tensor-tall, tensor-tall-all or "
+      "tensor:ROWS[:COLS] (got '{}')",
+      v);
 }
 
 }  // namespace
@@ -95,6 +102,10 @@ int64_t tensor_min_rows_default() {
 
 int64_t tensor_min_cols_default() {
   return decode_products_env().min_cols;
+}
+
+bool tensor_tall_only_default() {
+  return decode_products_env().tall_only;
 }
 
 TcScratchBytes tc_scratch_bytes(const ModelConfig& c, int n) {
@@ -115,7 +126,8 @@ namespace {
 // Whether a decode call runs matrix t on the tensor cores: by the options and the matrix alone.
 bool decode_tensor(const CudaModelOptions& opt, const TiledWeight& t) {
   return opt.decode_products == DecodeProducts::Tensor && t.rows >= opt.tensor_min_rows &&
-         t.cols >= opt.tensor_min_cols && tc_decode_supported(t);
+         t.cols >= opt.tensor_min_cols && (!opt.tensor_tall_only || t.cols <= t.rows) &&
+         tc_decode_supported(t);
 }
 
 }  // namespace
