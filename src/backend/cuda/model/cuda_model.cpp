@@ -319,6 +319,7 @@ void CudaModel::ensure_scratch(int n) {
   }
   s->attn_ws_bytes = attn_ws;
   s->tc_split_bytes = static_cast<size_t>(tc.split);
+  if (scratch_) forget_graphs(scratch_->arena.data());  // graphs keyed by the old arena's address
   scratch_ = std::move(s);
 }
 
@@ -426,6 +427,7 @@ int64_t CudaModel::run(std::span<const CudaSegment> segments) {
     if (!pw.empty()) off_ple[l] = stage.put(pw.data(), pw.size() * sizeof(PleWindow));
   }
   if (s.pinned_bytes < stage.bytes.size()) {
+    if (s.pinned) forget_graphs(s.pinned);  // graphs keyed by the old staging buffer's address
     if (s.pinned) cudaFreeHost(s.pinned);
     s.pinned = nullptr;
     s.pinned_bytes = stage.bytes.size() * 2;

@@ -238,6 +238,10 @@ class CudaModel {
   // shape's first call) launched directly; then with time_ops its ops' times added to op_times.
   void launch(GraphCache& cache, const GraphKey& key, bool use_graph, const std::function<void()>& enqueue,
               bool round);
+  // Drops the parked graphs whose keys carry `address`, once the stream is idle: called before a buffer the
+  // graph keys name (a scratch arena, a staging buffer) is replaced, so a later buffer at a reused address
+  // never replays a graph laid out for the old one.
+  void forget_graphs(const void* address);
   std::vector<std::pair<int64_t, int64_t>> recurrent_ranges() const;  // (first float, floats), merged
   // Prompt path (cuda_model_prompt.cpp). Inside the forward's members an unqualified wx(...) names this
   // member: the decode products, or in a prompt pass the tiled tensor-core ones.

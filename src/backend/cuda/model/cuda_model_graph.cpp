@@ -54,6 +54,12 @@ void CudaModel::set_parked_graphs(int n, bool at_first_call) {
   head_graphs_.set_capacity(static_cast<size_t>(std::max(n, 1)), at_first_call);
 }
 
+void CudaModel::forget_graphs(const void* address) {
+  check(cudaStreamSynchronize(stream_.get()), "cudaStreamSynchronize (dropping parked graphs)");
+  round_graphs_.drop_holding(reinterpret_cast<int64_t>(address));
+  head_graphs_.drop_holding(reinterpret_cast<int64_t>(address));
+}
+
 void CudaModel::launch(GraphCache& cache, const GraphKey& key, bool use_graph,
                        const std::function<void()>& enqueue, bool round) {
   destroy_events(op_events_);  // only a direct call's events live here, and only for this call

@@ -119,6 +119,7 @@ int64_t CudaModel::mtp_run(std::span<const CudaMtpSegment> segments) {
   const size_t off_at = stage.put(at.data(), at.size() * sizeof(AttentionWindow));
   const size_t off_ix = ix.empty() ? SIZE_MAX : stage.put(ix.data(), ix.size() * sizeof(IndexerWindow));
   if (h.pinned_bytes < stage.bytes.size()) {
+    if (h.pinned) forget_graphs(h.pinned);  // graphs keyed by the old staging buffer's address
     if (h.pinned) cudaFreeHost(h.pinned);
     h.pinned = nullptr;
     h.pinned_bytes = stage.bytes.size() * 2;
@@ -185,7 +186,9 @@ int64_t CudaModel::mtp_run(std::span<const CudaMtpSegment> segments) {
                      any_out ? 1 : 0,
                      opt_.time_ops ? 1 : 0,
                      opt_.programmatic_launch ? 1 : 0,
-                     opt_.fused_hc ? 1 : 0};
+                     opt_.fused_hc ? 1 : 0,
+                     static_cast<int64_t>(opt_.decode_products),
+                     opt_.tensor_tall_only ? 1 : 0};
   launch(head_graphs_, key, opt_.graphs, enqueue, false);
   for (const CudaMtpSegment& sg : segments)
     sg.state->mtp_position += static_cast<int64_t>(sg.next_tokens.size());

@@ -54,6 +54,20 @@ void GraphCache::clear() {
   seen_.clear();
 }
 
+void GraphCache::drop_holding(int64_t value) {
+  auto holds = [&](const GraphKey& key) { return std::find(key.begin(), key.end(), value) != key.end(); };
+  for (auto it = graphs_.begin(); it != graphs_.end();) {
+    if (!holds(it->key)) {
+      ++it;
+      continue;
+    }
+    destroy_events(it->events);
+    if (it->exec != nullptr) cudaGraphExecDestroy(it->exec);
+    it = graphs_.erase(it);
+  }
+  std::erase_if(seen_, holds);
+}
+
 void GraphCache::set_capacity(size_t capacity, bool capture_first_call) {
   clear();
   capacity_ = capacity;

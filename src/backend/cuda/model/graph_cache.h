@@ -43,6 +43,8 @@ class GraphCache {
   // capacity.
   ParkedGraph& park(GraphKey key, cudaGraphExec_t exec, TimingEvents events);
   void clear();
+  // Drops the graphs whose key holds `value` (a buffer's address about to be freed).
+  void drop_holding(int64_t value);
   void set_capacity(size_t capacity, bool capture_first_call);
   size_t size() const { return graphs_.size(); }
 
