@@ -293,7 +293,8 @@ std::vector<float> CudaBackend::forward_split(std::span<const CudaSegment> runs,
   logits.reserve(from_prompt.size() + from_decode.size());
   size_t at_prompt = 0, at_decode = 0;
   for (const CudaSegment& r : runs) {
-    const size_t n = (r.all_logits ? r.tokens.size() : 1) * V;
+    // Re-run rows riding ahead of a window return no logits (CudaSegment::quiet_rows).
+    const size_t n = (r.all_logits ? r.tokens.size() - static_cast<size_t>(r.quiet_rows) : 1) * V;
     const std::vector<float>& from = r.prompt ? from_prompt : from_decode;
     size_t& at = r.prompt ? at_prompt : at_decode;
     if (at + n > from.size())
