@@ -85,7 +85,7 @@ receipt() {  # name, max tokens, then run's arguments
       stats=$(grep -E 'tok/s' "$err" | tr -d '[]')
       echo "$name n=$n drafts $d run $i: reply md5 $reply ${stats:-$(tail -1 "$err")}" |
         tee -a "$out/receipt.log"
-      { echo "== $name n=$n drafts $d run $i"; grep -v '^$' "$err" | grep -vE 'tok/s'; } >>"$out/phases.log"
+      { echo "== $name n=$n drafts $d run $i"; grep -v '^$' "$err" | grep -vE 'tok/s' || true; } >>"$out/phases.log"
     done
   done
 }
