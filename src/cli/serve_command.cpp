@@ -133,7 +133,10 @@ void register_serve_command(CLI::App& app) {
   add_backend_options(*cmd, o->backend, o->cuda_prompt_passes, o->cuda_drafts);
   cmd->add_flag("--reference", o->reference,
                 "serve with the serial reference decode instead of the batched engine");
-  cmd->callback([o] { serve(*o); });
+  cmd->callback([o, cmd] {
+    o->cuda_prompt_passes = cuda_prompt_passes_on(*cmd, o->cuda_prompt_passes, o->cuda_drafts);
+    serve(*o);
+  });
 }
 
 }  // namespace ds::cli
