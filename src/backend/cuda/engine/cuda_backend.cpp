@@ -51,7 +51,7 @@ CudaBackend::CudaBackend(std::unique_ptr<CudaModel> model, bool prompt_path)
     return v != nullptr && std::string(v) == "1";
   };
   // With prompt passes the draft path keeps its earlier forms: the parked-graph forms faulted there on the
-  // H200 (an illegal address in 2 of 5 runs of the contract's drafted checks with --prompt-path, 2026-12-01;
+  // H200 (an illegal address in 2 of 7 runs of the contract's drafted checks with --prompt-path, 2026-12-01;
   // not found yet), while these passed there, and the parked forms pass with prompts as decode windows.
   if (prompt_path_ || env_on("DS_CUDA_DRAFTS_LEGACY")) {
     window_graphs_ = merge_reruns_ = false;
