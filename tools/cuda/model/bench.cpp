@@ -65,22 +65,19 @@ void run_fast_vs_generic(Tally& tally, const std::string& config_path) {
   CudaStreamState s0 = fast.new_state();
   const bool graph_same = run_windows(fast, s0, tokens, 4) == lf;
   fast.set_graphs(true);
-  std::printf("  fast kernels: CUDA-graph replay == direct launches: %s\n",
-              graph_same ? "bit-identical" : "DIFFERENT");
-  tally.expect(graph_same, "fast kernels: graph replay == direct launches");
+  tally.expect_identical(graph_same, "fast kernels: CUDA-graph replay == direct launches",
+                         "fast kernels: graph replay == direct launches");
   // Programmatic edges == plain edges where the split hc mix runs (the fixtures' hc up is unquantized).
   fast.set_programmatic_launch(false);
   CudaStreamState s5 = fast.new_state();
   const bool plain_same = run_windows(fast, s5, tokens, 4) == lf;
   fast.set_programmatic_launch(true);
-  std::printf("  fast kernels: programmatic launch == plain edges: %s\n",
-              plain_same ? "bit-identical" : "DIFFERENT");
-  tally.expect(plain_same, "fast kernels: programmatic launch == plain edges");
+  tally.expect_identical(plain_same, "fast kernels: programmatic launch == plain edges",
+                         "fast kernels: programmatic launch == plain edges");
   CudaStreamState s1 = fast.new_state();
   const bool steps_same = run_windows(fast, s1, tokens, 1) == lf;
-  std::printf("  fast kernels: windows of 4 == single steps: %s\n",
-              steps_same ? "bit-identical" : "DIFFERENT");
-  tally.expect(steps_same, "fast kernels: a window == its single steps");
+  tally.expect_identical(steps_same, "fast kernels: windows of 4 == single steps",
+                         "fast kernels: a window == its single steps");
   // The other hyper-connection mix (split by stream / separate ops: other down|inject sums): against the
   // generic model within the same bound; its windows == its steps, bit for bit.
   fast.set_fused_hc(!fast.options().fused_hc);
@@ -101,9 +98,8 @@ void run_fast_vs_generic(Tally& tally, const std::string& config_path) {
   CudaStreamState s2 = fast.new_state();
   const bool pairs_same = run_windows(fast, s2, tokens, 4) == lf;
   fast.set_expert_windows(!fast.options().expert_windows);
-  std::printf("  fast kernels: expert windows == per-pair expert products: %s\n",
-              pairs_same ? "bit-identical" : "DIFFERENT");
-  tally.expect(pairs_same, "fast kernels: expert windows == per-pair expert products");
+  tally.expect_identical(pairs_same, "fast kernels: expert windows == per-pair expert products",
+                         "fast kernels: expert windows == per-pair expert products");
   // Negative control for the comparison: the generic model on other tokens differs by far more than the
   // bound.
   std::vector<int32_t> other(tokens.rbegin(), tokens.rend());
@@ -118,9 +114,7 @@ void run_fast_vs_generic(Tally& tally, const std::string& config_path) {
 void run_bench(const std::string& config_path, int bits, int group, const std::vector<int>& streams,
                int rounds) {
   const ModelConfig cfg = read_config(config_path);
-  DummySpec spec;
-  spec.expert_bits = spec.other_bits = bits;
-  spec.expert_group = spec.other_group = group;
+  const DummySpec spec = uniform_spec(bits, group);
   CudaModelOptions opt;
   const int max_streams = *std::max_element(streams.begin(), streams.end());
   opt.max_context = max_streams > 8 ? 512 : 4096;
@@ -198,9 +192,7 @@ void run_bench(const std::string& config_path, int bits, int group, const std::v
 void run_op_tables(const std::string& config_path, int bits, int group, const std::vector<int>& streams,
                    int rounds) {
   const ModelConfig cfg = read_config(config_path);
-  DummySpec spec;
-  spec.expert_bits = spec.other_bits = bits;
-  spec.expert_group = spec.other_group = group;
+  const DummySpec spec = uniform_spec(bits, group);
   CudaModelOptions opt;
   opt.max_context = 512;
   CudaModel m(cfg, spec, opt);

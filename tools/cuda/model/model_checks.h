@@ -8,12 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "backend/cuda/model/cuda_model.h"
 #include "model/model_config.h"
-
-namespace ds::cuda {
-class CudaModel;
-struct CudaStreamState;
-}  // namespace ds::cuda
 
 namespace ds::cuda::modelcheck {
 
@@ -28,6 +24,11 @@ struct Tally {
       failures.push_back(what);
       std::printf("  FAIL %s\n", what.c_str());
     }
+  }
+  // Prints "  <line>: bit-identical" (or DIFFERENT) and counts `same` as the check `what`.
+  void expect_identical(bool same, const std::string& line, const std::string& what) {
+    std::printf("  %s: %s\n", line.c_str(), same ? "bit-identical" : "DIFFERENT");
+    expect(same, what);
   }
 };
 
@@ -59,7 +60,8 @@ void run_mtp_bench(const std::string& config_path, int bits, int group, int reps
 // The real shape from the config at the given expert/other encodings; decode rounds at each stream count.
 void run_bench(const std::string& config_path, int bits, int group, const std::vector<int>& streams,
                int rounds);
-// Per-op GPU tables at each stream count, FMA and tensor decode products (and FMA with the other expert path).
+// Per-op GPU tables at each stream count, FMA and tensor decode products (and FMA with the other expert
+// path).
 void run_op_tables(const std::string& config_path, int bits, int group, const std::vector<int>& streams,
                    int rounds);
 
@@ -75,6 +77,13 @@ void check_prompt_fixture(Tally& tally, CudaModel& m, const std::vector<int32_t>
 void run_prompt_real_heads(Tally& tally, const std::string& config_path);
 // The prompt path's selected-blocks attention kernel (attention_prompt_checks.cpp) against float64.
 void run_attention_prompt_checks(Tally& tally);
+// Random weights at one MLX affine width for experts and the other matrices alike (the benches' encodings).
+inline DummySpec uniform_spec(int bits, int group) {
+  DummySpec spec;
+  spec.expert_bits = spec.other_bits = bits;
+  spec.expert_group = spec.other_group = group;
+  return spec;
+}
 // Prompt tokens/s at the real shape (4-bit g32), batch 1, for each prompt length.
 void run_prompt_bench(const std::string& config_path, const std::vector<int>& lengths);
 

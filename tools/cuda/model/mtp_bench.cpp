@@ -33,9 +33,7 @@ void run_mtp_bench(const std::string& config_path, int bits, int group, int reps
   ModelConfig cfg = read_config(config_path);
   if (cfg.mtp_declared != 1)
     fail("{}: the config declares no MTP layer (mtp_num_hidden_layers 1)", config_path);
-  DummySpec spec;
-  spec.expert_bits = spec.other_bits = bits;
-  spec.expert_group = spec.other_group = group;
+  const DummySpec spec = uniform_spec(bits, group);
   CudaModelOptions opt;
   opt.max_context = 512;
   CudaModel m(cfg, spec, opt);

@@ -125,9 +125,8 @@ void check_fixture(Tally& tally, const std::string& root) {
     CudaStreamState s1 = m.new_state();
     main_rows(m, s1, prompt, 1, H1);
     const bool same = same_bits(H1.host(), h_got);
-    std::printf("  %s: H rows of windows of 16 == of single steps: %s\n", name.c_str(),
-                same ? "bit-identical" : "DIFFERENT");
-    tally.expect(same, name + ": H rows do not depend on the window");
+    tally.expect_identical(same, name + ": H rows of windows of 16 == of single steps",
+                           name + ": H rows do not depend on the window");
   }
 
   // Teacher-forced head logits against the float64 goldens.
@@ -169,9 +168,8 @@ void check_fixture(Tally& tally, const std::string& root) {
     const std::vector<float> again =
         chain(m, sc, H.row(T - 1), std::span<const int32_t>(&next.back(), 1), depth, again_d);
     const bool same = same_bits(again, got) && again_d == drafts;
-    std::printf("  %s: truncate_mtp and redo == first run: %s\n", name.c_str(),
-                same ? "bit-identical" : "DIFFERENT");
-    tally.expect(same, name + ": truncate_mtp rollback");
+    tally.expect_identical(same, name + ": truncate_mtp and redo == first run",
+                           name + ": truncate_mtp rollback");
   }
 
   // Rows alone == together: windows of 1, 3, 7 rows, two streams in every call (hidden_out too).
@@ -216,9 +214,8 @@ void check_fixture(Tally& tally, const std::string& root) {
         same =
             same && std::equal(l.begin(), l.end(), all.begin() + t0 * V) && l.size() == size_t((t1 - t0) * V);
     }
-    std::printf("  %s: Last / None rows are rows of All, the cache unchanged by them: %s\n", name.c_str(),
-                same ? "bit-identical" : "DIFFERENT");
-    tally.expect(same, name + ": Last and None are rows of All");
+    tally.expect_identical(same, name + ": Last / None rows are rows of All, the cache unchanged by them",
+                           name + ": Last and None are rows of All");
   }
 
   // CUDA graph replay == direct launches.
@@ -227,9 +224,7 @@ void check_fixture(Tally& tally, const std::string& root) {
     CudaStreamState sd = m.new_state();
     const bool same = same_bits(head(m, sd, H.row(0), next), all);
     m.set_graphs(true);
-    std::printf("  %s: CUDA-graph replay == direct launches: %s\n", name.c_str(),
-                same ? "bit-identical" : "DIFFERENT");
-    tally.expect(same, name + ": graph == direct");
+    tally.expect_identical(same, name + ": CUDA-graph replay == direct launches", name + ": graph == direct");
   }
 
   // Negative control: the head's final mixer norm 1% off must exceed the bound.
@@ -384,9 +379,7 @@ void check_fast_head(Tally& tally, const std::string& config_path) {
   CudaStreamState sd = m.new_state();
   const bool same = same_bits(head(m, sd, H.row(0), next), all);
   m.set_graphs(true);
-  std::printf("  %s: CUDA-graph replay == direct launches: %s\n", name.c_str(),
-              same ? "bit-identical" : "DIFFERENT");
-  tally.expect(same, name + ": graph == direct");
+  tally.expect_identical(same, name + ": CUDA-graph replay == direct launches", name + ": graph == direct");
   // The head's graph with programmatic edges == plain edges; the other hc mix (split by stream / separate
   // ops: other down|inject sums) within 1e-3 of the largest logit, as the fast-vs-generic comparison.
   m.set_programmatic_launch(false);

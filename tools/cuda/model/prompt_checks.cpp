@@ -83,9 +83,8 @@ void check_prompt_invariance(Tally& tally, CudaModel& m, const std::vector<int32
       at += rows;
     }
   }
-  std::printf("  %s: 3 prompts alone == in one call (both orders): %s\n", name.c_str(),
-              together ? "bit-identical" : "DIFFERENT");
-  tally.expect(together, name + ": prompts alone == beside other prompts");
+  tally.expect_identical(together, name + ": 3 prompts alone == in one call (both orders)",
+                         name + ": prompts alone == beside other prompts");
   // Decode after a prompt: a mixed call is refused by name.
   bool refused = false;
   try {
@@ -187,9 +186,8 @@ void run_prompt_real_heads(Tally& tally, const std::string& config_path) {
   // One call of 300 rows, run by the model in passes of 64 rows == one pass of 300.
   const CudaSegment seg{&q, std::span<const int32_t>(tokens), true, true};
   const bool passes_same = same_bits(m64.forward(std::span<const CudaSegment>(&seg, 1)), prompt);
-  std::printf("  real heads: passes of 64 rows == one pass: %s\n",
-              passes_same ? "bit-identical" : "DIFFERENT");
-  tally.expect(passes_same, "real heads: a prompt run in passes of 64 rows == one pass");
+  tally.expect_identical(passes_same, "real heads: passes of 64 rows == one pass",
+                         "real heads: a prompt run in passes of 64 rows == one pass");
   check_prompt_invariance(tally, m, tokens, "real heads");
   // The same with the chunked rule: passes of 64 rows == one pass, and the invariances.
   m.set_prompt_chunked_deltanet(true);
@@ -197,9 +195,8 @@ void run_prompt_real_heads(Tally& tally, const std::string& config_path) {
   CudaStreamState qc = m64.new_state();
   const CudaSegment seg_c{&qc, std::span<const int32_t>(tokens), true, true};
   const bool passes_chunked = same_bits(m64.forward(std::span<const CudaSegment>(&seg_c, 1)), chunked);
-  std::printf("  real heads, chunked rule: passes of 64 rows == one pass: %s\n",
-              passes_chunked ? "bit-identical" : "DIFFERENT");
-  tally.expect(passes_chunked, "real heads, chunked rule: a prompt run in passes of 64 rows == one pass");
+  tally.expect_identical(passes_chunked, "real heads, chunked rule: passes of 64 rows == one pass",
+                         "real heads, chunked rule: a prompt run in passes of 64 rows == one pass");
   check_prompt_invariance(tally, m, tokens, "real heads, chunked rule");
   m.set_prompt_chunked_deltanet(opt.prompt_chunked_deltanet);
 }
