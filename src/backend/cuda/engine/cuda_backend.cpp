@@ -53,12 +53,20 @@ CudaBackend::CudaBackend(std::unique_ptr<CudaModel> model, bool prompt_path)
   // With prompt passes the draft path keeps its earlier forms: the parked-graph forms faulted there on the
   // H200 (an illegal address in 2 of 7 runs of the contract's drafted checks with --prompt-path, 2026-12-01;
   // not found yet), while these passed there, and the parked forms pass with prompts as decode windows.
-  if (prompt_path_ || env_on("DS_CUDA_DRAFTS_LEGACY")) {
+  // To look for the fault: DS_CUDA_PROMPT_PATH_PARKED=1 keeps the parked forms with prompt passes, and
+  // DS_CUDA_WINDOW_GRAPHS=0 / DS_CUDA_MERGED_RERUNS=0 turn off one part of them at a time.
+  if ((prompt_path_ && !env_on("DS_CUDA_PROMPT_PATH_PARKED")) || env_on("DS_CUDA_DRAFTS_LEGACY")) {
     window_graphs_ = merge_reruns_ = false;
     model_->set_parked_graphs(1, true);
   } else {
     // One-off shapes (a prompt run as a window) launch directly; a shape seen twice gets its graph.
     model_->set_parked_graphs(std::max(model_->options().parked_graphs, 2), false);
+    auto env_off = [](const char* name) {
+      const char* v = std::getenv(name);
+      return v != nullptr && std::string(v) == "0";
+    };
+    if (env_off("DS_CUDA_WINDOW_GRAPHS")) window_graphs_ = false;
+    if (env_off("DS_CUDA_MERGED_RERUNS")) merge_reruns_ = false;
   }
   time_phases_ = env_on("DS_CUDA_PHASES");
 }
