@@ -23,7 +23,8 @@ contract() { timeout 60 "$bin/cuda_engine_contract" "$model" --backend cuda --pr
     "DS_CUDA_PROMPT_PATH_PARKED=1 DS_CUDA_MERGED_RERUNS=0" "DS_CUDA_PROMPT_PATH_PARKED=0"; do
     for ((i = 1; i <= runs; ++i)); do
       echo "== $setting, run $i"
-      (export $setting && contract)  # word splitting intended: NAME=VALUE pairs
+      read -ra pairs <<<"$setting"
+      (export "${pairs[@]}" && contract)
     done
   done
   echo "== compute-sanitizer memcheck, parked forms"
