@@ -214,10 +214,10 @@ int device_vs_host_draws(const cli::LoadedBackend& loaded, cuda::CudaBackend& cu
     return out;
   };
   const int64_t before = cuda.device_draws();
-  cuda.set_device_filters(
-      true);  // top-k / top-p rows on the device too (the engine's default sends them home)
+  const bool filters_were = cuda.device_filters();
+  cuda.set_device_filters(true);  // top-k / top-p rows on the device (the default; set here in case it moves)
   const std::vector<Reply> dev = replies(true);
-  cuda.set_device_filters(false);
+  cuda.set_device_filters(filters_were);
   const int64_t drawn = cuda.device_draws() - before;
   const std::vector<Reply> host = replies(false);
   cuda.set_device_draws(true);

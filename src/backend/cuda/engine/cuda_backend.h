@@ -58,6 +58,7 @@ class CudaBackend final : public ModelBackend {
   // Top-k / top-p rows drawn on the device too (the default: faster than the row's copy and the host's draw,
   // docs/receipts/cuda-engine.md "GPU sampler filters"); off, they come to the host's KeyedSampler.
   void set_device_filters(bool on) { device_filters_ = on; }
+  bool device_filters() const { return device_filters_; }
   int64_t device_draws() const { return draws_; }  // rows drawn on the device so far
   // Re-runs (rollbacks) done so far and their rows, for receipts.
   int64_t replays() const { return replays_; }

@@ -77,8 +77,8 @@ DecodeProductsEnv decode_products_env() {
   if (v == "tensor-tall") return {DecodeProducts::Tensor, kDecodeMinRows, 0, true};
   if (v == "tensor-tall-all") return {DecodeProducts::Tensor, 0, 0, true};
   const size_t colon = v.find(':', 7);
-  auto number = [&](size_t from, size_t to) {
-    return to > from && v.find_first_not_of("0123456789", from) >= to;
+  auto number = [&](size_t from, size_t to) {  // at most 9 digits: std::stoll never overflows
+    return to > from && to - from <= 9 && v.find_first_not_of("0123456789", from) >= to;
   };
   if (v.rfind("tensor:", 0) == 0 && number(7, colon == std::string::npos ? v.size() : colon) &&
       (colon == std::string::npos || number(colon + 1, v.size())))
