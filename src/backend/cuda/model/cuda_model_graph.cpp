@@ -11,6 +11,7 @@ namespace ds::cuda {
 
 cudaGraphExec_t CudaModel::capture_graph(const std::function<void()>& enqueue, size_t* nodes, size_t* edges) {
   const cudaStream_t st = stream_.get();
+  const std::lock_guard lock(capture_mutex_);  // no other thread's copy joins the graph
   check(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
   capturing_ = true;
   try {
