@@ -218,7 +218,6 @@ CudaBackend::Call CudaBackend::prepare(std::span<const ForwardSegment> segments)
 // After the call: the engine's positions follow the device states; hidden rows go to the host.
 void CudaBackend::finish(std::span<const ForwardSegment> segments, const Call& c) const {
   for (size_t i = 0; i < segments.size(); ++i) segments[i].state->position = c.runs[i].state->position;
-  if (c.hidden_floats == 0) return;
   const auto W = static_cast<size_t>(mtp_hidden_width());
   for (size_t i = 0; i < segments.size(); ++i)
     if (c.hidden_at[i] != SIZE_MAX)
@@ -226,6 +225,8 @@ void CudaBackend::finish(std::span<const ForwardSegment> segments, const Call& c
                             segments[i].tokens.size() * W * sizeof(float), cudaMemcpyDeviceToHost,
                             model_->stream()),
             "CudaBackend::forward: hidden rows to the host");
+  // Always: a call that drew no row and kept no hidden rows (a prompt piece short of the prompt's end) has
+  // not synced yet, and the next call rewrites the pinned staging its upload may still be reading.
   check(cudaStreamSynchronize(model_->stream()), "CudaBackend::forward");
 }
 

@@ -9,6 +9,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <span>
 #include <string>
 #include <vector>
@@ -289,6 +290,10 @@ class CudaModel {
   GraphCache round_graphs_, head_graphs_;
   LaunchCounts launches_;
   bool capturing_ = false;
+  // Held while a call is captured and by the state calls other threads make outside the engine's forward
+  // mutex (new_state, state copies, rewind's restore): a capture takes whatever any thread enqueues on the
+  // stream, so their copies would become nodes of a parked graph, replayed after those buffers are freed.
+  mutable std::mutex capture_mutex_;
   bool experts_windowed_ =
       false;  // every layer's experts are MLX affine: the expert-window kernels take them
   size_t graph_nodes_ = 0;

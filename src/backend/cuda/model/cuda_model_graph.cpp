@@ -2,15 +2,43 @@
 // the MTP head's call share.
 #include <algorithm>
 #include <chrono>
+#include <vector>
 
 #include "backend/cuda/cuda_error.h"
 #include "backend/cuda/model/cuda_model.h"
 #include "backend/cuda/model/programmatic_graph.h"
+#include "core/error.h"
 
 namespace ds::cuda {
 
+namespace {
+
+// A call's graph holds one copy (its upload) and no memset: anything else was enqueued on the stream by
+// another thread during the capture, and would be replayed with every later call of the shape.
+void expect_own_nodes(cudaGraph_t graph) {
+  size_t n = 0;
+  check(cudaGraphGetNodes(graph, nullptr, &n), "cudaGraphGetNodes");
+  std::vector<cudaGraphNode_t> nodes(n);
+  if (n > 0) check(cudaGraphGetNodes(graph, nodes.data(), &n), "cudaGraphGetNodes");
+  int copies = 0, memsets = 0;
+  for (cudaGraphNode_t node : nodes) {
+    cudaGraphNodeType type;
+    check(cudaGraphNodeGetType(node, &type), "cudaGraphNodeGetType");
+    copies += type == cudaGraphNodeTypeMemcpy ? 1 : 0;
+    memsets += type == cudaGraphNodeTypeMemset ? 1 : 0;
+  }
+  if (copies != 1 || memsets != 0)
+    fail(
+        "CudaModel: a captured call holds {} copies and {} memsets, not its one upload (work another thread "
+        "enqueued on the model's stream during the capture)",
+        copies, memsets);
+}
+
+}  // namespace
+
 cudaGraphExec_t CudaModel::capture_graph(const std::function<void()>& enqueue, size_t* nodes, size_t* edges) {
   const cudaStream_t st = stream_.get();
+  const std::lock_guard lock(capture_mutex_);  // no other thread's copy joins the graph
   check(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
   capturing_ = true;
   try {
@@ -31,13 +59,12 @@ cudaGraphExec_t CudaModel::capture_graph(const std::function<void()>& enqueue, s
     cudaGraphGetNodes(graph, nullptr, nodes);
   }
   size_t made_programmatic = 0;
-  if (opt_.programmatic_launch) {
-    try {
-      made_programmatic = make_kernel_edges_programmatic(graph);
-    } catch (...) {
-      cudaGraphDestroy(graph);
-      throw;
-    }
+  try {
+    expect_own_nodes(graph);
+    if (opt_.programmatic_launch) made_programmatic = make_kernel_edges_programmatic(graph);
+  } catch (...) {
+    cudaGraphDestroy(graph);
+    throw;
   }
   if (edges != nullptr) *edges = made_programmatic;
   cudaGraphExec_t exec = nullptr;

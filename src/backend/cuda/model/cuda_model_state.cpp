@@ -46,6 +46,7 @@ size_t CudaModel::recurrent_bytes() const {
 }
 
 void CudaModel::copy_state(const CudaStreamState& from, CudaStreamState& to) const {
+  const std::lock_guard lock(capture_mutex_);  // a clone (prompt-cache snapshot) runs outside forward calls
   if (from.device.bytes() != state_bytes() || to.device.bytes() != state_bytes())
     fail("CudaModel::copy_state: a state was not made by this model (bytes {} and {}, expected {})",
          from.device.bytes(), to.device.bytes(), state_bytes());
@@ -56,6 +57,7 @@ void CudaModel::copy_state(const CudaStreamState& from, CudaStreamState& to) con
 }
 
 void CudaModel::save_recurrent(const CudaStreamState& from, DeviceBuffer& to) const {
+  const std::lock_guard lock(capture_mutex_);
   if (from.device.bytes() != state_bytes())
     fail("CudaModel::save_recurrent: the state was not made by this model");
   const size_t need = recurrent_bytes();
@@ -69,6 +71,7 @@ void CudaModel::save_recurrent(const CudaStreamState& from, DeviceBuffer& to) co
 }
 
 void CudaModel::restore_recurrent(const DeviceBuffer& from, CudaStreamState& to) const {
+  const std::lock_guard lock(capture_mutex_);  // rewind runs outside the engine's forward mutex
   if (to.device.bytes() != state_bytes() || from.bytes() != recurrent_bytes())
     fail("CudaModel::restore_recurrent: the state or the saved parts were not made by this model");
   size_t at = 0;

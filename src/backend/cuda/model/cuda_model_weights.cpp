@@ -351,7 +351,9 @@ void CudaModel::build(const ModelWeights* w, const DummySpec* spec, const MtpWei
 CudaStreamState CudaModel::new_state() const {
   CudaStreamState s;
   s.device = DeviceBuffer(static_cast<size_t>(state_floats_) * sizeof(float));
-  // On the model's (non-blocking) stream, so the zeros land before any forward that takes the state.
+  // On the model's (non-blocking) stream, so the zeros land before any forward that takes the state; never
+  // inside another thread's capture (an engine's admission runs beside another engine's forward).
+  const std::lock_guard lock(capture_mutex_);
   check(cudaMemsetAsync(s.device.data(), 0, s.device.bytes(), stream_.get()), "CudaModel::new_state");
   if (!cfg_.ple_layer_ids.empty()) s.ple_context.assign(cfg_.ngram_size - 1, cfg_.eos());
   return s;
