@@ -16,6 +16,7 @@
 #include "backend/cuda/engine/cuda_backend.h"
 #include "backend/cuda/model/cuda_bench.h"
 #include "model/model.h"
+#include "runtime/bench_decode.h"
 #include "runtime/engine.h"
 #endif
 
@@ -52,40 +53,16 @@ nlohmann::json engine_rate(const std::shared_ptr<cuda::CudaBackend>& backend, in
                            bool drafts, bool host_draws = false) {
   backend->set_device_draws(!host_draws);
   Engine engine(backend, bench_options(*backend, streams, drafts));
-  std::mutex mutex;
-  std::condition_variable cv;
-  std::vector<TokenEvent> finals;
-  const int64_t V = backend->config().vocab_size;
-  for (int i = 0; i < streams; ++i) {
-    GenerationRequest r;
-    for (int t = 0; t < 16; ++t) r.prompt.push_back(static_cast<int32_t>((7919 * i + 31 * t + 5) % V));
-    r.max_tokens = tokens + 1;
-    r.ignore_eos = true;
-    r.sampling.temperature = 0;
-    r.use_prompt_cache = false;
-    engine.submit(std::move(r), [&](const TokenEvent& ev) {
-      if (!ev.finished) return;
-      std::lock_guard lock(mutex);
-      finals.push_back(ev);
-      cv.notify_all();
-    });
-  }
-  std::unique_lock lock(mutex);
-  cv.wait(lock, [&] { return static_cast<int>(finals.size()) == streams; });
-  double decode_s = 0;
-  int64_t decoded = 0, drafted = 0, accepted = 0;
-  for (const TokenEvent& ev : finals) {
-    if (ev.reason == FinishReason::Error) fail("bench through the engine: {}", ev.error);
-    decode_s = std::max(decode_s, ev.decode_seconds);
-    decoded += ev.completion_tokens - 1;
-    drafted += ev.drafted_tokens, accepted += ev.accepted_tokens;
-  }
+  SamplingParams greedy;
+  greedy.temperature = 0;
+  const BenchDecode run = bench_decode(engine, backend->config().vocab_size, streams, tokens, greedy, 1000);
+  const double decode_s = run.decode_seconds;
   return {{"streams", streams},
           {"drafts", drafts},
-          {"drafted", drafted},
-          {"accepted", accepted},
+          {"drafted", run.drafted},
+          {"accepted", run.accepted},
           {"ms_per_round", decode_s > 0 ? 1e3 * decode_s / tokens : 0},
-          {"tokens_per_s", decode_s > 0 ? decoded / decode_s : 0}};
+          {"tokens_per_s", run.tokens_per_s()}};
 }
 
 // One prompt of `length` tokens through the engine (one stream, no prompt cache, one greedy token): prompt

@@ -20,6 +20,7 @@
 #include "backend/cuda/engine/cuda_backend.h"
 #include "core/error.h"
 #include "model/model_config.h"
+#include "runtime/bench_decode.h"
 #include "runtime/engine.h"
 
 namespace {
@@ -42,38 +43,10 @@ Rate decode_rate(const std::shared_ptr<cuda::CudaBackend>& backend, int streams,
   eo.context = backend->max_context();
   const int64_t draws_before = backend->device_draws();
   Engine engine(backend, eo);
-  std::mutex mutex;
-  std::condition_variable cv;
+  const BenchDecode run = bench_decode(engine, backend->config().vocab_size, streams, tokens, params, 1000);
   Rate rate;
-  rate.replies.resize(static_cast<size_t>(streams));
-  std::vector<TokenEvent> finals;
-  const int64_t V = backend->config().vocab_size;
-  for (int i = 0; i < streams; ++i) {
-    GenerationRequest r;
-    for (int t = 0; t < 16; ++t) r.prompt.push_back(static_cast<int32_t>((7919 * i + 31 * t + 5) % V));
-    r.max_tokens = tokens + 1;
-    r.ignore_eos = true;
-    r.sampling = params;
-    r.sampling.seed = 1000 + static_cast<uint64_t>(i);
-    r.use_prompt_cache = false;
-    engine.submit(std::move(r), [&, i](const TokenEvent& ev) {
-      std::lock_guard lock(mutex);
-      if (ev.token >= 0) rate.replies[static_cast<size_t>(i)].push_back(ev.token);
-      if (!ev.finished) return;
-      finals.push_back(ev);
-      cv.notify_all();
-    });
-  }
-  std::unique_lock lock(mutex);
-  cv.wait(lock, [&] { return static_cast<int>(finals.size()) == streams; });
-  double decode_s = 0;
-  int64_t decoded = 0;
-  for (const TokenEvent& ev : finals) {
-    if (ev.reason == FinishReason::Error) fail("decode through the engine: {}", ev.error);
-    decode_s = std::max(decode_s, ev.decode_seconds);
-    decoded += ev.completion_tokens - 1;
-  }
-  rate.tokens_per_s = decode_s > 0 ? decoded / decode_s : 0;
+  rate.replies = run.replies;
+  rate.tokens_per_s = run.tokens_per_s();
   rate.device_draws = backend->device_draws() - draws_before;
   return rate;
 }
