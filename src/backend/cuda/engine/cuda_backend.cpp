@@ -215,9 +215,11 @@ CudaBackend::Call CudaBackend::prepare(std::span<const ForwardSegment> segments)
   return c;
 }
 
-// After the call: the engine's positions follow the device states; hidden rows go to the host.
-void CudaBackend::finish(std::span<const ForwardSegment> segments, const Call& c) const {
+// After the call: the engine's positions follow the device states; hidden rows go to the host. `synced`: the
+// call's last step already waited for the stream (host logits, or the sampler's tokens).
+void CudaBackend::finish(std::span<const ForwardSegment> segments, const Call& c, bool synced) const {
   for (size_t i = 0; i < segments.size(); ++i) segments[i].state->position = c.runs[i].state->position;
+  if (c.hidden_floats == 0 && synced) return;
   const auto W = static_cast<size_t>(mtp_hidden_width());
   for (size_t i = 0; i < segments.size(); ++i)
     if (c.hidden_at[i] != SIZE_MAX)
@@ -225,8 +227,8 @@ void CudaBackend::finish(std::span<const ForwardSegment> segments, const Call& c
                             segments[i].tokens.size() * W * sizeof(float), cudaMemcpyDeviceToHost,
                             model_->stream()),
             "CudaBackend::forward: hidden rows to the host");
-  // Always: a call that drew no row and kept no hidden rows (a prompt piece short of the prompt's end) has
-  // not synced yet, and the next call rewrites the pinned staging its upload may still be reading.
+  // Also a call that drew no row and kept no hidden rows (a prompt piece short of the prompt's end): the next
+  // call rewrites the pinned staging its upload may still be reading.
   check(cudaStreamSynchronize(model_->stream()), "CudaBackend::forward");
 }
 
@@ -234,7 +236,7 @@ std::vector<float> CudaBackend::forward(std::span<const ForwardSegment> segments
   const auto start = std::chrono::steady_clock::now();
   const Call c = prepare(segments);
   std::vector<float> logits = forward_split(c.runs, c.steps_only);
-  finish(segments, c);
+  finish(segments, c, true);
   add_phase(round_phase(c), static_cast<int64_t>(c.rows), start);
   return logits;
 }
@@ -263,7 +265,7 @@ DrawnRows CudaBackend::forward_rows(std::span<const ForwardSegment> segments,
   }
   if (logits == nullptr) {
     const std::vector<float> host = forward_split(c.runs, c.steps_only);
-    finish(segments, c);
+    finish(segments, c, true);
     add_phase(round_phase(c), static_cast<int64_t>(c.rows), start);
     return draw_rows_on_host(host, V, uses);
   }
@@ -285,7 +287,7 @@ DrawnRows CudaBackend::forward_rows(std::span<const ForwardSegment> segments,
   const std::vector<int32_t> drawn = sampler_.draw(logits, V, packed, model_->stream());
   for (size_t k = 0; k < drawn.size(); ++k) out.tokens[static_cast<size_t>(packed.rows[k].row)] = drawn[k];
   draws_ += static_cast<int64_t>(drawn.size());
-  finish(segments, c);
+  finish(segments, c, !drawn.empty());  // the sampler waits for its tokens when it draws any
   add_phase(round_phase(c), static_cast<int64_t>(c.rows), start);
   return out;
 }

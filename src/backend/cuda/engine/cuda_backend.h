@@ -85,7 +85,7 @@ class CudaBackend final : public ModelBackend {
     size_t rows = 0, reruns = 0;               // decode rows in the call, re-run rows among them
   };
   Call prepare(std::span<const ForwardSegment> segments) const;
-  void finish(std::span<const ForwardSegment> segments, const Call& c) const;
+  void finish(std::span<const ForwardSegment> segments, const Call& c, bool synced) const;
   // Re-runs, in one pass of their own, the kept rows of the states whose segment does not take them along.
   void flush_replays(std::span<const ForwardSegment> segments) const;
   bool joins_replay(const ForwardSegment& sg) const { return merge_reruns_ && !(prompt_path_ && sg.prompt); }
