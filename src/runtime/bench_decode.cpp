@@ -9,12 +9,18 @@
 
 namespace ds {
 
+std::vector<int32_t> bench_prompt(int stream, int64_t vocab) {
+  std::vector<int32_t> prompt;
+  for (int t = 0; t < 16; ++t) prompt.push_back(static_cast<int32_t>((7919 * stream + 31 * t + 5) % vocab));
+  return prompt;
+}
+
 BenchDecode bench_decode(Engine& engine, int64_t vocab, int streams, int tokens, const SamplingParams& params,
                          uint64_t seed_base) {
   std::vector<std::unique_ptr<ReplyCollector>> collectors;
   for (int i = 0; i < streams; ++i) {
     GenerationRequest r;
-    for (int t = 0; t < 16; ++t) r.prompt.push_back(static_cast<int32_t>((7919 * i + 31 * t + 5) % vocab));
+    r.prompt = bench_prompt(i, vocab);
     r.max_tokens = tokens + 1;
     r.ignore_eos = true;
     r.sampling = params;

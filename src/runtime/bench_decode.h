@@ -18,6 +18,9 @@ struct BenchDecode {
   }
 };
 
+// Stream i's 16-token synthetic prompt (ids below `vocab`, different for every stream).
+std::vector<int32_t> bench_prompt(int stream, int64_t vocab);
+
 // `streams` requests at once (EOS ignored, no prompt cache), stream i with `params` seeded `seed_base + i`;
 // waits for every reply. A request that ends in an error fails by name.
 BenchDecode bench_decode(Engine& engine, int64_t vocab, int streams, int tokens, const SamplingParams& params,

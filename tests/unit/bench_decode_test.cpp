@@ -25,7 +25,7 @@ TEST(BenchDecode, RepliesAndCountsMatchRequestsRunAlone) {
   EXPECT_GT(run.decode_seconds, 0.0);
   for (int i = 0; i < 3; ++i) {
     GenerationRequest r;
-    for (int t = 0; t < 16; ++t) r.prompt.push_back(static_cast<int32_t>((7919 * i + 31 * t + 5) % V));
+    r.prompt = bench_prompt(i, V);
     r.max_tokens = 5;
     r.ignore_eos = true;
     r.sampling = sampled;
