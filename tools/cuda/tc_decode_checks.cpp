@@ -262,51 +262,31 @@ void run_tc_decode_checks(Tally& tally) {
   std::vector<float> xh(64, 1.0f);
   const DeviceBuffer x = upload(xh);
   DeviceBuffer y(1 << 20), scratch(1 << 20);
+  // One row of `w` with these leading dimensions and scratch bytes: each case below spoils one of them.
+  auto refuses = [&](const TiledWeight& w, int64_t ldx, int64_t ldy, size_t scratch_bytes,
+                     const char* names) {
+    return refused_naming(
+        [&] {
+          tc_decode_wx(w, x.as<float>(), ldx, 1, y.as<float>(), ldy, scratch.data(), scratch_bytes, s.get());
+        },
+        names);
+  };
   TcWeight stacked = make_weight(64, 64, 4, 32, 2, rng);
-  tally.expect(refused_naming(
-                   [&] {
-                     tc_decode_wx(stacked.w, x.as<float>(), 64, 1, y.as<float>(), 64, scratch.data(),
-                                  scratch.bytes(), s.get());
-                   },
-                   "n_experts"),
+  tally.expect(refuses(stacked.w, 64, 64, scratch.bytes(), "n_experts"),
                "tc_decode_wx refuses stacked experts naming n_experts");
   TcWeight ok = make_weight(1024, 64, 4, 32, 1, rng);
   TiledWeight seven = ok.w;
   seven.affine.bits = 7;
-  tally.expect(refused_naming(
-                   [&] {
-                     tc_decode_wx(seven, x.as<float>(), 64, 1, y.as<float>(), 1024, scratch.data(),
-                                  scratch.bytes(), s.get());
-                   },
-                   "bits"),
+  tally.expect(refuses(seven, 64, 1024, scratch.bytes(), "bits"),
                "tc_decode_wx refuses 7-bit codes naming the bits");
   TiledWeight odd = ok.w;
   odd.cols = 48;
-  tally.expect(refused_naming(
-                   [&] {
-                     tc_decode_wx(odd, x.as<float>(), 64, 1, y.as<float>(), 1024, scratch.data(),
-                                  scratch.bytes(), s.get());
-                   },
-                   "cols"),
+  tally.expect(refuses(odd, 64, 1024, scratch.bytes(), "cols"),
                "tc_decode_wx refuses cols not a multiple of 32 naming the cols");
-  tally.expect(refused_naming(
-                   [&] {
-                     tc_decode_wx(ok.w, x.as<float>(), 6, 1, y.as<float>(), 1024, scratch.data(),
-                                  scratch.bytes(), s.get());
-                   },
-                   "ldx"),
+  tally.expect(refuses(ok.w, 6, 1024, scratch.bytes(), "ldx"),
                "tc_decode_wx refuses an ldx not a multiple of 4 naming it");
-  tally.expect(
-      refused_naming(
-          [&] { tc_decode_wx(ok.w, x.as<float>(), 64, 1, y.as<float>(), 1024, scratch.data(), 16, s.get()); },
-          "scratch"),
-      "tc_decode_wx refuses too small a scratch naming it");
-  tally.expect(refused_naming(
-                   [&] {
-                     tc_decode_wx(ok.w, x.as<float>(), 64, 1, y.as<float>(), 100, scratch.data(),
-                                  scratch.bytes(), s.get());
-                   },
-                   "ldy"),
+  tally.expect(refuses(ok.w, 64, 1024, 16, "scratch"), "tc_decode_wx refuses too small a scratch naming it");
+  tally.expect(refuses(ok.w, 64, 100, scratch.bytes(), "ldy"),
                "tc_decode_wx refuses ldy under the rows naming it");
   tally.expect(refused_naming(
                    [&] {
