@@ -46,10 +46,11 @@ CudaBackend::CudaBackend(std::unique_ptr<CudaModel> model, bool prompt_path)
     : model_(std::move(model)), prompt_path_(prompt_path) {
   if (!model_) fail("CudaBackend: no model");
   graphs_ = model_->options().graphs;
-  auto env_on = [](const char* name) {
+  auto env_is = [](const char* name, const char* value) {
     const char* v = std::getenv(name);
-    return v != nullptr && std::string(v) == "1";
+    return v != nullptr && std::string(v) == value;
   };
+  auto env_on = [&](const char* name) { return env_is(name, "1"); };
   // With prompt passes the draft path keeps its earlier forms: the parked-graph forms faulted there on the
   // H200 (an illegal address in 2 of 7 runs of the contract's drafted checks with --prompt-path, 2026-12-01;
   // not found yet), while these passed there, and the parked forms pass with prompts as decode windows.
@@ -61,12 +62,8 @@ CudaBackend::CudaBackend(std::unique_ptr<CudaModel> model, bool prompt_path)
   } else {
     // One-off shapes (a prompt run as a window) launch directly; a shape seen twice gets its graph.
     model_->set_parked_graphs(std::max(model_->options().parked_graphs, 2), false);
-    auto env_off = [](const char* name) {
-      const char* v = std::getenv(name);
-      return v != nullptr && std::string(v) == "0";
-    };
-    if (env_off("DS_CUDA_WINDOW_GRAPHS")) window_graphs_ = false;
-    if (env_off("DS_CUDA_MERGED_RERUNS")) merge_reruns_ = false;
+    if (env_is("DS_CUDA_WINDOW_GRAPHS", "0")) window_graphs_ = false;
+    if (env_is("DS_CUDA_MERGED_RERUNS", "0")) merge_reruns_ = false;
   }
   time_phases_ = env_on("DS_CUDA_PHASES");
 }
