@@ -52,12 +52,11 @@ void Engine::Impl::calibrate_costs() {
         const std::vector<int32_t> tokens = tokens_of(rows);
         if (scratch.position + rows > positions) scratch = model.new_state();
         WindowRecord record;
-        ForwardSegment seg{&scratch,
-                           tokens,
-                           false,
-                           rows > 1,
-                           head ? hidden_rows.data() : nullptr,
-                           rows > 1 ? &record : nullptr};
+        ForwardSegment seg{&scratch, tokens, false, rows > 1, nullptr, rows > 1 ? &record : nullptr};
+        if (head && model.keeps_hidden_rows())
+          seg.keep_hidden = true;
+        else if (head)
+          seg.hidden = hidden_rows.data();
         std::vector<RowDraw> uses(static_cast<size_t>(rows), row_with(RowUse::Draw));
         for (int64_t i = 0; i < rows; ++i) {
           uses[static_cast<size_t>(i)].params = &greedy;
@@ -135,7 +134,7 @@ void Engine::Impl::follow_prompt_rows(std::span<HeadRows> items) {
     run_head_rows(model, items, MtpLogits::None);
   } catch (const std::exception&) {
     for (HeadRows& h : items) {
-      h.state->mtp_pending.clear();
+      drop_head_rows(*h.state);
       h.state->truncate_mtp(0);
     }
   }
@@ -187,7 +186,7 @@ void Engine::Impl::plan_windows() {
     drafter->propose(asks);
   }
   for (size_t i = 0; i < asks.size(); ++i)
-    if (head_rows_pending(model, streams[i]->state) > kMaxIdleHeadRows) streams[i]->state.mtp_pending.clear();
+    if (head_rows_pending(model, streams[i]->state) > kMaxIdleHeadRows) drop_head_rows(streams[i]->state);
 
   // The drafts are made: what they cost to make no longer matters, only the window's rows.
   const auto choices = depths(
