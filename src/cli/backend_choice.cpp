@@ -51,14 +51,15 @@ void add_backend_options(CLI::App& cmd, std::string& backend, bool& cuda_prompt_
   cmd.add_flag("--cuda-prompt-passes", cuda_prompt_passes,
                "cuda: prompts as tensor-core prompt passes (docs/backend-cuda.md \"Prompt path\"; default; "
                "=false: as decode windows)");
-  cmd.add_flag(
-      "--cuda-drafts", cuda_drafts,
-      "cuda: draft as on the CPU (off by default on CUDA: greedy replies measured 12-64% faster "
-      "with drafts there, sampled ones 22% slower; docs/receipts/speculative.md)");
+  cmd.add_flag("--cuda-drafts", cuda_drafts,
+               kCudaDraftsByDefault
+                   ? "cuda: draft (the default on CUDA too; --no-drafts turns drafts off)"
+                   : "cuda: draft as on the CPU (off by default on CUDA until drafts measure faster "
+                     "there in every case; docs/receipts/speculative.md)");
 }
 
 bool drafts_on(const std::string& backend, bool no_drafts, bool cuda_drafts) {
-  return !no_drafts && (backend != "cuda" || cuda_drafts);
+  return !no_drafts && (backend != "cuda" || cuda_drafts || kCudaDraftsByDefault);
 }
 
 LoadedBackend load_backend(const std::string& name, const std::string& model_dir, int64_t context,
