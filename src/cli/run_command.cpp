@@ -30,7 +30,7 @@ struct RunOptions {
   std::string model, prompt, system, backend = "cpu";
   bool cuda_prompt_passes = true, cuda_drafts = false;
   int64_t context = 0;
-  bool chat = false, no_think = false, ignore_eos = false, no_drafts = false;
+  bool chat = false, no_think = false, ignore_eos = false, no_drafts = false, draft_guard = false;
   int max_tokens = 256, threads = 0;
   SamplingParams sampling;
   int64_t seed = -1;
@@ -92,6 +92,7 @@ void run(const RunOptions& o) {
   options.parallel = 1;
   options.prompt_cache_gib = 0;
   options.drafts = drafts_on(o.backend, o.no_drafts, o.cuda_drafts);
+  options.draft_guard = o.draft_guard;
   options.context = loaded.context;
   Engine engine(loaded.backend, options);
   IncrementalDecoder decoder(tok, true);
@@ -141,6 +142,8 @@ void register_run_command(CLI::App& app) {
   cmd->add_option("--threads", o->threads, "CPU threads (default: all cores)");
   cmd->add_flag("--ignore-eos", o->ignore_eos, "do not stop at end-of-sequence tokens");
   cmd->add_flag("--no-drafts", o->no_drafts, "never draft (the plain decode path; the same reply)");
+  cmd->add_flag("--draft-guard", o->draft_guard,
+                "rest drafting while its rounds measure slower per token than plain ones (DraftGuard)");
   add_backend_options(*cmd, o->backend, o->cuda_prompt_passes, o->cuda_drafts);
   cmd->add_option("--context", o->context,
                   "positions per stream, prompt + reply (default: the model's maximum; cuda: at most 8192)");

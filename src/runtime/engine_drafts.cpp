@@ -156,6 +156,8 @@ void Engine::Impl::plan_windows() {
   }
   if (asks.empty()) return;
   if (options.draft_depth == 0 && !round_costs.calibrated()) calibrate_costs();
+  // Drafting that measured slower than plain rounds rests: no head calls, no windows (DraftGuard).
+  const bool rest = options.draft_guard && options.draft_depth == 0 && draft_guard.resting();
   // Plain streams' rows are in the round too: they make drafting rows relatively cheaper.
   int64_t plain = 0;
   for (auto& s : running)
@@ -178,9 +180,12 @@ void Engine::Impl::plan_windows() {
   };
   // What the policy would verify if every stream offered its max, the head's own calls counted: a chained
   // source drafts that deep (and not at all for 0).
-  const auto hints =
-      depths([](const DraftAsk& a) { return a.max; }, drafter->uses_hidden() ? &head_costs : nullptr);
-  for (size_t i = 0; i < asks.size(); ++i) asks[i].depth_hint = hints[i].depth;
+  const auto hints = depths([&](const DraftAsk& a) { return rest ? 0 : a.max; },
+                            drafter->uses_hidden() ? &head_costs : nullptr);
+  for (size_t i = 0; i < asks.size(); ++i) {
+    asks[i].depth_hint = hints[i].depth;
+    round_drafting = round_drafting || hints[i].depth > 0;
+  }
   {
     std::lock_guard lock(forward_mutex());  // a model-based source runs on the shared thread pool
     drafter->propose(asks);
@@ -190,10 +195,15 @@ void Engine::Impl::plan_windows() {
 
   // The drafts are made: what they cost to make no longer matters, only the window's rows.
   const auto choices = depths(
-      [](const DraftAsk& a) { return static_cast<int>(std::min<size_t>(a.drafts.size(), a.max)); }, nullptr);
-  for (size_t i = 0; i < asks.size(); ++i)
+      [&](const DraftAsk& a) {
+        return rest ? 0 : static_cast<int>(std::min<size_t>(a.drafts.size(), a.max));
+      },
+      nullptr);
+  for (size_t i = 0; i < asks.size(); ++i) {
     streams[i]->window.insert(streams[i]->window.end(), asks[i].drafts.begin(),
                               asks[i].drafts.begin() + choices[i].depth);
+    round_drafting = round_drafting || choices[i].depth > 0;
+  }
 }
 
 // Draws the window's rows in order while drafts land; on the first miss (or the end of the reply) the rest

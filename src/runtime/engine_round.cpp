@@ -48,6 +48,7 @@ struct RowOwner {
   WarmJob* warm = nullptr;
   int64_t rows = 1;           // logits rows this segment returns
   int64_t position = 0;       // the stream's position before the round
+  size_t generated = 0;       // the stream's reply tokens before the round
   bool head = false;          // every row's H captured for the MTP head (in `hidden`, or kept by the backend)
   std::vector<float> hidden;  // those rows on the host (a backend that does not keep them)
 };
@@ -122,6 +123,8 @@ void Engine::Impl::run_round() {
     o.hidden.resize(static_cast<size_t>(rows * model.mtp_hidden_width()));
     seg.hidden = o.hidden.data();
   };
+  const auto round_start = EngineClock::now();
+  round_drafting = false;
   plan_windows();
   int64_t decode_rows = 0;
   for (auto& s : running)
@@ -129,7 +132,8 @@ void Engine::Impl::run_round() {
       // A window with drafts keeps its per-row states (rollback) and returns logits for every row.
       const bool drafts = s->window.size() > 1;
       const auto rows = static_cast<int64_t>(s->window.size());
-      owners.push_back({RowKind::Decode, s.get(), nullptr, rows, s->state.position, false, {}});
+      owners.push_back(
+          {RowKind::Decode, s.get(), nullptr, rows, s->state.position, s->generated.size(), false, {}});
       segs.push_back({&s->state, s->window, false, drafts, nullptr, drafts ? &s->record : nullptr});
       capture(segs.back(), owners.back(), rows, s->drafting, s->state);
       decode_rows += static_cast<int64_t>(s->window.size());
@@ -141,7 +145,7 @@ void Engine::Impl::run_round() {
     const int64_t end =
         piece_end(pos, s->prompt_len(), budget, s->caching ? mark_interval : 0, final_mark(s->prompt_len()));
     if (end == pos) continue;
-    owners.push_back({RowKind::Prompt, s.get(), nullptr, 1, pos, false, {}});
+    owners.push_back({RowKind::Prompt, s.get(), nullptr, 1, pos, 0, false, {}});
     segs.push_back({&s->state, std::span<const int32_t>(s->request.prompt).subspan(pos, end - pos), true});
     capture(segs.back(), owners.back(), end - pos, s->drafting || s->caching, s->state);
     budget -= end - pos;
@@ -150,7 +154,7 @@ void Engine::Impl::run_round() {
   for (auto& w : warm) {
     const int64_t pos = w.state.position, end = piece_end(pos, w.target, budget, mark_interval, w.target);
     if (end == pos) break;
-    owners.push_back({RowKind::Warm, nullptr, &w, 1, pos, false, {}});
+    owners.push_back({RowKind::Warm, nullptr, &w, 1, pos, 0, false, {}});
     segs.push_back({&w.state, std::span<const int32_t>(w.tokens).subspan(pos, end - pos), true});
     capture(segs.back(), owners.back(), end - pos, true, w.state);
     budget -= end - pos;
@@ -222,6 +226,17 @@ void Engine::Impl::run_round() {
     }
   }
   std::erase_if(warm, [](const WarmJob& w) { return w.state.position >= w.target; });
+  if (options.draft_guard && decode_rows == rows && options.drafts && options.draft_depth == 0 &&
+      round_costs.calibrated()) {
+    // A round of decode rows alone, start to finish (the head's calls and the host's draws included).
+    int64_t tokens = 0;
+    for (const RowOwner& o : owners) tokens += static_cast<int64_t>(o.stream->generated.size() - o.generated);
+    const auto streams = static_cast<int64_t>(owners.size());
+    draft_guard.observe(round_drafting, streams, tokens, 1000.0 * seconds(round_start, EngineClock::now()),
+                        round_costs.cost(streams));
+    std::lock_guard lock(mutex);
+    stats.draft_rests = draft_guard.rests();
+  }
 }
 
 void Engine::Impl::draw(Stream& s, std::span<const float> row, int32_t drawn) {
