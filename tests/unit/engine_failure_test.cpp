@@ -1,0 +1,116 @@
+// Backend failures inside the engine (what a GPU out of memory or an illegal address looks like from the
+// engine): a failed forward ends the round's streams with the error and the engine serves on; a failed
+// new_state ends only its request; the optional parts (prompt-cache snapshots, drafts) cost only themselves.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <stdexcept>
+
+#include "engine_test_support.h"
+
+namespace ds {
+namespace {
+
+using test::Collector;
+
+// Copies of a FailingBackend state (prompt-cache snapshots, cache hits) throw while `fail` is set, as a
+// device-to-device state copy does when the device is out of memory.
+class CopyableUntil final : public BackendState {
+ public:
+  CopyableUntil(const std::atomic<bool>* fail, std::atomic<int>* copies) : fail_(fail), copies_(copies) {}
+  std::unique_ptr<BackendState> clone() const override {
+    ++*copies_;
+    if (fail_->load())
+      throw std::runtime_error("injected: cudaMalloc: cudaErrorMemoryAllocation (state copy)");
+    return std::make_unique<CopyableUntil>(fail_, copies_);
+  }
+  size_t bytes() const override { return 0; }
+
+ private:
+  const std::atomic<bool>* fail_;
+  std::atomic<int>* copies_;
+};
+
+// The CPU backend failing where a test arms it: the next `forward_fails` forward calls, every new_state while
+// `new_state_fails`, every state copy while `copies_fail` (every copy counted in `copies`).
+class FailingBackend final : public test::WrappedCpuBackend {
+ public:
+  explicit FailingBackend(const Model& m) : WrappedCpuBackend(m, "failing") {}
+  StreamState new_state() const override {
+    if (new_state_fails)
+      throw std::runtime_error("injected: cudaMalloc: cudaErrorMemoryAllocation (new state)");
+    StreamState s = cpu_.new_state();
+    s.backend = BackendStateSlot(std::make_unique<CopyableUntil>(&copies_fail, &copies));
+    return s;
+  }
+  std::vector<float> forward(std::span<const ForwardSegment> segments) const override {
+    if (forward_fails.load() > 0) {
+      --forward_fails;
+      throw std::runtime_error("injected: cudaErrorIllegalAddress (an illegal memory access)");
+    }
+    return cpu_.forward(segments);
+  }
+
+  mutable std::atomic<int> forward_fails{0};
+  std::atomic<bool> new_state_fails{false}, copies_fail{false};
+  mutable std::atomic<int> copies{0};
+};
+
+class EngineFailure : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { model_ = std::make_unique<Model>(test::fixture("qwen4exp_base")); }
+  static void TearDownTestSuite() { model_.reset(); }
+  static GenerationRequest request(size_t n, int32_t max_tokens, uint32_t seed) {
+    return test::make_request(test::random_prompt(n, model_->config().vocab_size, seed), max_tokens, seed % 2,
+                              seed);
+  }
+  static EngineOptions plain_options(int parallel) {
+    EngineOptions o;
+    o.parallel = parallel;
+    o.prompt_cache_gib = 0;
+    o.drafts = false;
+    return o;
+  }
+  static std::unique_ptr<Model> model_;
+};
+std::unique_ptr<Model> EngineFailure::model_;
+
+TEST_F(EngineFailure, FailedForwardEndsItsRoundsStreamsAndTheEngineServesOn) {
+  auto backend = std::make_shared<FailingBackend>(*model_);
+  Engine engine(backend, plain_options(2));
+  Collector a;
+  engine.submit(request(12, 400, 1), a.callback());
+  a.wait_tokens(3);
+  backend->forward_fails = 1;
+  const test::Reply failed = a.wait();
+  EXPECT_EQ(failed.final.reason, FinishReason::Error);
+  EXPECT_NE(failed.final.error.find("forward failed: injected: cudaErrorIllegalAddress"), std::string::npos)
+      << failed.final.error;
+  EXPECT_GE(failed.tokens.size(), 3u);
+  EXPECT_EQ(engine.stats().running, 0);
+  // The next requests run as if nothing had happened.
+  for (uint32_t seed : {2u, 3u}) {
+    const GenerationRequest r = request(9, 12, seed);
+    test::expect_same(test::run_on(engine, r), test::run_plain(*model_, r), "after the failed round");
+  }
+}
+
+TEST_F(EngineFailure, FailedNewStateEndsOnlyItsRequest) {
+  auto backend = std::make_shared<FailingBackend>(*model_);
+  Engine engine(backend, plain_options(2));
+  const GenerationRequest running = request(10, 40, 4);
+  Collector a, b;
+  engine.submit(running, a.callback());
+  a.wait_tokens(2);
+  backend->new_state_fails = true;
+  engine.submit(request(10, 40, 5), b.callback());
+  const test::Reply refused = b.wait();
+  backend->new_state_fails = false;
+  EXPECT_EQ(refused.final.reason, FinishReason::Error);
+  EXPECT_NE(refused.final.error.find("injected: cudaMalloc"), std::string::npos) << refused.final.error;
+  EXPECT_TRUE(refused.tokens.empty());
+  test::expect_same(a.wait(), test::run_plain(*model_, running), "the stream already running");
+}
+
+}  // namespace
+}  // namespace ds
