@@ -321,7 +321,12 @@ void Engine::Impl::queue_warm_pass(const Stream& s) {
   if (w.target == 0) return;
   auto hit = cache.find(w.tokens, w.target);
   if (hit && hit->length == w.target) return;
-  w.state = hit ? *hit->state : model.new_state();
+  // Not `hit ? *hit->state : new_state()`: that conditional is a const prvalue, so a fresh state would be
+  // copied (on a GPU a second whole device state allocated and filled).
+  if (hit)
+    w.state = *hit->state;
+  else
+    w.state = model.new_state();
   warm.push_back(std::move(w));
 }
 

@@ -112,5 +112,20 @@ TEST_F(EngineFailure, FailedNewStateEndsOnlyItsRequest) {
   test::expect_same(a.wait(), test::run_plain(*model_, running), "the stream already running");
 }
 
+// A warm pass with no cached mark to start from starts from a new state, not a copy of one (on a GPU a copy
+// is a second whole device state): its only copy is the snapshot at its mark.
+TEST_F(EngineFailure, WarmPassFromNothingCopiesOnlyItsSnapshot) {
+  auto backend = std::make_shared<FailingBackend>(*model_);
+  EngineOptions o = plain_options(1);
+  o.prompt_cache_gib = 1.0;
+  Engine engine(backend, o);
+  // 40 prompt tokens (no mark inside the prompt) and 30 of reply: a warm pass to 64 from nothing.
+  const GenerationRequest r = request(40, 30, 10);
+  test::expect_same(test::run_on(engine, r), test::run_plain(*model_, r), "warm pass from nothing");
+  test::wait_warm(engine);
+  EXPECT_GT(engine.stats().prompt_cache_bytes, 0);
+  EXPECT_EQ(backend->copies.load(), 1);
+}
+
 }  // namespace
 }  // namespace ds
