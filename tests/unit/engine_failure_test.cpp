@@ -112,6 +112,31 @@ TEST_F(EngineFailure, FailedNewStateEndsOnlyItsRequest) {
   test::expect_same(a.wait(), test::run_plain(*model_, running), "the stream already running");
 }
 
+// A snapshot that cannot be copied (no device memory for it) leaves the cache without it: the prompt's own
+// request goes on, and a warm pass's failed snapshot does not end the streams decoding beside it.
+TEST_F(EngineFailure, FailedSnapshotsCostOnlyTheCache) {
+  auto backend = std::make_shared<FailingBackend>(*model_);
+  backend->copies_fail = true;
+  EngineOptions o = plain_options(2);
+  o.prompt_cache_gib = 1.0;
+  Engine engine(backend, o);
+  // The first reaches the cache mark at 64 within its prompt and queues a warm pass when it ends (to 64
+  // again), while the second still decodes.
+  const GenerationRequest marked = request(70, 3, 6), beside = request(10, 120, 7);
+  Collector a, b;
+  engine.submit(marked, a.callback());
+  engine.submit(beside, b.callback());
+  test::expect_same(a.wait(), test::run_plain(*model_, marked), "the request whose snapshot failed");
+  test::expect_same(b.wait(), test::run_plain(*model_, beside), "the request beside the warm pass");
+  test::wait_warm(engine);
+  EXPECT_EQ(engine.stats().prompt_cache_bytes, 0);
+  EXPECT_EQ(backend->copies.load(),
+            4);  // marks: the prompt at 64, its warm pass at 64, the other's at 64, 128
+  // Once copies work again, the cache fills and serves as before.
+  backend->copies_fail = false;
+  test::expect_same(test::run_on(engine, marked), test::run_plain(*model_, marked), "copies working again");
+}
+
 // A warm pass with no cached mark to start from starts from a new state, not a copy of one (on a GPU a copy
 // is a second whole device state): its only copy is the snapshot at its mark.
 TEST_F(EngineFailure, WarmPassFromNothingCopiesOnlyItsSnapshot) {
