@@ -56,6 +56,16 @@ class FailingBackend final : public test::WrappedCpuBackend {
   mutable std::atomic<int> copies{0};
 };
 
+// A draft source that fails every time, as the MTP head's call does when the device fails under it.
+class ThrowingDrafter final : public DraftSource {
+ public:
+  void propose(std::span<DraftAsk>) override {
+    ++calls;
+    throw std::runtime_error("injected: the draft head's call failed");
+  }
+  std::atomic<int> calls{0};
+};
+
 class EngineFailure : public ::testing::Test {
  protected:
   static void SetUpTestSuite() { model_ = std::make_unique<Model>(test::fixture("qwen4exp_base")); }
@@ -150,6 +160,25 @@ TEST_F(EngineFailure, WarmPassFromNothingCopiesOnlyItsSnapshot) {
   test::wait_warm(engine);
   EXPECT_GT(engine.stats().prompt_cache_bytes, 0);
   EXPECT_EQ(backend->copies.load(), 1);
+}
+
+TEST_F(EngineFailure, FailedDraftSourceCostsOnlyTheDrafts) {
+  auto backend = std::make_shared<FailingBackend>(*model_);
+  auto drafter = std::make_shared<ThrowingDrafter>();
+  EngineOptions o = plain_options(2);
+  o.drafts = true;
+  o.draft_depth = 4;  // no calibration: every decode round asks the source
+  o.draft_source = drafter;
+  Engine engine(backend, o);
+  const GenerationRequest r1 = request(10, 16, 8), r2 = request(14, 16, 9);
+  Collector a, b;
+  engine.submit(r1, a.callback());
+  engine.submit(r2, b.callback());
+  const test::Reply got1 = a.wait(), got2 = b.wait();
+  test::expect_same(got1, test::run_plain(*model_, r1), "first");
+  test::expect_same(got2, test::run_plain(*model_, r2), "second");
+  EXPECT_EQ(got1.final.drafted_tokens + got2.final.drafted_tokens, 0);
+  EXPECT_GT(drafter->calls.load(), 0);
 }
 
 }  // namespace
