@@ -122,6 +122,27 @@ TEST_F(EngineFailure, FailedNewStateEndsOnlyItsRequest) {
   test::expect_same(a.wait(), test::run_plain(*model_, running), "the stream already running");
 }
 
+// A cache hit whose state cannot be copied (the copy's device memory) ends that request with the error, as a
+// failed new_state does; the engine serves on.
+TEST_F(EngineFailure, FailedCacheHitCopyEndsOnlyItsRequest) {
+  auto backend = std::make_shared<FailingBackend>(*model_);
+  EngineOptions o = plain_options(1);
+  o.prompt_cache_gib = 1.0;
+  Engine engine(backend, o);
+  const GenerationRequest r = request(70, 4, 11);
+  test::expect_same(test::run_on(engine, r), test::run_plain(*model_, r), "filling the cache");
+  test::wait_warm(engine);
+  backend->copies_fail = true;
+  const test::Reply refused = test::run_on(engine, r);
+  backend->copies_fail = false;
+  EXPECT_EQ(refused.final.reason, FinishReason::Error);
+  EXPECT_NE(refused.final.error.find("(state copy)"), std::string::npos) << refused.final.error;
+  EXPECT_TRUE(refused.tokens.empty());
+  const test::Reply again = test::run_on(engine, r);
+  test::expect_same(again, test::run_plain(*model_, r), "a cache hit once copies work");
+  EXPECT_EQ(again.final.cached_tokens, 64);
+}
+
 // A snapshot that cannot be copied (no device memory for it) leaves the cache without it: the prompt's own
 // request goes on, and a warm pass's failed snapshot does not end the streams decoding beside it.
 TEST_F(EngineFailure, FailedSnapshotsCostOnlyTheCache) {
