@@ -344,9 +344,13 @@ void Engine::cancel(uint64_t id) {
 }
 
 EngineStats Engine::stats() const {
-  std::lock_guard lock(impl_->mutex);
-  EngineStats s = impl_->stats;
-  s.queued = static_cast<int64_t>(impl_->queue.size());
+  EngineStats s;
+  {
+    std::lock_guard lock(impl_->mutex);
+    s = impl_->stats;
+    s.queued = static_cast<int64_t>(impl_->queue.size());
+  }
+  s.backend_failure = impl_->model.failure();
   return s;
 }
 
