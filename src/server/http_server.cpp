@@ -13,9 +13,10 @@ namespace ds::server {
 
 namespace {
 
-// How long a completion route waits for the engine's first event before it commits 200 and starts its body:
-// long enough that a request refused at admission or in its first rounds gets a real error status, short
-// enough that keep-alives soon notice a client that left while queued.
+// How long a non-streaming completion waits for the engine's first event before it commits 200 and starts its
+// body: long enough that a request refused at admission or in its first rounds gets a real error status,
+// short enough that keep-alives soon notice a client that left while queued. Streams answer at once (clients
+// expect their headers while queued; an error there is an SSE error event, which the OpenAI SDKs raise).
 constexpr std::chrono::milliseconds kStartWait{5000};
 
 void send_error(httplib::Response& res, int status, const std::string& body) {
@@ -100,7 +101,7 @@ struct HttpServer::Impl {
                           : parse_completions_request(req.body, state.limits);
       PreparedPrompt prompt = state.prompts.build(r);
       session = std::make_shared<CompletionSession>(state, std::move(r), std::move(prompt));
-      session->await_start(kStartWait);
+      if (!session->streaming()) session->await_start(kStartWait);
     } catch (const ApiError& e) {
       state.metrics.request_done(chat, e.status);
       return send_api_error(res, e);
