@@ -90,16 +90,16 @@ void run_tc_decode_bench(int reps) {
   const int kRows[] = {1, 2, 4, 8, 16};
   const std::vector<float> xh = random_normal(int64_t{64} * 6144, 1.0f, rng);
   DeviceBuffer x = upload(xh), y(size_t(64) * 248320 * 4), scratch(tc_decode_scratch_bytes(6144, 640));
-  // fma: affine_wx (the FMA products, windows of up to 16 rows); S=1: tc_decode_wx without the column split
-  // (forced one slice: the kernels before tcsplit); new: tc_decode_wx as shipped (the shape's S slices, the
+  // fma: affine_wx (the FMA products, windows of up to 16 rows); S=1, 2, 4: tc_decode_wx with that many
+  // column slices forced (S=1: the kernels before tcsplit); new: tc_decode_wx as shipped (the shape's S, the
   // small-window kernel up to 8 rows; one row split in the block, no split launch); ring: one row with the
   // split launch and the planes in the ring. GB/s: the weight's bytes over the time.
   std::printf(
-      "\ndecode products, FMA vs tensor cores (S=1: no column split, new: the shape's S column slices), "
-      "x fp32: us, weight GB/s\n");
+      "\ndecode products, FMA vs tensor cores (S=1/2/4: forced column slices, new: the shape's S), x fp32: "
+      "us, weight GB/s\n");
   std::printf("%-15s %-9s %7s %2s", "shape", "format", "MB", "S");
   for (int n : kRows)
-    std::printf(" | %2d rows: fma   GB/s    S=1    new   GB/s%s", n, n == 1 ? "   ring" : "");
+    std::printf(" | %2d rows: fma   GB/s    S=1    S=2    S=4    new   GB/s%s", n, n == 1 ? "   ring" : "");
   std::printf("\n");
   for (int bits : {4, 6}) {
     const int group = bits == 4 ? 32 : 64;
@@ -117,10 +117,11 @@ void run_tc_decode_bench(int reps) {
                           stream.get());
             },
             static_cast<int>(c.w.size()), reps, stream);
-        double tc[3] = {-1, -1, -1};  // one slice, shipped, one row with the planes in the ring
-        for (int v = 0; v < (n == 1 ? 3 : 2) && tc_decode_supported(tiled(c.w[0])); ++v) {
-          tc_decode_force_column_slices(v == 0 ? 1 : 0);
-          tc_decode_one_row_in_block(v != 2);
+        // S = 1, 2, 4 forced, shipped, one row with the planes in the ring
+        double tc[5] = {-1, -1, -1, -1, -1};
+        for (int v = 0; v < (n == 1 ? 5 : 4) && tc_decode_supported(tiled(c.w[0])); ++v) {
+          tc_decode_force_column_slices(v == 0 ? 1 : v == 1 ? 2 : v == 2 ? 4 : 0);
+          tc_decode_one_row_in_block(v != 4);
           tc[v] = median_us(
               [&](int i) {
                 tc_decode_wx(tiled(c.w[i]), x.as<float>(), s.cols, n, y.as<float>(), s.rows, scratch.data(),
@@ -130,9 +131,9 @@ void run_tc_decode_bench(int reps) {
         }
         tc_decode_force_column_slices(0);
         tc_decode_one_row_in_block(true);
-        std::printf(" | %11.1f %6.0f %6.1f %6.1f %6.0f", fma, bytes / (fma * 1e3), tc[0], tc[1],
-                    tc[1] > 0 ? bytes / (tc[1] * 1e3) : 0);
-        if (n == 1) std::printf(" %6.1f", tc[2]);
+        std::printf(" | %11.1f %6.0f %6.1f %6.1f %6.1f %6.1f %6.0f", fma, bytes / (fma * 1e3), tc[0], tc[1],
+                    tc[2], tc[3], tc[3] > 0 ? bytes / (tc[3] * 1e3) : 0);
+        if (n == 1) std::printf(" %6.1f", tc[4]);
       }
       std::printf("\n");
     }

@@ -39,7 +39,7 @@ std::string format_name(int bits, int group) {
 }
 
 // By default 1030 outputs (a partial warp), 320 columns (a partial stage; 3- and 5-bit rows not a multiple of
-// 16 bytes; 384 for group 128): two column slices of 1 and 2 stages. shape: other outputs x columns.
+// 16 bytes; 384 for group 128; one column slice). shape: other outputs x columns.
 void check_format(Tally& tally, int bits, int group, std::mt19937_64& rng, const Stream& s, double& worst,
                   double& weakest, int& prompt_equal, int& prompt_total,
                   std::pair<int64_t, int64_t> shape = {}) {
@@ -88,8 +88,8 @@ void check_format(Tally& tally, int bits, int group, std::mt19937_64& rng, const
 // Experts grouped by moe_expert_tiles; every slot == tc_decode_wx of its expert on its row alone. shared: one
 // more expert stacked last, taken by every row (the model's shared expert in the tiles).
 void check_experts(Tally& tally, int bits, int n_rows, int k, int n_experts, std::mt19937_64& rng,
-                   const Stream& s, int tile_rows, bool shared = false) {
-  const int64_t rows = 1024, cols = 256;
+                   const Stream& s, int tile_rows, bool shared = false, int64_t cols = 256) {
+  const int64_t rows = 1024;
   const int stack = n_experts + (shared ? 1 : 0);
   TcWeight t = make_weight(rows, cols, bits, 64, stack, rng);
   std::vector<int32_t> topk(n_rows * k);
@@ -110,9 +110,10 @@ void check_experts(Tally& tally, int bits, int n_rows, int k, int n_experts, std
   s.synchronize();
   const auto h_tiles = download<ExpertWindow>(tiles, max_tiles);
   const auto h_rows = download<int32_t>(row_ids, total);
-  const std::string name = "decode tc expert tiles (" + std::to_string(n_rows) + " rows, top-" +
-                           std::to_string(k) + " of " + std::to_string(n_experts) +
-                           (shared ? " + shared" : "") + (bits == 0 ? ", bf16)" : ", affine)");
+  const std::string name =
+      "decode tc expert tiles (" + std::to_string(n_rows) + " rows, top-" + std::to_string(k) + " of " +
+      std::to_string(n_experts) + (shared ? " + shared" : "") + (bits == 0 ? ", bf16" : ", affine") + ", " +
+      std::to_string(cols) + " columns, " + std::to_string(tc_decode_column_slices(rows, cols)) + " slices)";
   const std::vector<float> xh = random_normal(std::max(n_rows, total) * cols, 1.0f, rng);
   const DeviceBuffer x = upload(xh);
   DeviceBuffer y(total * rows * sizeof(float));
@@ -140,7 +141,7 @@ void check_experts(Tally& tally, int bits, int n_rows, int k, int n_experts, std
       if (bits == 0) {
         one.dense = t.w.dense + e * rows * cols;
       } else {
-        const int64_t wpr = cols / 32 * bits, gpr = cols / 64;
+        const int64_t wpr = cols / 32 * bits, gpr = cols / 64;  // group 64
         one.affine.codes += e * rows * wpr;
         one.affine.scales += e * rows * gpr;
         one.affine.biases += e * rows * gpr;
@@ -311,11 +312,11 @@ void run_tc_decode_checks(Tally& tally) {
     for (int group : {32, 64, 128})
       check_format(tally, bits, group, rng, s, worst, weakest, prompt_equal, prompt_total);
   check_format(tally, 0, 0, rng, s, worst, weakest, prompt_equal, prompt_total);
-  // Four slices of 5, 5, 5 and 6 stages (81 units: the last stage partial), and two of 3 and 3 stages.
+  // Four slices of 5, 5, 5 and 6 stages (82 units: the last stage partial), and two of 5 stages.
   for (int bits : {4, 6, 0})
     check_format(tally, bits, bits == 6 ? 64 : 32, rng, s, worst, weakest, prompt_equal, prompt_total,
-                 {300, 2592});
-  check_format(tally, 4, 32, rng, s, worst, weakest, prompt_equal, prompt_total, {5000, 768});
+                 {300, 2624});
+  check_format(tally, 4, 32, rng, s, worst, weakest, prompt_equal, prompt_total, {5000, 1280});
   std::printf(
       "decode tc products: worst err/bound %.4f, weakest negative control %.1fx the bound; decode rows "
       "with the prompt products' bits: %d of %d outputs\n",
@@ -328,8 +329,9 @@ void run_tc_decode_checks(Tally& tally) {
   check_experts(tally, 0, 16, 2, 8, rng, s, kDecodeExpertTileRows);
   check_small_windows(tally, rng, s);
   check_experts(tally, 4, 1, 10, 16, rng, s, 1);  // one stream: tiles of one slot (the 1-row small kernel)
-  check_experts(tally, 4, 1, 10, 16, rng, s, 1, true);  // the model's decode tiles with the shared expert
-  check_experts(tally, 4, 13, 10, 64, rng, s, kDecodeExpertTileRows, true);
+  // The model's decode tiles with the shared expert; 2560 columns: 4 column slices.
+  check_experts(tally, 4, 1, 10, 16, rng, s, 1, true, 2560);
+  check_experts(tally, 4, 13, 10, 24, rng, s, kDecodeExpertTileRows, true, 2560);
   check_experts(tally, 0, 9, 3, 8, rng, s, kDecodeExpertTileRows, true);
   for (bool shared : {false, true}) {
     check_grouping(tally, 1, 10, 512, 1, shared, false, rng, s);

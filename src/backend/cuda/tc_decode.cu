@@ -332,7 +332,9 @@ int tc_decode_column_slices(int64_t rows, int64_t cols) {
   const int64_t warps = (rows + kWarpOutputs - 1) / kWarpOutputs;  // output groups of one slice
   int s = warps <= kSplitMaxGroups4 ? 4 : warps <= kSplitMaxGroups2 ? 2 : 1;
   if (forced_slices != 0) s = forced_slices;
-  while (s > 1 && stages < s) s /= 2;  // every slice at least one stage
+  // The rule's slices hold kMinSliceStages stages or more; forced ones at least one.
+  const int64_t least = forced_slices != 0 ? 1 : kMinSliceStages;
+  while (s > 1 && stages < s * least) s /= 2;
   return s;
 }
 

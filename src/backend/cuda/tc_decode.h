@@ -42,13 +42,16 @@ void tc_decode_one_row_in_block(bool on);
 
 // The column split, fixed by the matrix's shape (never by the row count), as the FMA products' column_slices:
 // S = 4 slices of the matrix's 4-unit stages when it has at most 4096 outputs (256 groups of 16), 2 up to
-// 8192, else 1, halved until every slice has a stage. Each slice is its own chain (the arithmetic above over
+// 8192, else 1, halved until every slice has kMinSliceStages stages (shorter slices measured slower: a
+// 5-stage chain is already in flight at once, and the merge and 4x the blocks cost more than they save, e.g.
+// the experts' down, 2560 x 640, in tiles). Each slice is its own chain (the arithmetic above over
 // its columns, from zero); S warps of one block run the slices of 16 outputs and meet in shared memory as
 // (s0 + s1) + (s2 + s3). Short matrices and the experts (160 and 80 warps a matrix unsplit) get S times the
 // warps, each with an S times shorter chain. Both kernels take the same S, so the bits stay those of every
 // row count and window.
 constexpr int64_t kSplitMaxGroups4 = 256;
 constexpr int64_t kSplitMaxGroups2 = 512;
+constexpr int64_t kMinSliceStages = 5;
 int tc_decode_column_slices(int64_t rows, int64_t cols);
 // Forces S (1, 2 or 4, still halved to the stage count) for every matrix, or 0: the rule above. For the
 // bench's before/after only (a process-wide switch; the bits change with it). Throws on other values.

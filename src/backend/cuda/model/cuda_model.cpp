@@ -85,7 +85,7 @@ void CudaModel::moe(const Layer& L, int n, const float* x, float* y) {
   const bool tiled = (prompt_pass_ || decode_tensor_experts(L)) && prompt_experts_tiled(L);
   const bool pairs = !tiled && (!windows || stacked);
   moe_route(s.rjoint, n, E, K, cfg_.norm_topk_prob, s.ids, s.weights, st, RW, pairs ? s.up_pairs : nullptr,
-            pairs ? s.down_pairs : nullptr, stacked ? E : -1);
+            pairs ? s.down_pairs : nullptr, stacked && pairs ? E : -1);
   const int32_t* slot_of = nullptr;
   if (tiled) {
     slot_of = prompt_experts(L, n, x);
