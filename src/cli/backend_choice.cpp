@@ -49,18 +49,12 @@ LoadedBackend load_cuda(const std::string& dir, int64_t context, bool prompt_pat
 void add_backend_options(CLI::App& cmd, std::string& backend, bool& cuda_prompt_passes, bool& cuda_drafts) {
   cmd.add_option("--backend", backend, "cpu, or cuda (the GPU; a -DDELTASERVE_CUDA=ON build)");
   cmd.add_flag("--cuda-prompt-passes", cuda_prompt_passes,
-               "cuda: prompts as tensor-core prompt passes (docs/backend-cuda.md \"Prompt path\"; default "
-               "without --cuda-drafts; =false: as decode windows)");
+               "cuda: prompts as tensor-core prompt passes (docs/backend-cuda.md \"Prompt path\"; default; "
+               "=false: as decode windows)");
   cmd.add_flag(
       "--cuda-drafts", cuda_drafts,
       "cuda: draft as on the CPU (off by default on CUDA: greedy replies measured 12-64% faster "
-      "with drafts there, sampled ones 22% slower; docs/receipts/speculative.md); prompts then run as "
-      "decode windows unless --cuda-prompt-passes is given (drafts then take their earlier, slower "
-      "path)");
-}
-
-bool cuda_prompt_passes_on(const CLI::App& cmd, bool cuda_prompt_passes, bool cuda_drafts) {
-  return cuda_prompt_passes && !(cuda_drafts && cmd.count("--cuda-prompt-passes") == 0);
+      "with drafts there, sampled ones 22% slower; docs/receipts/speculative.md)");
 }
 
 bool drafts_on(const std::string& backend, bool no_drafts, bool cuda_drafts) {

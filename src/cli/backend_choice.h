@@ -32,11 +32,6 @@ void add_backend_options(CLI::App& cmd, std::string& backend, bool& cuda_prompt_
 // "Drafts that pay on the H200"), so the default waits on that case.
 bool drafts_on(const std::string& backend, bool no_drafts, bool cuda_drafts);
 
-// Whether CUDA prompts run as prompt passes: `--cuda-prompt-passes` (default on), but off with --cuda-drafts
-// unless given explicitly: with prompt passes cuda::CudaBackend drafts on its earlier path (its parked-graph
-// draft forms faulted there on the H200; docs/backend-cuda.md "Drafts and prompt passes").
-bool cuda_prompt_passes_on(const CLI::App& cmd, bool cuda_prompt_passes, bool cuda_drafts);
-
 LoadedBackend load_backend(const std::string& name, const std::string& model_dir, int64_t context,
                            bool cuda_prompt_path = false);
 

@@ -145,7 +145,6 @@ void register_run_command(CLI::App& app) {
   cmd->add_option("--context", o->context,
                   "positions per stream, prompt + reply (default: the model's maximum; cuda: at most 8192)");
   cmd->callback([o, cmd] {
-    o->cuda_prompt_passes = cuda_prompt_passes_on(*cmd, o->cuda_prompt_passes, o->cuda_drafts);
     run(*o);
   });
 }

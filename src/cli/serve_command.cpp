@@ -134,7 +134,6 @@ void register_serve_command(CLI::App& app) {
   cmd->add_flag("--reference", o->reference,
                 "serve with the serial reference decode instead of the batched engine");
   cmd->callback([o, cmd] {
-    o->cuda_prompt_passes = cuda_prompt_passes_on(*cmd, o->cuda_prompt_passes, o->cuda_drafts);
     serve(*o);
   });
 }

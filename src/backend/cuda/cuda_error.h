@@ -18,9 +18,14 @@ class CudaError : public std::runtime_error {
   cudaError_t code_;
 };
 
-// Throws CudaError naming `op` when `code` is not cudaSuccess.
+// Throws CudaError naming `op` when `code` is not cudaSuccess. A failed call also leaves its code as the
+// thread's last error, which the next check_launch would report against an innocent launch (a cudaMalloc out
+// of memory failing the next round); it is read off here (a sticky error stays, as it must).
 inline void check(cudaError_t code, const char* op) {
-  if (code != cudaSuccess) throw CudaError(op, code);
+  if (code != cudaSuccess) {
+    (void)cudaGetLastError();
+    throw CudaError(op, code);
+  }
 }
 
 // After a kernel launch: a bad configuration shows up here, not at the next synchronisation.
