@@ -1,5 +1,6 @@
-// Expert tiles for the prompt path's routed experts (tc_products.h, moe_expert_tiles): a routing grouped by
-// expert into tiles of up to kTileRows slots, deterministically.
+// Expert tiles for the routed experts of prompt passes and of the decode tensor products (tc_products.h,
+// moe_expert_tiles): a routing (with, for decode, the shared expert) grouped by expert into tiles of up to
+// tile_rows slots, deterministically.
 #include <algorithm>
 #include <string>
 
