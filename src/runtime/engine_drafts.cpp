@@ -186,9 +186,17 @@ void Engine::Impl::plan_windows() {
     asks[i].depth_hint = hints[i].depth;
     round_drafting = round_drafting || hints[i].depth > 0;
   }
-  {
+  try {
     std::lock_guard lock(forward_mutex());  // a model-based source runs on the shared thread pool
     drafter->propose(asks);
+  } catch (const std::exception&) {
+    // Drafts never change a reply, so a failed source (the MTP head's call failing on the GPU) only costs
+    // this round's drafts; the head stops following these streams, as after a failed follow_prompt_rows.
+    for (DraftAsk& a : asks) {
+      drop_head_rows(*a.state);
+      a.state->truncate_mtp(0);
+    }
+    return;
   }
   for (size_t i = 0; i < asks.size(); ++i)
     if (head_rows_pending(model, streams[i]->state) > kMaxIdleHeadRows) drop_head_rows(streams[i]->state);

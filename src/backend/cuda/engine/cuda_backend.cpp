@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "backend/cuda/cuda_error.h"
 #include "core/error.h"
 
 namespace ds::cuda {
@@ -51,8 +52,9 @@ CudaBackend::CudaBackend(std::unique_ptr<CudaModel> model, bool prompt_path)
     return v != nullptr && std::string(v) == value;
   };
   auto env_on = [&](const char* name) { return env_is(name, "1"); };
-  // DS_CUDA_DRAFTS_LEGACY=1: the earlier draft forms (one graph per round, no window graphs or merged re-runs),
-  // for comparison; DS_CUDA_WINDOW_GRAPHS=0 / DS_CUDA_MERGED_RERUNS=0 turn off one part of the parked forms.
+  // DS_CUDA_DRAFTS_LEGACY=1: the earlier draft forms (one graph per round, no window graphs or merged
+  // re-runs), for comparison; DS_CUDA_WINDOW_GRAPHS=0 / DS_CUDA_MERGED_RERUNS=0 turn off one part of the
+  // parked forms.
   if (env_on("DS_CUDA_DRAFTS_LEGACY")) {
     window_graphs_ = merge_reruns_ = false;
     model_->set_parked_graphs(1, true);
@@ -101,6 +103,10 @@ std::string CudaBackend::phase_table() const {
   out += fmt::format("  graph captures {} ({:.2f} host ms, inside the phases), replays {}, direct calls {}\n",
                      l.captures, l.capture_ms, l.replays, l.direct);
   return out;
+}
+
+std::string CudaBackend::failure() const {
+  return LostContext::message();
 }
 
 int64_t CudaBackend::prompt_rows_per_round() const {

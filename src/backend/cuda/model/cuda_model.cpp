@@ -95,11 +95,13 @@ void CudaModel::moe(const Layer& L, int n, const float* x, float* y) {
   // matrices; the per-pair products otherwise (their pairs written by the routing). Both give each row
   // affine_wx's bits.
   const bool windows = opt_.expert_windows && experts_windowed_ && routed <= kMaxExpertWindowSlots;
-  const bool pairs = !windows || stacked;
+  // Expert tiles (prompt passes, decode tensor products) group the routing themselves: no pairs.
+  const bool tiled = (prompt_pass_ || decode_tensor_experts(L)) && prompt_experts_tiled(L);
+  const bool pairs = !tiled && (!windows || stacked);
   moe_route(s.rjoint, n, E, K, cfg_.norm_topk_prob, s.ids, s.weights, st, RW, pairs ? s.up_pairs : nullptr,
-            pairs ? s.down_pairs : nullptr, stacked ? E : -1);
+            pairs ? s.down_pairs : nullptr, stacked && pairs ? E : -1);
   const int32_t* slot_of = nullptr;
-  if ((prompt_pass_ || decode_tensor_experts(L)) && prompt_experts_tiled(L)) {
+  if (tiled) {
     slot_of = prompt_experts(L, n, x);
   } else if (windows) {
     moe_expert_windows(s.ids, n, K, E, s.windows, s.row_ids, s.slot_of, st);
