@@ -118,8 +118,20 @@ void run(const RunOptions& o) {
                static_cast<long long>(done.drafted_tokens), static_cast<long long>(done.accepted_tokens),
                static_cast<unsigned long long>(params.seed));
   // Not in the times above: the depth policy times its rounds when the engine starts.
-  if (const double ms = engine.stats().draft_calibration_ms; ms > 0)
-    std::fprintf(stderr, "[drafts: depth policy calibrated in %.1f ms at engine start]\n", ms);
+  const EngineStats stats = engine.stats();
+  if (stats.draft_calibration_ms > 0)
+    std::fprintf(stderr, "[drafts: depth policy calibrated in %.1f ms at engine start]\n",
+                 stats.draft_calibration_ms);
+  // The policy's tables at the end of the reply (calibrated, then refined by its rounds and head calls).
+  auto table = [](const std::vector<double>& ms) {
+    std::string out;
+    for (double m : ms) out += fmt::format(" {:.3f}", m);
+    return out;
+  };
+  if (!stats.draft_round_ms.empty())
+    std::fprintf(stderr, "[drafts: ms by rows:%s; head catch-up by rows:%s; head chain by streams:%s]\n",
+                 table(stats.draft_round_ms).c_str(), table(stats.draft_catch_up_ms).c_str(),
+                 table(stats.draft_chain_ms).c_str());
 }
 
 }  // namespace

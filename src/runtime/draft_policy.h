@@ -36,6 +36,7 @@ class RoundCosts {
   void observe(int64_t rows, double ms);
   // The estimate for `rows` (extrapolated linearly past the measured widths).
   double cost(int64_t rows) const;
+  const std::vector<double>& table() const { return ms_; }  // ms by width, for receipts
 
  private:
   std::vector<double> ms_;  // ms_[r - 1]: rounds of r rows

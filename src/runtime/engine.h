@@ -73,7 +73,9 @@ struct EngineStats {
   int64_t weights_bytes = 0;  // the backend's weights: checkpoint files (mmapped) + the CPU's tiled copies
   int64_t warm_pending = 0;   // warm passes not yet run to their last mark
   double draft_calibration_ms = 0;  // timing the depth policy's rounds (at engine start)
-  int64_t draft_rests = 0;      // times drafting measured slower than plain rounds and rested (DraftGuard)
+  int64_t draft_rests = 0;  // times drafting measured slower than plain rounds and rested (DraftGuard)
+  // The depth policy's cost tables as they stand (ms; rounds and head catch-ups by rows, chains by streams).
+  std::vector<double> draft_round_ms, draft_catch_up_ms, draft_chain_ms;
   std::string backend_failure;  // ModelBackend::failure(): non-empty once the backend cannot serve again
 };
 

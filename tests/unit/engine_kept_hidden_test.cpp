@@ -136,6 +136,7 @@ class RecordingHead final : public DraftSource {
 struct EngineRun {
   std::vector<Reply> replies;
   std::vector<std::vector<int32_t>> proposals;
+  EngineStats stats;
 };
 
 // Each request alone, then a second turn that resumes from the first's warm-pass mark.
@@ -158,6 +159,7 @@ EngineRun run_requests(const std::shared_ptr<const ModelBackend>& backend,
     second.prompt.push_back(5);
     run.replies.push_back(test::run_on(engine, second));
     EXPECT_GT(run.replies.back().final.cached_tokens, 0) << "the second turn did not resume from a mark";
+    run.stats = engine.stats();
   }  // the engine's thread has ended: the proposals are all in
   run.proposals = head->proposals;
   return run;
@@ -182,6 +184,12 @@ TEST(EngineKeptHidden, SameDraftsAsHostRowsAndRepliesEqualPlain) {
       for (size_t i = 0; i < got.replies.size(); ++i)
         expect_same(got.replies[i], host.replies[i], what + " against host rows, reply " + std::to_string(i));
       EXPECT_GT(kept->kept_row_reads, 0) << what;
+      // The depth policy's tables, published for receipts: widths 1..max_drafts + 1, chains over 1..2 streams
+      // (one slot); none at a fixed depth (no calibration).
+      const size_t widths = static_cast<size_t>(EngineOptions{}.max_drafts) + 1;
+      EXPECT_EQ(got.stats.draft_round_ms.size(), depth == 0 ? widths : 0) << what;
+      EXPECT_EQ(got.stats.draft_catch_up_ms.size(), depth == 0 ? widths : 0) << what;
+      EXPECT_EQ(got.stats.draft_chain_ms.size(), depth == 0 ? 2u : 0u) << what;
       if (depth == 0) continue;  // depths by measured cost: the drafts differ from run to run
       EXPECT_EQ(kept->given_calls, 0) << what << ": the head was given host rows";
       // The same rows reach the head: it proposes the same drafts, chained ones included.
