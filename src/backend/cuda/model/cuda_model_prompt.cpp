@@ -68,9 +68,7 @@ struct DecodeProductsEnv {
   int64_t min_rows, min_cols;
   bool tall_only = false;
 };
-DecodeProductsEnv decode_products_env() {
-  const char* env = std::getenv("DS_CUDA_DECODE_PRODUCTS");
-  const std::string v = env != nullptr ? env : "";
+DecodeProductsEnv parse_decode_products(const std::string& v, const char* what) {
   if (v.empty() || v == "fma") return {DecodeProducts::Fma, kDecodeMinRows, 0};
   if (v == "tensor") return {DecodeProducts::Tensor, kDecodeMinRows, 0};
   if (v == "tensor-all") return {DecodeProducts::Tensor, 0, 0};
@@ -84,10 +82,13 @@ DecodeProductsEnv decode_products_env() {
       (colon == std::string::npos || number(colon + 1, v.size())))
     return {DecodeProducts::Tensor, std::stoll(v.substr(7, colon - 7)),
             colon == std::string::npos ? 0 : std::stoll(v.substr(colon + 1))};
-  fail(
-      "DS_CUDA_DECODE_PRODUCTS must be fma, tensor, tensor-all, tensor-tall, tensor-tall-all or "
-      "tensor:ROWS[:COLS] (got '{}')",
-      v);
+  fail("{} must be fma, tensor, tensor-all, tensor-tall, tensor-tall-all or tensor:ROWS[:COLS] (got '{}')",
+       what, v);
+}
+
+DecodeProductsEnv decode_products_env() {
+  const char* env = std::getenv("DS_CUDA_DECODE_PRODUCTS");
+  return parse_decode_products(env != nullptr ? env : "", "DS_CUDA_DECODE_PRODUCTS");
 }
 
 }  // namespace
@@ -106,6 +107,14 @@ int64_t tensor_min_cols_default() {
 
 bool tensor_tall_only_default() {
   return decode_products_env().tall_only;
+}
+
+void set_decode_products(CudaModelOptions& opt, const std::string& name, const char* what) {
+  const DecodeProductsEnv p = parse_decode_products(name, what);
+  opt.decode_products = p.mode;
+  opt.tensor_min_rows = p.min_rows;
+  opt.tensor_min_cols = p.min_cols;
+  opt.tensor_tall_only = p.tall_only;
 }
 
 TcScratchBytes tc_scratch_bytes(const ModelConfig& c, int n) {
