@@ -57,8 +57,10 @@ void add_backend_options(CLI::App& cmd, std::string& backend, bool& cuda_prompt_
                "cuda: prompts as tensor-core prompt passes (docs/backend-cuda.md \"Prompt path\"; default; "
                "=false: as decode windows)");
   cmd.add_flag("--cuda-drafts", cuda_drafts,
-               "cuda: draft as on the CPU (off by default on CUDA: greedy replies measured 12-64% faster "
-               "with drafts there, sampled ones 22% slower; docs/receipts/speculative.md)");
+               kCudaDraftsByDefault
+                   ? "cuda: draft (the default on CUDA too; --no-drafts turns drafts off)"
+                   : "cuda: draft as on the CPU (off by default on CUDA until drafts measure faster "
+                     "there in every case; docs/receipts/speculative.md)");
   cmd.add_option(
       "--cuda-products", cuda_products,
       "cuda: the decode products' family for the process: auto (tensor cores when --parallel >= 16, "
@@ -73,7 +75,7 @@ std::string cuda_products_for(const std::string& choice, int parallel) {
 }
 
 bool drafts_on(const std::string& backend, bool no_drafts, bool cuda_drafts) {
-  return !no_drafts && (backend != "cuda" || cuda_drafts);
+  return !no_drafts && (backend != "cuda" || cuda_drafts || kCudaDraftsByDefault);
 }
 
 LoadedBackend load_backend(const std::string& name, const std::string& model_dir, int64_t context,

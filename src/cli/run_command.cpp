@@ -31,7 +31,7 @@ struct RunOptions {
   bool cuda_prompt_passes = true, cuda_drafts = false;
   std::string cuda_products = "auto";
   int64_t context = 0;
-  bool chat = false, no_think = false, ignore_eos = false, no_drafts = false;
+  bool chat = false, no_think = false, ignore_eos = false, no_drafts = false, draft_guard = false;
   int max_tokens = 256, threads = 0;
   SamplingParams sampling;
   int64_t seed = -1;
@@ -94,6 +94,7 @@ void run(const RunOptions& o) {
   options.parallel = 1;
   options.prompt_cache_gib = 0;
   options.drafts = drafts_on(o.backend, o.no_drafts, o.cuda_drafts);
+  options.draft_guard = o.draft_guard;
   options.context = loaded.context;
   Engine engine(loaded.backend, options);
   IncrementalDecoder decoder(tok, true);
@@ -119,8 +120,20 @@ void run(const RunOptions& o) {
                static_cast<long long>(done.drafted_tokens), static_cast<long long>(done.accepted_tokens),
                static_cast<unsigned long long>(params.seed));
   // Not in the times above: the depth policy times its rounds when the engine starts.
-  if (const double ms = engine.stats().draft_calibration_ms; ms > 0)
-    std::fprintf(stderr, "[drafts: depth policy calibrated in %.1f ms at engine start]\n", ms);
+  const EngineStats stats = engine.stats();
+  if (stats.draft_calibration_ms > 0)
+    std::fprintf(stderr, "[drafts: depth policy calibrated in %.1f ms at engine start]\n",
+                 stats.draft_calibration_ms);
+  // The policy's tables at the end of the reply (calibrated, then refined by its rounds and head calls).
+  auto table = [](const std::vector<double>& ms) {
+    std::string out;
+    for (double m : ms) out += fmt::format(" {:.3f}", m);
+    return out;
+  };
+  if (!stats.draft_round_ms.empty())
+    std::fprintf(stderr, "[drafts: ms by rows:%s; head catch-up by rows:%s; head chain by streams:%s]\n",
+                 table(stats.draft_round_ms).c_str(), table(stats.draft_catch_up_ms).c_str(),
+                 table(stats.draft_chain_ms).c_str());
 }
 
 }  // namespace
@@ -143,6 +156,8 @@ void register_run_command(CLI::App& app) {
   cmd->add_option("--threads", o->threads, "CPU threads (default: all cores)");
   cmd->add_flag("--ignore-eos", o->ignore_eos, "do not stop at end-of-sequence tokens");
   cmd->add_flag("--no-drafts", o->no_drafts, "never draft (the plain decode path; the same reply)");
+  cmd->add_flag("--draft-guard", o->draft_guard,
+                "rest drafting while its rounds measure slower per token than plain ones (DraftGuard)");
   add_backend_options(*cmd, o->backend, o->cuda_prompt_passes, o->cuda_drafts, o->cuda_products);
   cmd->add_option("--context", o->context,
                   "positions per stream, prompt + reply (default: the model's maximum; cuda: at most 8192)");

@@ -32,7 +32,7 @@ struct ServeOptions {
   int64_t context = 0, max_queue = 256;
   double prompt_cache_gib = 1.0, memory_limit_gib = 0;
   int draft_depth = 0;
-  bool no_drafts = false;
+  bool no_drafts = false, draft_guard = false;
   bool reference = false;
 };
 
@@ -80,6 +80,7 @@ void serve(const ServeOptions& o) {
     options.max_queue = o.max_queue;
     options.drafts = drafts_on(o.backend, o.no_drafts, o.cuda_drafts);
     options.draft_depth = o.draft_depth;
+    options.draft_guard = o.draft_guard;
     options.memory_limit_gib = o.memory_limit_gib;
     engine = std::make_unique<Engine>(loaded.backend, options);
     backend_ptr = std::make_unique<server::EngineBackend<Engine>>(*engine);
@@ -128,6 +129,8 @@ void register_serve_command(CLI::App& app) {
   cmd->add_option("--max-queue", o->max_queue, "queued requests beyond this get 429 + Retry-After");
   cmd->add_option("--threads", o->threads, "CPU threads (default: all cores)");
   cmd->add_flag("--no-drafts", o->no_drafts, "never draft (the plain decode for every request)");
+  cmd->add_flag("--draft-guard", o->draft_guard,
+                "rest drafting while its rounds measure slower per token than plain ones (DraftGuard)");
   cmd->add_option("--draft-depth", o->draft_depth,
                   "verify this many drafts when offered (tests); 0: by measured cost")
       ->check(CLI::Range(0, 8));

@@ -121,6 +121,8 @@ std::vector<float> Model::forward(std::span<const ForwardSegment> segments) cons
   for (const auto& s : segments) {
     if (s.tokens.empty()) fail("forward: a segment has no tokens");
     if (s.record && s.prompt) fail("forward: a window record needs the decode path, not a prompt segment");
+    if (s.keep_hidden)
+      fail("forward: keep_hidden asks for rows kept by the backend; the CPU model writes `hidden`");
     for (int32_t t : s.tokens)
       if (t < 0 || t >= cfg_.vocab_size) fail("token id {} is out of range [0, {})", t, cfg_.vocab_size);
     batch.segments.push_back({s.state, s.tokens.data(), batch.rows, static_cast<int64_t>(s.tokens.size()),

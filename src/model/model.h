@@ -25,10 +25,18 @@ struct ForwardSegment {
   // If set, receives every row's H for the MTP head (mtp_hidden_width() floats a row).
   float* hidden = nullptr;
   WindowRecord* record = nullptr;  // decode path only: keep the per-row recurrent states (draft rollback)
+  // Instead of `hidden`, on a backend that keeps hidden rows (ModelBackend::keeps_hidden_rows): the backend
+  // keeps every row's H in the stream's state, where its head reads them (MtpInput::KeptRows).
+  bool keep_hidden = false;
 };
 
 // Which rows of an MTP segment get logits: following prompt rows needs none, a draft needs the last row.
 enum class MtpLogits { All, Last, None };
+
+// Where an MTP segment's hidden rows are: the floats in `hidden`, or (a backend that keeps hidden rows,
+// ModelBackend::keeps_hidden_rows) the stream's kept main-model rows at position.. or the output row its
+// last head call kept (MtpSegment::keep_output).
+enum class MtpInput { Given, KeptRows, KeptOutput };
 
 // Rows for the MTP draft head (docs/mtp.md): row i reads hidden row i and next_tokens[i] at position + i.
 struct MtpSegment {
@@ -38,6 +46,8 @@ struct MtpSegment {
   int64_t position = 0;                  // must equal state->mtp_position
   float* hidden_out = nullptr;           // if set, receives each row's output hidden for chained drafts
   MtpLogits logits = MtpLogits::All;     // rows whose logits mtp_forward returns
+  MtpInput input = MtpInput::Given;      // not Given: `hidden` stays empty
+  bool keep_output = false;              // keep the last row's output hidden in the stream (no hidden_out)
 };
 
 class Model {

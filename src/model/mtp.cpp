@@ -48,6 +48,10 @@ std::vector<float> Model::mtp_forward(std::span<const MtpSegment> segments) cons
     const auto rows = static_cast<int64_t>(s.next_tokens.size());
     if (!s.state) fail("mtp_forward: a segment has no stream state");
     if (rows == 0) fail("mtp_forward: a segment has no rows");
+    if (s.input != MtpInput::Given || s.keep_output)
+      fail(
+          "mtp_forward: kept hidden rows (MtpInput, keep_output) are a backend's; the CPU model takes "
+          "floats");
     if (static_cast<int64_t>(s.hidden.size()) != rows * W)
       fail("mtp_forward: hidden holds {} floats but {} rows need {} ({} a row)", s.hidden.size(), rows,
            rows * W, W);

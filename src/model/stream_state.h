@@ -30,10 +30,13 @@ struct StreamState {
   std::vector<DeltaNetState> deltanet;    // per layer (empty for attention layers)
   std::vector<AttentionState> attention;  // per layer, then one slot per MTP layer (the head's KV cache)
   std::vector<PleState> ple;
-  int64_t mtp_position = 0;     // positions the MTP head has consumed (docs/mtp.md)
+  int64_t mtp_position = 0;  // positions the MTP head has consumed (docs/mtp.md)
   // Main-model H rows for positions mtp_position.. that the head has not read yet (their next token was not
   // known): kept with the state so a snapshot at the end of the known tokens resumes with the head in step.
   std::vector<float> mtp_pending;
+  // The same rows' count where the backend keeps them itself (ModelBackend::keeps_hidden_rows: on its
+  // device).
+  int64_t mtp_kept_rows = 0;
   int64_t mtp_index_ratio = 0;  // the head's indexer block size, 0 without indexer
   BackendStateSlot backend;     // the device state of a non-CPU backend (empty on the CPU)
 

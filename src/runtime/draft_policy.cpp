@@ -58,6 +58,33 @@ double RoundCosts::cost(int64_t rows) const {
   return ms_[n - 1] + slope * static_cast<double>(rows - n);
 }
 
+void DraftGuard::observe(bool drafting, int64_t streams, int64_t tokens, double ms,
+                         double plain_estimate_ms) {
+  if (streams < 1 || tokens < 1) return;
+  if (static_cast<int64_t>(plain_ms_.size()) <= streams)
+    plain_ms_.resize(static_cast<size_t>(streams) + 1, 0.0);
+  double& plain = plain_ms_[static_cast<size_t>(streams)];
+  if (!drafting) {
+    plain = plain == 0.0 ? ms : std::min(ms, 0.9 * plain + 0.1 * ms);
+    if (rest_ > 0) --rest_;
+    return;
+  }
+  // A plain round makes one token a stream: what these tokens would have cost without drafts.
+  const double per_token = (plain > 0.0 ? plain : plain_estimate_ms) / static_cast<double>(streams);
+  probe_ms_ += ms;
+  probe_plain_ms_ += per_token * static_cast<double>(tokens);
+  if (++probe_rounds_ < kProbeRounds) return;
+  if (probe_ms_ > probe_plain_ms_) {
+    rest_ = next_rest_;
+    next_rest_ = std::min(2 * next_rest_, kMaxRest);
+    ++rests_;
+  } else {
+    next_rest_ = kFirstRest;
+  }
+  probe_ms_ = probe_plain_ms_ = 0;
+  probe_rounds_ = 0;
+}
+
 double HeadCosts::cost(std::span<const int> depths, std::span<const int64_t> rows) const {
   if (!calibrated()) return 0.0;
   int64_t catch_rows = 0;

@@ -36,6 +36,7 @@ class RoundCosts {
   void observe(int64_t rows, double ms);
   // The estimate for `rows` (extrapolated linearly past the measured widths).
   double cost(int64_t rows) const;
+  const std::vector<double>& table() const { return ms_; }  // ms by width, for receipts
 
  private:
   std::vector<double> ms_;  // ms_[r - 1]: rounds of r rows
@@ -50,6 +51,32 @@ struct HeadCosts {
   // The head's cost when streams draft `depths` deep and catch up `rows` (0 rows: that stream's drafts
   // cost no head call, e.g. copies).
   double cost(std::span<const int> depths, std::span<const int64_t> rows) const;
+};
+
+// Drafting's realized speed against plain decoding's, over whole rounds (head calls, windows, draws, the
+// host's work): the cost tables price each part, this checks the sum. After every few drafting rounds their
+// milliseconds per token are compared with what plain rounds of the same streams take; drafting that came out
+// slower rests (plain rounds only) for a while, twice as long after each failed try, so a mispriced policy
+// costs a few rounds in many. Plain rounds' figure per stream count falls to any faster round at once and
+// rises slowly, so the one-off cost of a first round of a shape does not make plain look dear.
+// (EngineOptions::draft_guard; first written on branch drafts, 4d7cb29, and dropped there while plain rounds
+// cost more with the head following: its hidden rows' round trip through the host.)
+class DraftGuard {
+ public:
+  static constexpr int64_t kProbeRounds = 8;  // drafting rounds per comparison
+  static constexpr int64_t kFirstRest = 16;   // plain rounds after a failed comparison, doubled each time
+  static constexpr int64_t kMaxRest = 1024;
+  // Whether this round must be plain (no head calls, no windows).
+  bool resting() const { return rest_ > 0; }
+  // A decode round (no prompt rows) of `streams` streams that made `tokens` tokens in `ms`, drafting or not.
+  // `plain_estimate_ms`: a plain round's cost for these streams when none was measured yet.
+  void observe(bool drafting, int64_t streams, int64_t tokens, double ms, double plain_estimate_ms);
+  int64_t rests() const { return rests_; }  // comparisons that drafting lost
+
+ private:
+  std::vector<double> plain_ms_;  // [streams]: ms per plain round, 0 = not measured
+  double probe_ms_ = 0, probe_plain_ms_ = 0;
+  int64_t probe_rounds_ = 0, rest_ = 0, next_rest_ = kFirstRest, rests_ = 0;
 };
 
 // One stream's candidate: its rates and the drafts on offer (depth at most offered).

@@ -162,6 +162,9 @@ void Engine::Impl::publish_stats() {
   stats.state_bytes = state;
   stats.prompt_cache_bytes = cache.bytes();
   stats.warm_pending = static_cast<int64_t>(warm.size());
+  stats.draft_round_ms = round_costs.table();
+  stats.draft_catch_up_ms = head_costs.catch_up.table();
+  stats.draft_chain_ms = head_costs.chain.table();
 }
 
 // One pass of the engine thread: cancels, admission, one round. False once the engine is stopping.

@@ -57,6 +57,7 @@ struct EngineOptions {
   bool drafts = true;             // --no-drafts turns them off for every request
   int max_drafts = 8;             // drafts per verify window at most
   int draft_depth = 0;            // 0: each round's depth by measured cost; N: always N at most (tests)
+  bool draft_guard = false;       // with depths by cost: drafting that measures slower than plain rests
   std::shared_ptr<DraftSource> draft_source;  // null: n-gram copies (runtime/ngram_drafter.h)
   // Prompt rows per round (>= 64) and the prompt-cache mark spacing (a multiple of 64); 0: the backend's
   // choice (ModelBackend::prompt_rows_per_round / cache_mark_interval: 256 and 64 on the CPU).
@@ -72,7 +73,10 @@ struct EngineStats {
   int64_t weights_bytes = 0;  // the backend's weights: checkpoint files (mmapped) + the CPU's tiled copies
   int64_t warm_pending = 0;   // warm passes not yet run to their last mark
   double draft_calibration_ms = 0;  // timing the depth policy's rounds (at engine start)
-  std::string backend_failure;      // ModelBackend::failure(): non-empty once the backend cannot serve again
+  int64_t draft_rests = 0;  // times drafting measured slower than plain rounds and rested (DraftGuard)
+  // The depth policy's cost tables as they stand (ms; rounds and head catch-ups by rows, chains by streams).
+  std::vector<double> draft_round_ms, draft_catch_up_ms, draft_chain_ms;
+  std::string backend_failure;  // ModelBackend::failure(): non-empty once the backend cannot serve again
 };
 
 class Engine {

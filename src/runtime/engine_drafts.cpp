@@ -52,12 +52,11 @@ void Engine::Impl::calibrate_costs() {
         const std::vector<int32_t> tokens = tokens_of(rows);
         if (scratch.position + rows > positions) scratch = model.new_state();
         WindowRecord record;
-        ForwardSegment seg{&scratch,
-                           tokens,
-                           false,
-                           rows > 1,
-                           head ? hidden_rows.data() : nullptr,
-                           rows > 1 ? &record : nullptr};
+        ForwardSegment seg{&scratch, tokens, false, rows > 1, nullptr, rows > 1 ? &record : nullptr};
+        if (head && model.keeps_hidden_rows())
+          seg.keep_hidden = true;
+        else if (head)
+          seg.hidden = hidden_rows.data();
         std::vector<RowDraw> uses(static_cast<size_t>(rows), row_with(RowUse::Draw));
         for (int64_t i = 0; i < rows; ++i) {
           uses[static_cast<size_t>(i)].params = &greedy;
@@ -135,7 +134,7 @@ void Engine::Impl::follow_prompt_rows(std::span<HeadRows> items) {
     run_head_rows(model, items, MtpLogits::None);
   } catch (const std::exception&) {
     for (HeadRows& h : items) {
-      h.state->mtp_pending.clear();
+      drop_head_rows(*h.state);
       h.state->truncate_mtp(0);
     }
   }
@@ -157,6 +156,8 @@ void Engine::Impl::plan_windows() {
   }
   if (asks.empty()) return;
   if (options.draft_depth == 0 && !round_costs.calibrated()) calibrate_costs();
+  // Drafting that measured slower than plain rounds rests: no head calls, no windows (DraftGuard).
+  const bool rest = options.draft_guard && options.draft_depth == 0 && draft_guard.resting();
   // Plain streams' rows are in the round too: they make drafting rows relatively cheaper.
   int64_t plain = 0;
   for (auto& s : running)
@@ -179,9 +180,12 @@ void Engine::Impl::plan_windows() {
   };
   // What the policy would verify if every stream offered its max, the head's own calls counted: a chained
   // source drafts that deep (and not at all for 0).
-  const auto hints =
-      depths([](const DraftAsk& a) { return a.max; }, drafter->uses_hidden() ? &head_costs : nullptr);
-  for (size_t i = 0; i < asks.size(); ++i) asks[i].depth_hint = hints[i].depth;
+  const auto hints = depths([&](const DraftAsk& a) { return rest ? 0 : a.max; },
+                            drafter->uses_hidden() ? &head_costs : nullptr);
+  for (size_t i = 0; i < asks.size(); ++i) {
+    asks[i].depth_hint = hints[i].depth;
+    round_drafting = round_drafting || hints[i].depth > 0;
+  }
   try {
     std::lock_guard lock(forward_mutex());  // a model-based source runs on the shared thread pool
     drafter->propose(asks);
@@ -189,20 +193,25 @@ void Engine::Impl::plan_windows() {
     // Drafts never change a reply, so a failed source (the MTP head's call failing on the GPU) only costs
     // this round's drafts; the head stops following these streams, as after a failed follow_prompt_rows.
     for (DraftAsk& a : asks) {
-      a.state->mtp_pending.clear();
+      drop_head_rows(*a.state);
       a.state->truncate_mtp(0);
     }
     return;
   }
   for (size_t i = 0; i < asks.size(); ++i)
-    if (head_rows_pending(model, streams[i]->state) > kMaxIdleHeadRows) streams[i]->state.mtp_pending.clear();
+    if (head_rows_pending(model, streams[i]->state) > kMaxIdleHeadRows) drop_head_rows(streams[i]->state);
 
   // The drafts are made: what they cost to make no longer matters, only the window's rows.
   const auto choices = depths(
-      [](const DraftAsk& a) { return static_cast<int>(std::min<size_t>(a.drafts.size(), a.max)); }, nullptr);
-  for (size_t i = 0; i < asks.size(); ++i)
+      [&](const DraftAsk& a) {
+        return rest ? 0 : static_cast<int>(std::min<size_t>(a.drafts.size(), a.max));
+      },
+      nullptr);
+  for (size_t i = 0; i < asks.size(); ++i) {
     streams[i]->window.insert(streams[i]->window.end(), asks[i].drafts.begin(),
                               asks[i].drafts.begin() + choices[i].depth);
+    round_drafting = round_drafting || choices[i].depth > 0;
+  }
 }
 
 // Draws the window's rows in order while drafts land; on the first miss (or the end of the reply) the rest

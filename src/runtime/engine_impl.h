@@ -140,7 +140,9 @@ struct Engine::Impl {
   KeyedSampler sampler;
   std::shared_ptr<DraftSource> drafter;
   RoundCosts round_costs;
-  HeadCosts head_costs;  // the MTP head's calls, when the source runs it
+  HeadCosts head_costs;         // the MTP head's calls, when the source runs it
+  DraftGuard draft_guard;       // drafting's realized speed against plain rounds' (options.draft_guard)
+  bool round_drafting = false;  // this round ran head calls or verify windows (plan_windows)
   std::vector<std::unique_ptr<Stream>> running;
   std::deque<WarmJob> warm;
   std::thread thread;

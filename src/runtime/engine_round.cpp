@@ -48,7 +48,9 @@ struct RowOwner {
   WarmJob* warm = nullptr;
   int64_t rows = 1;           // logits rows this segment returns
   int64_t position = 0;       // the stream's position before the round
-  std::vector<float> hidden;  // every row's H for the MTP head, when captured
+  size_t generated = 0;       // the stream's reply tokens before the round
+  bool head = false;          // every row's H captured for the MTP head (in `hidden`, or kept by the backend)
+  std::vector<float> hidden;  // those rows on the host (a backend that does not keep them)
 };
 
 // What each logits row of the round is for, when the backend draws: a decode window's rows and the last row
@@ -108,12 +110,21 @@ void Engine::Impl::run_round() {
   std::vector<ForwardSegment> segs;
   std::vector<RowOwner> owners;
   owners.reserve(running.size() + warm.size());  // segments point into owners' hidden buffers
-  // A stream's rows are captured for the MTP head while the head follows it (and drafts or caching want it).
-  auto capture = [&](RowOwner& o, int64_t rows, bool wanted, Stream& s) -> float* {
-    if (!wanted || !captures_hidden(s.state)) return nullptr;
+  // A stream's rows are captured for the MTP head while the head follows it (and drafts or caching want it):
+  // into host rows, or kept by the backend (keeps_hidden_rows).
+  const bool kept = model.keeps_hidden_rows();
+  auto capture = [&](ForwardSegment& seg, RowOwner& o, int64_t rows, bool wanted, const StreamState& state) {
+    if (!wanted || !captures_hidden(state)) return;
+    o.head = true;
+    if (kept) {
+      seg.keep_hidden = true;
+      return;
+    }
     o.hidden.resize(static_cast<size_t>(rows * model.mtp_hidden_width()));
-    return o.hidden.data();
+    seg.hidden = o.hidden.data();
   };
+  const auto round_start = EngineClock::now();
+  round_drafting = false;
   plan_windows();
   int64_t decode_rows = 0;
   for (auto& s : running)
@@ -121,9 +132,10 @@ void Engine::Impl::run_round() {
       // A window with drafts keeps its per-row states (rollback) and returns logits for every row.
       const bool drafts = s->window.size() > 1;
       const auto rows = static_cast<int64_t>(s->window.size());
-      owners.push_back({RowKind::Decode, s.get(), nullptr, rows, s->state.position, {}});
-      segs.push_back({&s->state, s->window, false, drafts, capture(owners.back(), rows, s->drafting, *s),
-                      drafts ? &s->record : nullptr});
+      owners.push_back(
+          {RowKind::Decode, s.get(), nullptr, rows, s->state.position, s->generated.size(), false, {}});
+      segs.push_back({&s->state, s->window, false, drafts, nullptr, drafts ? &s->record : nullptr});
+      capture(segs.back(), owners.back(), rows, s->drafting, s->state);
       decode_rows += static_cast<int64_t>(s->window.size());
     }
   int64_t budget = round_prompt_rows;
@@ -133,22 +145,18 @@ void Engine::Impl::run_round() {
     const int64_t end =
         piece_end(pos, s->prompt_len(), budget, s->caching ? mark_interval : 0, final_mark(s->prompt_len()));
     if (end == pos) continue;
-    owners.push_back({RowKind::Prompt, s.get(), nullptr, 1, pos, {}});
-    segs.push_back({&s->state, std::span<const int32_t>(s->request.prompt).subspan(pos, end - pos), true,
-                    false, capture(owners.back(), end - pos, s->drafting || s->caching, *s)});
+    owners.push_back({RowKind::Prompt, s.get(), nullptr, 1, pos, 0, false, {}});
+    segs.push_back({&s->state, std::span<const int32_t>(s->request.prompt).subspan(pos, end - pos), true});
+    capture(segs.back(), owners.back(), end - pos, s->drafting || s->caching, s->state);
     budget -= end - pos;
   }
   // Warm passes only take what prompts left over: they never delay a reply.
   for (auto& w : warm) {
     const int64_t pos = w.state.position, end = piece_end(pos, w.target, budget, mark_interval, w.target);
     if (end == pos) break;
-    owners.push_back({RowKind::Warm, nullptr, &w, 1, pos, {}});
-    float* h = nullptr;
-    if (captures_hidden(w.state)) {
-      owners.back().hidden.resize(static_cast<size_t>((end - pos) * model.mtp_hidden_width()));
-      h = owners.back().hidden.data();
-    }
-    segs.push_back({&w.state, std::span<const int32_t>(w.tokens).subspan(pos, end - pos), true, false, h});
+    owners.push_back({RowKind::Warm, nullptr, &w, 1, pos, 0, false, {}});
+    segs.push_back({&w.state, std::span<const int32_t>(w.tokens).subspan(pos, end - pos), true});
+    capture(segs.back(), owners.back(), end - pos, true, w.state);
     budget -= end - pos;
   }
   if (segs.empty()) return;
@@ -179,9 +187,9 @@ void Engine::Impl::run_round() {
   // Prompt and warm rows go through the head now, so snapshots below hold its cache at the same mark.
   std::vector<HeadRows> follow;
   for (auto& o : owners) {
-    if (o.kind == RowKind::Decode || o.hidden.empty()) continue;
+    if (o.kind == RowKind::Decode || !o.head) continue;
     StreamState& state = o.stream ? o.stream->state : o.warm->state;
-    state.mtp_pending.insert(state.mtp_pending.end(), o.hidden.begin(), o.hidden.end());
+    add_head_rows(model, state, o.hidden, state.position - o.position);
     const std::span<const int32_t> known = o.stream ? std::span<const int32_t>(o.stream->request.prompt)
                                                     : std::span<const int32_t>(o.warm->tokens);
     follow.push_back({&state, known, {}, {}, {}});
@@ -212,14 +220,23 @@ void Engine::Impl::run_round() {
       verify(s, *out, first, o.rows);
       // The rows kept (the state's advance) are the ones the head reads next round.
       const int64_t kept = s.state.position - o.position;
-      if (!s.done && !o.hidden.empty() && kept > 0)
-        s.state.mtp_pending.insert(s.state.mtp_pending.end(), o.hidden.begin(),
-                                   o.hidden.begin() + kept * model.mtp_hidden_width());
+      if (!s.done && o.head && kept > 0) add_head_rows(model, s.state, o.hidden, kept);
     } catch (const std::exception& e) {
       finish(s, FinishReason::Error, e.what());
     }
   }
   std::erase_if(warm, [](const WarmJob& w) { return w.state.position >= w.target; });
+  if (options.draft_guard && decode_rows == rows && options.drafts && options.draft_depth == 0 &&
+      round_costs.calibrated()) {
+    // A round of decode rows alone, start to finish (the head's calls and the host's draws included).
+    int64_t tokens = 0;
+    for (const RowOwner& o : owners) tokens += static_cast<int64_t>(o.stream->generated.size() - o.generated);
+    const auto streams = static_cast<int64_t>(owners.size());
+    draft_guard.observe(round_drafting, streams, tokens, 1000.0 * seconds(round_start, EngineClock::now()),
+                        round_costs.cost(streams));
+    std::lock_guard lock(mutex);
+    stats.draft_rests = draft_guard.rests();
+  }
 }
 
 void Engine::Impl::draw(Stream& s, std::span<const float> row, int32_t drawn) {

@@ -59,6 +59,11 @@ class ModelBackend {
   virtual bool has_mtp() const = 0;
   virtual int64_t mtp_hidden_width() const = 0;
   virtual std::vector<float> mtp_forward(std::span<const MtpSegment> segments) const = 0;
+  // Whether the head's hidden rows stay in the backend's own state between the round that makes them and the
+  // head call that reads them (CUDA: on the device, no copy to the host and back): the engine then asks for
+  // them with ForwardSegment::keep_hidden, counts them in StreamState::mtp_kept_rows and names them by
+  // MtpInput; false (the CPU): they travel as host floats (StreamState::mtp_pending).
+  virtual bool keeps_hidden_rows() const { return false; }
 };
 
 }  // namespace ds

@@ -20,21 +20,46 @@ double ms_since(Clock::time_point start) {
 
 }  // namespace
 
+namespace {
+
+// Pending rows: host floats, or (keeps_hidden_rows) a count of rows the backend keeps.
+int64_t pending_rows(const ModelBackend& model, const StreamState& state) {
+  if (model.keeps_hidden_rows()) return state.mtp_kept_rows;
+  return static_cast<int64_t>(state.mtp_pending.size()) / model.mtp_hidden_width();
+}
+
+}  // namespace
+
 bool head_in_sync(const ModelBackend& model, const StreamState& state) {
   if (!model.has_mtp()) return false;
-  const auto W = static_cast<size_t>(model.mtp_hidden_width());
-  const std::vector<float>& pending = state.mtp_pending;
-  return pending.size() % W == 0 &&
-         state.mtp_position + static_cast<int64_t>(pending.size() / W) == state.position;
+  if (!model.keeps_hidden_rows() && state.mtp_pending.size() % static_cast<size_t>(model.mtp_hidden_width()))
+    return false;
+  return state.mtp_position + pending_rows(model, state) == state.position;
 }
 
 int64_t head_rows_pending(const ModelBackend& model, const StreamState& state) {
   if (!head_in_sync(model, state)) return 0;
-  return static_cast<int64_t>(state.mtp_pending.size()) / model.mtp_hidden_width();
+  return pending_rows(model, state);
+}
+
+void add_head_rows(const ModelBackend& model, StreamState& state, std::span<const float> host, int64_t rows) {
+  if (model.keeps_hidden_rows()) {
+    state.mtp_kept_rows += rows;
+    return;
+  }
+  const auto floats = static_cast<size_t>(rows * model.mtp_hidden_width());
+  if (host.size() < floats) fail("add_head_rows: {} floats for {} rows", host.size(), rows);
+  state.mtp_pending.insert(state.mtp_pending.end(), host.begin(), host.begin() + floats);
+}
+
+void drop_head_rows(StreamState& state) {
+  state.mtp_pending.clear();
+  state.mtp_kept_rows = 0;
 }
 
 void run_head_rows(const ModelBackend& model, std::span<HeadRows> items, MtpLogits logits_wanted) {
   const int64_t W = model.mtp_hidden_width(), V = model.config().vocab_size;
+  const bool kept = model.keeps_hidden_rows();
   std::vector<MtpSegment> segs;
   std::vector<std::vector<int32_t>> next(items.size());
   std::vector<std::vector<float>> outs(items.size());
@@ -43,19 +68,27 @@ void run_head_rows(const ModelBackend& model, std::span<HeadRows> items, MtpLogi
     HeadRows& h = items[i];
     h.last_logits.clear();
     h.last_hidden.clear();
+    h.output_kept = false;
     const int64_t np = static_cast<int64_t>(h.prompt.size());
     const int64_t known = np + static_cast<int64_t>(h.reply.size());
-    const std::vector<float>& pending = h.state->mtp_pending;
-    const int64_t pos0 = h.state->mtp_position, rows_pending = static_cast<int64_t>(pending.size()) / W;
+    const int64_t pos0 = h.state->mtp_position, rows_pending = pending_rows(model, *h.state);
     // Row k reads the token at k + 1, so it runs only once that token is known.
     const int64_t rows = std::min(rows_pending, known - 1 - pos0);
     if (rows <= 0) continue;
     for (int64_t k = pos0 + 1; k <= pos0 + rows; ++k)
       next[i].push_back(k < np ? h.prompt[k] : h.reply[k - np]);
     const bool drafts = logits_wanted != MtpLogits::None;
-    if (drafts) outs[i].resize(static_cast<size_t>(rows * W));
-    segs.push_back({h.state, std::span<const float>(pending.data(), static_cast<size_t>(rows * W)), next[i],
-                    pos0, drafts ? outs[i].data() : nullptr, logits_wanted});
+    MtpSegment seg{h.state, {}, next[i], pos0, nullptr, logits_wanted};
+    if (kept) {
+      // The rows and the last output stay in the backend: the output's row is the next chain call's input.
+      seg.input = MtpInput::KeptRows;
+      seg.keep_output = drafts;
+    } else {
+      seg.hidden = std::span<const float>(h.state->mtp_pending.data(), static_cast<size_t>(rows * W));
+      if (drafts) outs[i].resize(static_cast<size_t>(rows * W));
+      seg.hidden_out = drafts ? outs[i].data() : nullptr;
+    }
+    segs.push_back(seg);
     which.push_back(i);
   }
   if (segs.empty()) return;
@@ -66,15 +99,21 @@ void run_head_rows(const ModelBackend& model, std::span<HeadRows> items, MtpLogi
     const auto rows = static_cast<int64_t>(segs[j].next_tokens.size());
     if (logits_wanted == MtpLogits::Last) {
       h.last_logits.assign(logits.begin() + row * V, logits.begin() + (row + 1) * V);
-      h.last_hidden.assign(outs[which[j]].end() - W, outs[which[j]].end());
       ++row;
     } else if (logits_wanted == MtpLogits::All) {
       row += rows;
       h.last_logits.assign(logits.begin() + (row - 1) * V, logits.begin() + row * V);
-      h.last_hidden.assign(outs[which[j]].end() - W, outs[which[j]].end());
     }
-    std::vector<float>& pending = h.state->mtp_pending;
-    pending.erase(pending.begin(), pending.begin() + rows * W);
+    if (logits_wanted != MtpLogits::None) {
+      h.output_kept = kept;
+      if (!kept) h.last_hidden.assign(outs[which[j]].end() - W, outs[which[j]].end());
+    }
+    if (kept) {
+      h.state->mtp_kept_rows -= rows;
+    } else {
+      std::vector<float>& pending = h.state->mtp_pending;
+      pending.erase(pending.begin(), pending.begin() + rows * W);
+    }
   }
 }
 
@@ -125,9 +164,18 @@ void MtpDrafter::propose(std::span<DraftAsk> asks) {
     for (size_t c = 0; c < chaining.size(); ++c) {
       HeadRows& h = items[chaining[c]];
       DraftAsk& a = asks[owner[chaining[c]]];
-      outs[c].resize(h.last_hidden.size());
-      segs.push_back({h.state, h.last_hidden, std::span<const int32_t>(&a.drafts.back(), 1),
-                      h.state->mtp_position, outs[c].data(), MtpLogits::All});
+      MtpSegment seg{
+          h.state, h.last_hidden, std::span<const int32_t>(&a.drafts.back(), 1), h.state->mtp_position,
+          nullptr, MtpLogits::All};
+      if (h.output_kept) {
+        // From the output row the head's last call kept, keeping this one's for the next depth.
+        seg.input = MtpInput::KeptOutput;
+        seg.keep_output = true;
+      } else {
+        outs[c].resize(h.last_hidden.size());
+        seg.hidden_out = outs[c].data();
+      }
+      segs.push_back(seg);
     }
     const auto chain_start = Clock::now();
     const std::vector<float> logits = model_.mtp_forward(segs);
@@ -137,7 +185,7 @@ void MtpDrafter::propose(std::span<DraftAsk> asks) {
       HeadRows& h = items[chaining[c]];
       DraftAsk& a = asks[owner[chaining[c]]];
       a.drafts.push_back(argmax(logits.data() + c * V, V));
-      h.last_hidden = std::move(outs[c]);
+      if (!h.output_kept) h.last_hidden = std::move(outs[c]);
       if (depth < std::min(a.max, a.depth_hint)) still.push_back(chaining[c]);
     }
     chaining = std::move(still);

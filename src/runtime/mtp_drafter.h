@@ -14,12 +14,14 @@
 
 namespace ds {
 
-// One stream's H rows for the head: the state's mtp_pending rows (positions state->mtp_position onward); the
-// stream's known tokens are `prompt` then `reply` (the token at position k is the k-th of them).
+// One stream's H rows for the head: the state's pending rows (positions state->mtp_position onward: the
+// floats of mtp_pending, or mtp_kept_rows rows the backend keeps); the stream's known tokens are `prompt`
+// then `reply` (the token at position k is the k-th of them).
 struct HeadRows {
   StreamState* state = nullptr;
   std::span<const int32_t> prompt, reply;
   std::vector<float> last_logits, last_hidden;  // out: the last row run's logits and output hidden
+  bool output_kept = false;  // out: the output hidden stayed in the backend (MtpInput::KeptOutput), not here
 };
 
 // Whether the head's cache plus the pending rows reach exactly the stream's position (else the head cannot
@@ -27,6 +29,11 @@ struct HeadRows {
 bool head_in_sync(const ModelBackend& model, const StreamState& state);
 // Rows the head would run to draft for this stream (its pending rows), 0 when it cannot follow it.
 int64_t head_rows_pending(const ModelBackend& model, const StreamState& state);
+// Adds a round's first `rows` captured rows to the pending ones: the floats of `host` (rows * width), or
+// on a backend that keeps hidden rows only their count (it keeps them by position).
+void add_head_rows(const ModelBackend& model, StreamState& state, std::span<const float> host, int64_t rows);
+// Forgets the pending rows: the head stops following the stream.
+void drop_head_rows(StreamState& state);
 
 // Runs the head, in one mtp_forward, over every item's pending rows whose next token is known, and erases
 // them from the state's mtp_pending. `logits`: Last to draft from the last row, None to only fill the

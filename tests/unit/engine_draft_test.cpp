@@ -356,6 +356,47 @@ TEST(DraftPolicy, ReRunRowsCostRowsNotAPass) {
   EXPECT_EQ(even[0].depth, 0);  // + half of two rows: 1.5 tokens for 5 ms
 }
 
+// Drafting whose whole rounds come out slower per token than plain rounds rests, twice as long after each
+// failed try; drafting that pays never rests; a plain round's one-off slow start does not make plain look
+// dear; each stream count is judged against its own plain rounds.
+TEST(DraftGuard, RestsWhenDraftingMeasuresSlower) {
+  DraftGuard g;
+  g.observe(false, 1, 1, 3.0, 1.0);  // the first plain round (a capture, say)
+  g.observe(false, 1, 1, 1.0, 1.0);  // then plain rounds of 1 ms: the figure falls at once
+  // Drafting rounds of 2 ms making 1.5 tokens: 1.33 ms a token, slower than plain's 1.
+  for (int64_t i = 0; i < DraftGuard::kProbeRounds; ++i) {
+    EXPECT_FALSE(g.resting());
+    g.observe(true, 1, i % 2 == 0 ? 1 : 2, 2.0, 1.0);
+  }
+  EXPECT_TRUE(g.resting());
+  EXPECT_EQ(g.rests(), 1);
+  for (int64_t i = 0; i < DraftGuard::kFirstRest; ++i) {
+    EXPECT_TRUE(g.resting());
+    g.observe(false, 1, 1, 1.0, 1.0);
+  }
+  EXPECT_FALSE(g.resting());
+  for (int64_t i = 0; i < DraftGuard::kProbeRounds; ++i) g.observe(true, 1, 1, 2.0, 1.0);
+  int64_t rest = 0;
+  while (g.resting()) g.observe(false, 1, 1, 1.0, 1.0), ++rest;
+  EXPECT_EQ(rest, 2 * DraftGuard::kFirstRest);  // the second failed try rests twice as long
+
+  // Drafting at 1.2 ms for 2 tokens beats plain's 1 ms a token: no rest, however long.
+  DraftGuard pays;
+  pays.observe(false, 1, 1, 1.0, 1.0);
+  for (int i = 0; i < 100; ++i) pays.observe(true, 1, 2, 1.2, 1.0);
+  EXPECT_FALSE(pays.resting());
+  EXPECT_EQ(pays.rests(), 0);
+
+  // Eight streams: plain measured at one stream (1 ms) does not judge them; the estimate (4 ms a round of 8,
+  // 0.5 ms a token) does, so 8 tokens in 5 ms (0.625) rests while 12 tokens in 5 ms does not.
+  DraftGuard crowd;
+  crowd.observe(false, 1, 1, 1.0, 1.0);
+  for (int64_t i = 0; i < DraftGuard::kProbeRounds; ++i) crowd.observe(true, 8, 12, 5.0, 4.0);
+  EXPECT_FALSE(crowd.resting());
+  for (int64_t i = 0; i < DraftGuard::kProbeRounds; ++i) crowd.observe(true, 8, 8, 5.0, 4.0);
+  EXPECT_TRUE(crowd.resting());
+}
+
 // A new stream (no windows yet) still tries drafts where misses re-run: priced at the even-chance prior, the
 // re-run pass would keep it from ever drafting, so it would never learn that its drafts land (on the H200
 // every reply drafted nothing). Once it has tried a few windows, its measured rates decide.

@@ -8,8 +8,10 @@
 # deltaserve, cuda_engine_contract, cuda_model_check and lib/), else built here from this tree (as
 # cuda_engine.sh does). Runtime libraries from the carried Debian packages in DS_DEBS (as cuda_engine.sh).
 # PROMPT_PATH=1 also runs the contract with --prompt-path (CudaBackend's prompt passes; not yet run on the H200).
-# (c) runs each case's VARIANTS (default "on off"; "legacy": the earlier draft path, DS_CUDA_DRAFTS_LEGACY=1)
-# with DS_CUDA_PHASES=1, each run's phase table into phases.log; ON_FLAGS: run's flags for "on" and "legacy".
+# (c) runs each case's VARIANTS (default "on off"; "legacy": the earlier draft path, DS_CUDA_DRAFTS_LEGACY=1;
+# "host": drafts with the head's hidden rows through the host, DS_CUDA_HOST_HIDDEN=1; "guard": drafts with
+# --draft-guard) with DS_CUDA_PHASES=1, each run's phase table into phases.log; ON_FLAGS: run's flags for every
+# variant but "off".
 # Usage: DS_DEBS=DIR [DS_PREBUILT=DIR|FILE] [MODEL=DIR] [BENCH_CONFIG=FILE] [RUNS=3] [PROMPT_PATH=1]
 #   [VARIANTS="on legacy off"] [ON_FLAGS=...] tools/device/cuda_final.sh [bench args]
 set -uo pipefail
@@ -75,12 +77,15 @@ receipt() {  # name, max tokens, then run's arguments
       # on: drafts (the default; ON_FLAGS, e.g. --cuda-drafts for a build before 2026-12-01 04:00 UTC that
       # gated them); legacy: the earlier draft path
       # (DS_CUDA_DRAFTS_LEGACY=1: one graph a kind, windows without graphs, re-runs as a pass); off: none.
-      local extra=($on_flags) legacy=0
+      local extra=($on_flags) legacy=0 host=0
       [[ $d == off ]] && extra=(--no-drafts)
       [[ $d == legacy ]] && legacy=1
+      [[ $d == host ]] && host=1
+      [[ $d == guard ]] && extra+=(--draft-guard)
       local reply err=/tmp/ds-run-err.txt
-      reply=$(DS_CUDA_DRAFTS_LEGACY=$legacy DS_CUDA_PHASES=1 timeout 30 "$bin/deltaserve" run "$model" \
-        --backend cuda --max-tokens "$n" "$@" "${extra[@]}" 2>"$err" | md5sum | cut -c1-8)
+      reply=$(DS_CUDA_DRAFTS_LEGACY=$legacy DS_CUDA_HOST_HIDDEN=$host DS_CUDA_PHASES=1 timeout 30 \
+        "$bin/deltaserve" run "$model" --backend cuda --max-tokens "$n" "$@" "${extra[@]}" 2>"$err" |
+        md5sum | cut -c1-8)
       local stats
       stats=$(grep -E 'tok/s' "$err" | tr -d '[]')
       echo "$name n=$n drafts $d run $i: reply md5 $reply ${stats:-$(tail -1 "$err")}" |

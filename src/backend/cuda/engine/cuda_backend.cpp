@@ -31,7 +31,7 @@ struct CudaEngineState final : BackendState {
     c->replay = replay;  // a copy taken before the re-run carries it (the engine takes none such today)
     return c;
   }
-  size_t bytes() const override { return current.device.bytes() + before.bytes(); }
+  size_t bytes() const override { return current.device.bytes() + current.kept.bytes() + before.bytes(); }
 };
 
 CudaEngineState& state_of(const StreamState& state, const CudaModel& model, const char* op) {
@@ -65,6 +65,9 @@ CudaBackend::CudaBackend(std::unique_ptr<CudaModel> model, bool prompt_path)
     if (env_is("DS_CUDA_MERGED_RERUNS", "0")) merge_reruns_ = false;
   }
   time_phases_ = env_on("DS_CUDA_PHASES");
+  // The head's hidden rows stay on the device (the default); DS_CUDA_HOST_HIDDEN=1: the earlier round trip
+  // through the host, to measure against.
+  keep_hidden_ = !env_on("DS_CUDA_HOST_HIDDEN");
 }
 
 CudaBackend::~CudaBackend() {
@@ -179,8 +182,11 @@ CudaBackend::Call CudaBackend::prepare(std::span<const ForwardSegment> segments)
   const auto W = static_cast<size_t>(mtp_hidden_width());
   c.hidden_at.assign(segments.size(), SIZE_MAX);
   for (size_t i = 0; i < segments.size(); ++i) {
+    if (segments[i].keep_hidden && !keep_hidden_)
+      fail("CudaBackend::forward: keep_hidden asked for, but this backend returns hidden rows to the host");
+    if ((segments[i].keep_hidden || segments[i].hidden != nullptr) && W == 0)
+      fail("CudaBackend::forward: hidden rows asked for, but the model has no MTP head");
     if (segments[i].hidden == nullptr) continue;
-    if (W == 0) fail("CudaBackend::forward: hidden rows asked for, but the model has no MTP head");
     c.hidden_at[i] = c.hidden_floats;
     c.hidden_floats += (c.quiet[i] + segments[i].tokens.size()) * W;
   }
@@ -207,6 +213,12 @@ CudaBackend::Call CudaBackend::prepare(std::span<const ForwardSegment> segments)
     CudaSegment run{&s.current, tokens, sg.all_logits, as_prompt,
                     c.hidden_at[i] == SIZE_MAX ? nullptr : c.hidden_dev + c.hidden_at[i]};
     run.quiet_rows = static_cast<int64_t>(c.quiet[i]);
+    if (sg.keep_hidden) {
+      // Kept on the device from the head's next row (the stream's mtp_position) to the call's last.
+      run.keep_hidden = true;
+      model_->reserve_kept_rows(s.current, sg.state->mtp_position,
+                                s.current.position + static_cast<int64_t>(tokens.size()));
+    }
     c.runs.push_back(run);
     c.steps_only = c.steps_only && (as_prompt || (!sg.prompt && tokens.size() == 1));
     (as_prompt ? c.prompt : c.decode) = true;
@@ -352,10 +364,10 @@ void CudaBackend::rewind(const WindowRecord& record, int64_t keep, StreamState& 
   state.position = record.pos0 + quiet + keep;
 }
 
-// The host's MtpSegments as CudaMtpSegments: hidden rows up to the device, output hidden rows back. The
-// head's cache length is StreamState::mtp_position (truncate_mtp on the host moves only that): the device
-// state follows it here, dropping entries a rollback left behind (they are rewritten before any row reads
-// them).
+// The host's MtpSegments as CudaMtpSegments: given hidden rows up to the device and output rows back, or
+// (keeps_hidden_rows) the stream's kept rows and kept output row read and written where they are. The head's
+// cache length is StreamState::mtp_position (truncate_mtp on the host moves only that): the device state
+// follows it here, dropping entries a rollback left behind (they are rewritten before any row reads them).
 std::vector<float> CudaBackend::mtp_forward(std::span<const MtpSegment> segments) const {
   if (!model_->has_mtp()) fail("CudaBackend::mtp_forward: the model has no MTP head");
   const auto start = std::chrono::steady_clock::now();
@@ -365,9 +377,20 @@ std::vector<float> CudaBackend::mtp_forward(std::span<const MtpSegment> segments
   int64_t head_rows = 0;
   for (const MtpSegment& sg : segments) {
     const size_t rows = sg.next_tokens.size();
-    chain = chain && rows == 1 && sg.hidden_out != nullptr && sg.logits == MtpLogits::All;
+    chain = chain && rows == 1 && (sg.hidden_out != nullptr || sg.keep_output) && sg.logits == MtpLogits::All;
     follow = follow && sg.logits == MtpLogits::None;
     head_rows += static_cast<int64_t>(rows);
+    if (sg.input != MtpInput::Given || sg.keep_output) {
+      if (!keep_hidden_)
+        fail(
+            "CudaBackend::mtp_forward: kept hidden rows asked for, but this backend returns them to the "
+            "host");
+      if (!sg.hidden.empty() || sg.hidden_out != nullptr)
+        fail("CudaBackend::mtp_forward: a segment with kept rows also gives host rows");
+      if (sg.input == MtpInput::KeptOutput && rows != 1)
+        fail("CudaBackend::mtp_forward: {} rows from the one kept output row", rows);
+    }
+    if (sg.input != MtpInput::Given) continue;
     if (sg.hidden.size() != rows * W)
       fail("CudaBackend::mtp_forward: {} hidden floats for {} rows of {}", sg.hidden.size(), rows, W);
     in_floats += rows * W;
@@ -384,13 +407,30 @@ std::vector<float> CudaBackend::mtp_forward(std::span<const MtpSegment> segments
       fail("CudaBackend::mtp_forward: the stream's head position {} is past its device cache's {}",
            sg.state->mtp_position, s.current.mtp_position);
     s.current.truncate_mtp(sg.state->mtp_position);
-    check(cudaMemcpyAsync(in_dev + in_at, sg.hidden.data(), sg.hidden.size() * sizeof(float),
-                          cudaMemcpyHostToDevice, model_->stream()),
-          "CudaBackend::mtp_forward: hidden rows to the device");
-    runs.push_back({&s.current, in_dev + in_at, sg.next_tokens, sg.position,
-                    sg.hidden_out != nullptr ? out_dev + out_at : nullptr, sg.logits});
-    in_at += sg.hidden.size();
-    if (sg.hidden_out != nullptr) out_at += sg.hidden.size();
+    CudaMtpSegment run{&s.current, nullptr, sg.next_tokens, sg.position, nullptr, sg.logits};
+    KeptHiddenRows& kept = s.current.kept;
+    if (sg.input == MtpInput::Given) {
+      check(cudaMemcpyAsync(in_dev + in_at, sg.hidden.data(), sg.hidden.size() * sizeof(float),
+                            cudaMemcpyHostToDevice, model_->stream()),
+            "CudaBackend::mtp_forward: hidden rows to the device");
+      run.hidden = in_dev + in_at;
+      in_at += sg.hidden.size();
+    } else if (sg.input == MtpInput::KeptRows) {
+      run.from_kept = true;
+    } else {
+      if (kept.last_out.bytes() != W * sizeof(float))
+        fail("CudaBackend::mtp_forward: no kept output row to chain from (no head call kept one)");
+      run.hidden = kept.last_out.as<float>();  // in place: read, then rewritten by this call
+    }
+    if (sg.hidden_out != nullptr) {
+      run.hidden_out = out_dev + out_at;
+      out_at += sg.hidden.size();
+    }
+    if (sg.keep_output) {
+      if (kept.last_out.bytes() != W * sizeof(float)) kept.last_out = DeviceBuffer(W * sizeof(float));
+      run.keep_last_out = true;
+    }
+    runs.push_back(run);
   }
   std::vector<float> logits = model_->mtp_forward(runs);
   out_at = 0;

@@ -8,8 +8,9 @@
 // windows replay graphs parked by shape as plain rounds do (CudaModel, graph_cache.h). Draws: forward_rows
 // leaves the logits on the device and the DeviceSampler draws each row as the KeyedSampler would (same
 // tokens); only rows the engine reads on the host (logprobs) come back. set_device_draws(false): every row to
-// the host, the KeyedSampler draws. The MTP head: CudaModel::mtp_forward, hidden rows crossing to the host
-// (the engine keeps them in StreamState::mtp_pending); the head's cache lives in the device state, its length
+// the host, the KeyedSampler draws. The MTP head: CudaModel::mtp_forward, its hidden rows kept on the device
+// in each stream's state (keeps_hidden_rows: the engine counts them, StreamState::mtp_kept_rows) and its last
+// output row there for the next chained draft; the head's cache lives in the device state, its length
 // follows StreamState::mtp_position (StreamState::truncate_mtp moves only that; the device side follows at
 // the next head call). Prompts run as decode windows (same bits as steps), or with `prompt_path` as CudaModel
 // prompt passes (CudaSegment::prompt; a mixed round is then two calls): off by default until the contract has
@@ -54,6 +55,9 @@ class CudaBackend final : public ModelBackend {
   bool has_mtp() const override { return model_->has_mtp(); }
   int64_t mtp_hidden_width() const override { return model_->has_mtp() ? model_->mtp_hidden_width() : 0; }
   std::vector<float> mtp_forward(std::span<const MtpSegment> segments) const override;
+  // The head's hidden rows stay on the device, in each stream's CudaStreamState::kept (unless
+  // DS_CUDA_HOST_HIDDEN=1: they cross to the host and back, the earlier form).
+  bool keeps_hidden_rows() const override { return keep_hidden_ && model_->has_mtp(); }
 
   CudaModel& model() const { return *model_; }
   // Device draws on (the default) or off; set it before an engine takes the backend.
@@ -106,6 +110,7 @@ class CudaBackend final : public ModelBackend {
   bool window_graphs_ = true;  // verify windows replay parked graphs too (else launched directly)
   bool merge_reruns_ = true;   // kept rows ride in the next window (else a pass of their own)
   bool time_phases_ = false;   // DS_CUDA_PHASES=1
+  bool keep_hidden_ = true;    // hidden rows for the head kept on the device (else via the host)
   mutable std::map<std::string, Phase> phases_;
   mutable int64_t replays_ = 0, replay_rows_ = 0;
   mutable DeviceBuffer hidden_rows_, hidden_out_;  // hidden rows crossing between host and device

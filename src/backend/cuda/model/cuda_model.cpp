@@ -28,6 +28,20 @@ constexpr int kMaxExpertWindowSlots = 4096;  // moe_expert_windows takes at most
 // replayed as graphs) share a scratch of this size; wider ones (prompts) take a second one.
 constexpr int kNarrowRows = 32;
 
+// A segment keeping its rows must find room for them in the state's ring without overwriting the rows held
+// before them (the head reads those next): CudaModel::reserve_kept_rows made it.
+void check_kept_room(const CudaSegment& sg) {
+  const KeptHiddenRows& k = sg.state->kept;
+  const int64_t written = sg.state->position + sg.quiet_rows,
+                end = sg.state->position + static_cast<int64_t>(sg.tokens.size());
+  const int64_t from = k.end < written || k.first > written ? written : k.first;
+  if (k.capacity == 0 || end - from > k.capacity)
+    fail(
+        "CudaModel::forward: the state's kept hidden rows hold {} rows, not positions {}..{} "
+        "(reserve_kept_rows)",
+        k.capacity, from, end);
+}
+
 }  // namespace
 
 CudaModel::~CudaModel() {
@@ -340,7 +354,8 @@ int64_t CudaModel::run(std::span<const CudaSegment> segments) {
   bool any_hidden = false;
   std::vector<int32_t> tokens, want;
   for (const CudaSegment& sg : segments) {
-    any_hidden = any_hidden || sg.hidden != nullptr;
+    any_hidden = any_hidden || sg.hidden != nullptr || sg.keep_hidden;
+    if (sg.keep_hidden) check_kept_room(sg);
     if (sg.state == nullptr || sg.state->device.bytes() != static_cast<size_t>(state_floats_) * sizeof(float))
       fail("CudaModel::forward: a segment's state was not made by this model's new_state()");
     if (sg.tokens.empty()) fail("CudaModel::forward: a segment has no tokens");
@@ -393,11 +408,15 @@ int64_t CudaModel::run(std::span<const CudaSegment> segments) {
     off_emb.push_back(stage.put(emb.data(), emb.size() * 4));
   }
   const size_t off_want = stage.put(want.data(), want.size() * 4);
-  // Each row's H destination (device pointers; null: not wanted) for the MTP head.
+  // Each row's H destination (device pointers; null: not wanted) for the MTP head: the caller's rows, or the
+  // state's kept rows at the row's position (quiet rows are kept already, with the same bits).
   std::vector<float*> hidden_rows;
   for (const CudaSegment& sg : segments)
-    for (size_t t = 0; t < sg.tokens.size(); ++t)
-      hidden_rows.push_back(sg.hidden ? sg.hidden + t * SD : nullptr);
+    for (int64_t t = 0; t < static_cast<int64_t>(sg.tokens.size()); ++t)
+      hidden_rows.push_back(sg.hidden ? sg.hidden + t * SD
+                            : sg.keep_hidden && t >= sg.quiet_rows
+                                ? sg.state->kept.row(sg.state->position + t, SD)
+                                : nullptr);
   const size_t off_hidden =
       any_hidden ? stage.put(hidden_rows.data(), hidden_rows.size() * sizeof(float*)) : 0;
   const int nw = static_cast<int>(segments.size());
@@ -550,6 +569,13 @@ int64_t CudaModel::run(std::span<const CudaSegment> segments) {
                                  any_hidden ? 1 : 0};
   launch(round_graphs_, key, use_graph, enqueue, true);
   for (const CudaSegment& sg : segments) {
+    if (sg.keep_hidden) {
+      // The kept rows now run from the older ones still held (if they reach this call's) to its last row.
+      KeptHiddenRows& k = sg.state->kept;
+      const int64_t written = sg.state->position + sg.quiet_rows;
+      if (k.end < written || k.first > written) k.first = written;
+      k.end = sg.state->position + static_cast<int64_t>(sg.tokens.size());
+    }
     if (!c.ple_layer_ids.empty())
       ple_advance_context(sg.state->ple_context, sg.tokens.data(), static_cast<int64_t>(sg.tokens.size()));
     sg.state->position += static_cast<int64_t>(sg.tokens.size());

@@ -99,6 +99,19 @@ struct DummySpec {
   bool mtp_head = true;  // a random MTP head (qwen4_exp form) when the config declares one layer
 };
 
+// A stream's hidden rows for the MTP head kept on the device (CudaSegment::keep_hidden,
+// CudaMtpSegment::from_kept): the main model's H row of position p at ring + (p % capacity) * width for p in
+// [first, end), and the output row of the stream's last head call that kept one (keep_last_out).
+struct KeptHiddenRows {
+  DeviceBuffer ring;
+  int64_t capacity = 0, first = 0, end = 0;
+  DeviceBuffer last_out;  // one row, once kept
+  float* row(int64_t position, int64_t width) const {
+    return ring.as<float>() + (position % capacity) * width;
+  }
+  size_t bytes() const { return ring.bytes() + last_out.bytes(); }
+};
+
 // One stream's device state (DeltaNet conv/recurrent states, K/V and indexer caches, PLE conv history) and
 // the host part (position, PLE n-gram context).
 struct CudaStreamState {
@@ -106,6 +119,7 @@ struct CudaStreamState {
   std::vector<int32_t> ple_context;
   DeviceBuffer device;       // the MTP head's K/V (and indexer) cache too, after the main layers'
   int64_t mtp_position = 0;  // positions the MTP head has consumed (docs/mtp.md)
+  KeptHiddenRows kept;       // hidden rows for the head, kept on the device (CudaModel::reserve_kept_rows)
   // Rolls the head's cache back to its first `positions` entries (draft rollback): the entries past them
   // are rewritten before any row reads them, indexer blocks included.
   void truncate_mtp(int64_t positions);
@@ -125,6 +139,9 @@ struct CudaSegment {
   // With all_logits, the first `quiet_rows` rows return no logits (rows re-run ahead of a window: their
   // logits were read when they first ran).
   int64_t quiet_rows = 0;
+  // Instead of `hidden`: every row's H but the quiet rows' (kept when they first ran, the same bits) into the
+  // state's kept rows at its position (room made by CudaModel::reserve_kept_rows first).
+  bool keep_hidden = false;
 };
 
 // Rows for the MTP draft head, as ds::MtpSegment (docs/mtp.md) with the hidden rows in DEVICE memory: row i
@@ -137,6 +154,8 @@ struct CudaMtpSegment {
   int64_t position = 0;                  // must equal state->mtp_position
   float* hidden_out = nullptr;           // device, optional: each row's output hidden for chained drafts
   MtpLogits logits = MtpLogits::All;     // rows whose logits mtp_forward returns
+  bool from_kept = false;                // hidden null: the rows are the state's kept rows at position..
+  bool keep_last_out = false;  // the last row's output hidden into state->kept.last_out (may be the input)
 };
 
 class CudaModel {
@@ -182,6 +201,9 @@ class CudaModel {
   size_t recurrent_bytes() const;
   void save_recurrent(const CudaStreamState& from, DeviceBuffer& to) const;  // `to` resized if needed
   void restore_recurrent(const DeviceBuffer& from, CudaStreamState& to) const;
+  // Makes the state's kept rows hold positions [first, end) (the rows of [first, state.position) it holds
+  // are kept; the ring grown, or shrunk after a prompt, to a multiple of 64 rows; a new ring is zeroed).
+  void reserve_kept_rows(CudaStreamState& state, int64_t first, int64_t end) const;
 
   size_t device_weight_bytes() const { return weight_bytes_; }
   // Bytes of weights one token reads at batch 1 (every non-expert matrix, top-k + shared experts, lm_head).

@@ -314,6 +314,7 @@ std::vector<float> CudaModel::forward_passes(std::span<const CudaSegment> segmen
       const CudaSegment& sg = segments[p.seg];
       float* hidden = sg.hidden != nullptr ? sg.hidden + p.begin * cfg_.stream_width() : nullptr;
       segs.push_back({sg.state, sg.tokens.subspan(p.begin, p.count), sg.all_logits, true, hidden});
+      segs.back().keep_hidden = sg.keep_hidden;  // each piece's rows at their positions
     }
     std::vector<float> pass_logits;
     std::vector<int32_t> pass_tokens;

@@ -54,6 +54,44 @@ void CudaModel::copy_state(const CudaStreamState& from, CudaStreamState& to) con
   to.position = from.position;
   to.ple_context = from.ple_context;
   to.mtp_position = from.mtp_position;
+  // The head's kept rows travel with the state (a snapshot resumes with the head in step).
+  const cudaStream_t st = stream_.get();
+  auto same_size = [&](DeviceBuffer& buffer, size_t bytes) {
+    if (buffer.bytes() == bytes) return;
+    if (buffer.bytes() > 0) check(cudaStreamSynchronize(st), "CudaModel::copy_state");  // may be read still
+    buffer = DeviceBuffer(bytes);
+  };
+  same_size(to.kept.ring, from.kept.ring.bytes());
+  same_size(to.kept.last_out, from.kept.last_out.bytes());
+  copy_async(to.kept.ring.data(), from.kept.ring.data(), from.kept.ring.bytes(), st, "CudaModel::copy_state");
+  copy_async(to.kept.last_out.data(), from.kept.last_out.data(), from.kept.last_out.bytes(), st,
+             "CudaModel::copy_state");
+  to.kept.capacity = from.kept.capacity, to.kept.first = from.kept.first, to.kept.end = from.kept.end;
+}
+
+void CudaModel::reserve_kept_rows(CudaStreamState& state, int64_t first, int64_t end) const {
+  const std::lock_guard lock(capture_mutex_);
+  KeptHiddenRows& k = state.kept;
+  if (first < 0 || end <= first || end <= state.position)
+    fail("CudaModel::reserve_kept_rows: positions {}..{} for a state at {}", first, end, state.position);
+  // Rows held from `first` on stay; with none, the ring starts at the call's first row.
+  if (k.end <= std::max(k.first, first)) k.first = k.end = state.position;
+  k.first = std::max(k.first, first);
+  const int64_t need = end - k.first, rows = std::max<int64_t>(64, (need + 63) / 64 * 64);
+  if (k.capacity >= need && k.capacity <= 4 * rows) return;
+  // A new ring (grown for a prompt piece, or shrunk after one): the held rows copied to their new slots.
+  const cudaStream_t st = stream_.get();
+  const int64_t W = mtp_hidden_width();
+  KeptHiddenRows grown;
+  grown.capacity = rows, grown.first = k.first, grown.end = k.end;
+  grown.ring = DeviceBuffer(static_cast<size_t>(rows * W) * sizeof(float));
+  check(cudaMemsetAsync(grown.ring.data(), 0, grown.ring.bytes(), st), "CudaModel::reserve_kept_rows");
+  for (int64_t p = k.first; p < k.end; ++p)
+    copy_async(grown.row(p, W), k.row(p, W), static_cast<size_t>(W) * sizeof(float), st,
+               "CudaModel::reserve_kept_rows");
+  if (k.ring.bytes() > 0) check(cudaStreamSynchronize(st), "CudaModel::reserve_kept_rows");  // old ring read
+  grown.last_out = std::move(k.last_out);
+  k = std::move(grown);
 }
 
 void CudaModel::save_recurrent(const CudaStreamState& from, DeviceBuffer& to) const {

@@ -69,7 +69,16 @@ int64_t CudaModel::mtp_run(std::span<const CudaMtpSegment> segments) {
     if (sg.state == nullptr || sg.state->device.bytes() != static_cast<size_t>(state_floats_) * sizeof(float))
       fail("mtp_forward: a segment's state was not made by this model's new_state()");
     if (rows == 0) fail("mtp_forward: a segment has no rows");
-    if (sg.hidden == nullptr) fail("mtp_forward: a segment has no hidden rows");
+    if ((sg.hidden == nullptr) != sg.from_kept)
+      fail("mtp_forward: a segment needs hidden rows, from its pointer or (from_kept) the state's kept rows");
+    const KeptHiddenRows& kept = sg.state->kept;
+    if (sg.from_kept && (sg.position < kept.first || sg.position + rows > kept.end))
+      fail("mtp_forward: the state's kept hidden rows hold positions {}..{}, not {}..{}", kept.first,
+           kept.end, sg.position, sg.position + rows);
+    if (sg.keep_last_out && sg.hidden_out != nullptr)
+      fail("mtp_forward: a segment gives hidden_out and keep_last_out both");
+    if (sg.keep_last_out && kept.last_out.bytes() != static_cast<size_t>(SD) * sizeof(float))
+      fail("mtp_forward: keep_last_out needs the state's kept output row ({} floats)", SD);
     if (sg.position != sg.state->mtp_position)
       fail("mtp_forward: segment starts at position {} but the head's cache holds {} positions", sg.position,
            sg.state->mtp_position);
@@ -82,10 +91,12 @@ int64_t CudaModel::mtp_run(std::span<const CudaMtpSegment> segments) {
     for (int64_t t = 0; t < rows; ++t) {
       if (sg.logits == MtpLogits::All || (sg.logits == MtpLogits::Last && t == rows - 1))
         want.push_back(n + static_cast<int32_t>(t));
-      hidden_in.push_back(sg.hidden + t * SD);
-      hidden_out.push_back(sg.hidden_out ? sg.hidden_out + t * SD : nullptr);
+      hidden_in.push_back(sg.from_kept ? kept.row(sg.position + t, SD) : sg.hidden + t * SD);
+      hidden_out.push_back(sg.hidden_out                       ? sg.hidden_out + t * SD
+                           : sg.keep_last_out && t == rows - 1 ? kept.last_out.as<float>()
+                                                               : nullptr);
     }
-    any_out = any_out || sg.hidden_out != nullptr;
+    any_out = any_out || sg.hidden_out != nullptr || sg.keep_last_out;
     tokens.insert(tokens.end(), sg.next_tokens.begin(), sg.next_tokens.end());
     n += static_cast<int>(rows);
     max_count = std::max(max_count, static_cast<int>(rows));
