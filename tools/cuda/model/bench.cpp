@@ -94,6 +94,17 @@ void run_fast_vs_generic(Tally& tally, const std::string& config_path) {
       lh == lf ? "bit-identical to" : "differs from", hc_steps ? "bit-identical" : "DIFFERENT");
   tally.expect(lh.size() == lg.size() && hc_worst <= bound, "fast kernels: other hc mix within bound");
   tally.expect(hc_steps, "fast kernels: other hc mix: windows == steps");
+  // The MoE glue as separate launches (fused_moe off) == folded into the products, bit for bit: windows of 4
+  // (SwiGLU and the combine folded) and single steps (the routing too).
+  fast.set_fused_moe(false);
+  CudaStreamState s6 = fast.new_state(), s7 = fast.new_state();
+  const bool moe_windows = run_windows(fast, s6, tokens, 4) == lf,
+             moe_steps = run_windows(fast, s7, tokens, 1) == lf;
+  fast.set_fused_moe(true);
+  tally.expect_identical(moe_windows, "fast kernels: fused MoE glue == separate ops (windows of 4)",
+                         "fast kernels: fused MoE glue == separate ops (windows of 4)");
+  tally.expect_identical(moe_steps, "fast kernels: fused MoE glue == separate ops (single steps)",
+                         "fast kernels: fused MoE glue == separate ops (single steps)");
   fast.set_expert_windows(!fast.options().expert_windows);
   CudaStreamState s2 = fast.new_state();
   const bool pairs_same = run_windows(fast, s2, tokens, 4) == lf;
@@ -133,7 +144,22 @@ void run_bench(const std::string& config_path, int bits, int group, const std::v
                   100 * bytes * r.tokens_per_s / kRooflineBytesPerSecond, bytes / 1e9,
                   bytes * r.tokens_per_s / 1e9, m.graph_nodes(), m.graph_programmatic_edges());
     std::printf("\n");
+    if (n == 1) {  // the round's nodes by kind (its graph was the last captured)
+      std::vector<std::pair<int, std::string>> kinds;
+      for (const auto& [k, c] : m.graph_node_kinds()) kinds.push_back({c, k});
+      std::sort(kinds.rbegin(), kinds.rend());
+      std::printf("  nodes of a batch-1 round by kind:\n");
+      for (const auto& [c, k] : kinds) std::printf("    %5d  %s\n", c, k.c_str());
+    }
     std::fflush(stdout);
+    // The MoE glue as separate launches (fused_moe off; the same bits), at every stream count.
+    m.set_fused_moe(false);
+    const DecodeRate moe_apart = bench_decode_rounds(m, n, rounds, 1);
+    m.set_fused_moe(true);
+    std::printf("%8d %10d %12.3f %12.1f  (MoE glue as separate ops", n, rounds, moe_apart.ms_per_round,
+                moe_apart.tokens_per_s);
+    if (n == 1) std::printf("; %zu graph nodes a round", m.graph_nodes());
+    std::printf(")\n");
     // The other hyper-connection mix (split by stream / separate ops), at every stream count.
     const bool fused = m.options().fused_hc;
     m.set_fused_hc(!fused);
@@ -164,17 +190,21 @@ void run_bench(const std::string& config_path, int bits, int group, const std::v
     // The op table of both hyper-connection paths (the default first): the events split the programmatic
     // chain at every op, so compare fusions by the untimed rounds above, not by these sums.
     const int timed = 8;
-    for (const bool fused : {m.options().fused_hc, !m.options().fused_hc}) {
-      const bool was = m.options().fused_hc;
-      m.set_fused_hc(fused);
+    struct Table {
+      bool fused_hc, fused_moe;
+    };
+    const bool hc = m.options().fused_hc;
+    for (const Table t : {Table{hc, true}, Table{hc, false}, Table{!hc, true}}) {
+      m.set_fused_hc(t.fused_hc), m.set_fused_moe(t.fused_moe);
       const auto ops = op_breakdown(m, timed);
-      m.set_fused_hc(was);
+      m.set_fused_hc(hc), m.set_fused_moe(true);
       double total = 0;
       for (const auto& o : ops) total += o.second;
       std::printf(
-          "  per-op GPU time of one batch-1 round, %s (graph replay, CUDA events as graph nodes; mean of "
+          "  per-op GPU time of one batch-1 round, %s, %s (graph replay, CUDA events as graph nodes; mean of "
           "%d):\n",
-          fused ? "split hc mix" : "hc mix as separate ops", timed);
+          t.fused_hc ? "split hc mix" : "hc mix as separate ops",
+          t.fused_moe ? "MoE glue fused" : "MoE glue as separate ops", timed);
       for (const auto& [k, us] : ops)
         std::printf("    %-20s %9.1f us %5.1f%%\n", k.c_str(), us, 100 * us / total);
       std::printf("    %-20s %9.1f us\n", "total", total);

@@ -65,6 +65,8 @@ void run_bench(const std::string& config_path, int bits, int group, const std::v
 void run_op_tables(const std::string& config_path, int bits, int group, const std::vector<int>& streams,
                    int rounds);
 
+// The MoE glue folded into the FMA products (moe_fused_checks.cpp) == the separate launches, bit for bit.
+void run_moe_fused_checks(Tally& tally);
 // The hyper-connection mix kernels (hc_checks.cpp) at the real shape against float64, rows alone == together.
 void run_hc_checks(Tally& tally);
 // The prompt path (prompt_checks.cpp): a fixture's teacher-forced logits through prompt passes within the
