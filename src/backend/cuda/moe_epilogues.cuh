@@ -16,16 +16,15 @@
 
 namespace ds::cuda::dev {
 
-// moe_combine's sum for one output: sum_k weight_k * value_k over the ranks in order, then the shared
-// expert's sigmoid-gated value (gate_logit's sigmoid) when there is one. Shared by moe_combine
-// (glue_kernels.cu).
-template <int kMaxK>
-__device__ __forceinline__ float moe_combine_sum(const float (&w)[kMaxK], const float (&v)[kMaxK], int K,
-                                                 bool shared, float gate_logit, float shared_v) {
+// moe_combine's sum for one output: sum_k w(k) * v(k) over the ranks k < K in order (kMaxK >= K), then the
+// shared expert's sigmoid-gated value when there is one. Shared by moe_combine (glue_kernels.cu).
+template <int kMaxK, class W, class V>
+__device__ __forceinline__ float moe_combine_sum(const W& w, const V& v, int K, bool shared, float gate_logit,
+                                                 float shared_v) {
   float s = 0.0f;
 #pragma unroll
   for (int k = 0; k < kMaxK; ++k)
-    if (k < K) s = __fadd_rn(s, __fmul_rn(w[k], v[k]));
+    if (k < K) s = __fadd_rn(s, __fmul_rn(w(k), v(k)));
   if (shared) s = __fadd_rn(s, __fmul_rn(sigmoid(gate_logit), shared_v));
   return s;
 }
@@ -89,10 +88,14 @@ struct CombineOut {
                                         int lane, int64_t n_out) const {
     PlainOut{}.store(y, o0, acc, ok, lane, n_out);
   }
-  // Block-uniform; slots: the product's rows (ld ldy).
+  // Block-uniform; slots: the product's rows (ld ldy). The last block of a tile stages the tile's slot values
+  // and weights in shared memory, every load at once (few registers: the product's loop around it keeps
+  // its own), then a thread per output sums them.
   __device__ void task_done(int64_t p, int64_t tile, int64_t per_task, const float* slots, int64_t ldy,
                             int64_t n_out) const {
+    constexpr int kMaxK = 32, kMaxTile = kWarpsPerBlock * kOutputsPerWarp;
     __shared__ int last;
+    __shared__ float vals[kMaxK + 1][kMaxTile], wts[kMaxK + 1];
     __threadfence();  // this thread's slot stores, before the block's count
     __syncthreads();
     const int64_t routed = int64_t{n_rows} * K;
@@ -103,19 +106,24 @@ struct CombineOut {
       if (last) *c = 0;  // every slot of the tile has arrived: ready for the next launch
     }
     __syncthreads();
-    if (!last) return;
+    if (!last) return;  // uniform over the block
     __threadfence();
-    constexpr int kMaxK = 32;
     const int64_t first = tile * per_task;
-    for (int64_t d = first + threadIdx.x; d < first + per_task && d < n_out; d += blockDim.x) {
-      float w[kMaxK], v[kMaxK];
-#pragma unroll
-      for (int k = 0; k < kMaxK; ++k)
-        if (k < K) w[k] = weights[r * K + k], v[k] = __ldcg(slots + (r * K + k) * ldy + d);
-      const float sv = shared ? __ldcg(slots + (routed + r) * ldy + d) : 0.0f;
-      out[r * n_out + d] =
-          dev::moe_combine_sum<kMaxK>(w, v, K, shared, shared ? shared_gate[r * ld_gate] : 0.0f, sv);
+    const int n_slots = K + (shared ? 1 : 0), width = static_cast<int>(per_task);
+    for (int i = threadIdx.x; i < n_slots * width; i += blockDim.x) {
+      const int k = i / width, j = i % width;
+      const int64_t slot = k < K ? r * K + k : routed + r;
+      if (first + j < n_out) vals[k][j] = __ldcg(slots + slot * ldy + first + j);
     }
+    if (threadIdx.x < K) wts[threadIdx.x] = weights[r * K + threadIdx.x];
+    if (shared && threadIdx.x == 0) wts[kMaxK] = shared_gate[r * ld_gate];
+    __syncthreads();
+    const int j = threadIdx.x;
+    if (j < width && first + j < n_out)
+      out[r * n_out + first + j] =
+          dev::moe_combine_sum<kMaxK>([&](int k) { return wts[k]; }, [&](int k) { return vals[k][j]; }, K,
+                                      shared, shared ? wts[kMaxK] : 0.0f, shared ? vals[K][j] : 0.0f);
+    __syncthreads();  // vals and wts are staged again by the block's next last tile
   }
 };
 

@@ -156,7 +156,8 @@ __global__ void moe_combine_kernel(const float* weights, const float* slots, con
   for (int k = 0; k < kMaxK; ++k)
     if (k < K) v[k] = p[k] < 0 ? nan : slots[p[k] * D + d];
   const bool has_shared = shared != nullptr;
-  out[i] = dev::moe_combine_sum<kMaxK>(w, v, K, has_shared, has_shared ? shared_gate[r * ld_gate] : 0.0f,
+  out[i] = dev::moe_combine_sum<kMaxK>([&](int k) { return w[k]; }, [&](int k) { return v[k]; }, K,
+                                       has_shared, has_shared ? shared_gate[r * ld_gate] : 0.0f,
                                        has_shared ? shared[i] : 0.0f);
 }
 
