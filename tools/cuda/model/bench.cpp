@@ -94,17 +94,20 @@ void run_fast_vs_generic(Tally& tally, const std::string& config_path) {
       lh == lf ? "bit-identical to" : "differs from", hc_steps ? "bit-identical" : "DIFFERENT");
   tally.expect(lh.size() == lg.size() && hc_worst <= bound, "fast kernels: other hc mix within bound");
   tally.expect(hc_steps, "fast kernels: other hc mix: windows == steps");
-  // The MoE glue as separate launches (fused_moe off) == folded into the products, bit for bit: windows of 4
-  // (SwiGLU and the combine folded) and single steps (the routing too).
-  fast.set_fused_moe(false);
-  CudaStreamState s6 = fast.new_state(), s7 = fast.new_state();
-  const bool moe_windows = run_windows(fast, s6, tokens, 4) == lf,
-             moe_steps = run_windows(fast, s7, tokens, 1) == lf;
-  fast.set_fused_moe(true);
-  tally.expect_identical(moe_windows, "fast kernels: fused MoE glue == separate ops (windows of 4)",
-                         "fast kernels: fused MoE glue == separate ops (windows of 4)");
-  tally.expect_identical(moe_steps, "fast kernels: fused MoE glue == separate ops (single steps)",
-                         "fast kernels: fused MoE glue == separate ops (single steps)");
+  // The MoE glue as separate launches and all fused == the default, bit for bit: windows of 4 (SwiGLU and the
+  // combine folded) and single steps (the routing too).
+  const CudaModelOptions was = fast.options();
+  for (const bool on : {false, true}) {
+    fast.set_fused_moe(on, on, on);
+    CudaStreamState s6 = fast.new_state(), s7 = fast.new_state();
+    const bool moe_windows = run_windows(fast, s6, tokens, 4) == lf,
+               moe_steps = run_windows(fast, s7, tokens, 1) == lf;
+    const std::string what =
+        std::string("fast kernels: MoE glue ") + (on ? "all fused" : "as separate ops") + " == the default";
+    tally.expect_identical(moe_windows, what + " (windows of 4)", what + " (windows of 4)");
+    tally.expect_identical(moe_steps, what + " (single steps)", what + " (single steps)");
+  }
+  fast.set_fused_moe(was.fused_route, was.fused_swiglu, was.fused_combine);
   fast.set_expert_windows(!fast.options().expert_windows);
   CudaStreamState s2 = fast.new_state();
   const bool pairs_same = run_windows(fast, s2, tokens, 4) == lf;
@@ -123,7 +126,7 @@ void run_fast_vs_generic(Tally& tally, const std::string& config_path) {
 }
 
 void run_bench(const std::string& config_path, int bits, int group, const std::vector<int>& streams,
-               int rounds) {
+               int rounds, bool lean) {
   const ModelConfig cfg = read_config(config_path);
   const DummySpec spec = uniform_spec(bits, group);
   CudaModelOptions opt;
@@ -152,14 +155,32 @@ void run_bench(const std::string& config_path, int bits, int group, const std::v
       for (const auto& [c, k] : kinds) std::printf("    %5d  %s\n", c, k.c_str());
     }
     std::fflush(stdout);
-    // The MoE glue as separate launches (fused_moe off; the same bits), at every stream count.
-    m.set_fused_moe(false);
-    const DecodeRate moe_apart = bench_decode_rounds(m, n, rounds, 1);
-    m.set_fused_moe(true);
-    std::printf("%8d %10d %12.3f %12.1f  (MoE glue as separate ops", n, rounds, moe_apart.ms_per_round,
-                moe_apart.tokens_per_s);
-    if (n == 1) std::printf("; %zu graph nodes a round", m.graph_nodes());
-    std::printf(")\n");
+    // The MoE glue fusions one by one (the same bits every way), against the default line above: at one row
+    // every combination; at 2-8 rows the routing is never folded; past 8 rows the separate ops and SwiGLU
+    // alone, over half the rounds.
+    struct Fusion {
+      bool route, swiglu, combine;
+      const char* name;
+    };
+    const CudaModelOptions was = m.options();
+    for (const Fusion f : {Fusion{false, false, false, "MoE glue as separate ops"},
+                           Fusion{true, false, false, "fused MoE glue: routing only"},
+                           Fusion{false, true, false, "fused MoE glue: SwiGLU only"},
+                           Fusion{false, false, true, "fused MoE glue: combine only"},
+                           Fusion{true, true, false, "fused MoE glue: routing + SwiGLU"},
+                           Fusion{true, true, true, "fused MoE glue: all three"}}) {
+      if (n > 1 && f.route && !f.combine) continue;  // the same launches as without the routing
+      if (n > 8 && (f.combine || f.route)) continue;
+      m.set_fused_moe(f.route, f.swiglu, f.combine);
+      const DecodeRate v = bench_decode_rounds(m, n, n > 8 ? std::max(rounds / 2, 1) : rounds, 1);
+      std::printf("%8d %10d %12.3f %12.1f  (%s", n, n > 8 ? std::max(rounds / 2, 1) : rounds, v.ms_per_round,
+                  v.tokens_per_s, f.name);
+      if (n == 1) std::printf("; %zu graph nodes a round", m.graph_nodes());
+      std::printf(")\n");
+    }
+    m.set_fused_moe(was.fused_route, was.fused_swiglu, was.fused_combine);
+    std::fflush(stdout);
+    if (lean) continue;
     // The other hyper-connection mix (split by stream / separate ops), at every stream count.
     const bool fused = m.options().fused_hc;
     m.set_fused_hc(!fused);
@@ -195,16 +216,17 @@ void run_bench(const std::string& config_path, int bits, int group, const std::v
     };
     const bool hc = m.options().fused_hc;
     for (const Table t : {Table{hc, true}, Table{hc, false}, Table{!hc, true}}) {
-      m.set_fused_hc(t.fused_hc), m.set_fused_moe(t.fused_moe);
+      m.set_fused_hc(t.fused_hc);
+      if (!t.fused_moe) m.set_fused_moe(false, false, false);
       const auto ops = op_breakdown(m, timed);
-      m.set_fused_hc(hc), m.set_fused_moe(true);
+      m.set_fused_hc(hc), m.set_fused_moe(was.fused_route, was.fused_swiglu, was.fused_combine);
       double total = 0;
       for (const auto& o : ops) total += o.second;
       std::printf(
           "  per-op GPU time of one batch-1 round, %s, %s (graph replay, CUDA events as graph nodes; mean of "
           "%d):\n",
           t.fused_hc ? "split hc mix" : "hc mix as separate ops",
-          t.fused_moe ? "MoE glue fused" : "MoE glue as separate ops", timed);
+          t.fused_moe ? "MoE glue as the default" : "MoE glue as separate ops", timed);
       for (const auto& [k, us] : ops)
         std::printf("    %-20s %9.1f us %5.1f%%\n", k.c_str(), us, 100 * us / total);
       std::printf("    %-20s %9.1f us\n", "total", total);
@@ -212,6 +234,7 @@ void run_bench(const std::string& config_path, int bits, int group, const std::v
   }
   // Batch 1 at longer contexts: past the indexer budget the block selection and the selected attention run.
   for (int context : {1024, 4000}) {
+    if (lean) break;
     if (context + rounds + 8 > opt.max_context) break;
     const DecodeRate r = bench_decode_rounds(m, 1, rounds, 2, context);
     std::printf("  batch 1 after %d context tokens: %.3f ms/round, %.1f tok/s\n", context, r.ms_per_round,

@@ -81,10 +81,12 @@ void CudaModel::moe(const Layer& L, int n, const float* x, float* y) {
   // affine_wx's bits.
   const bool windows = opt_.expert_windows && experts_windowed_ && routed <= kMaxExpertWindowSlots;
   const bool pairs = !windows || stacked;
-  // fused_moe: ops folded into the FMA products' launches, each with the bits of the separate ops.
-  const bool fuse = opt_.fused_moe && !prompt_pass_;
+  // fused_route/swiglu/combine: ops folded into the FMA products' launches, each with the bits of the
+  // separate ops.
+  const bool decode = !prompt_pass_;
   const DeviceMatrix& router = L.router_shared.joined;
-  if (!(fuse && n == 1 && router.kind == DeviceMatrix::Kind::Affine && !decode_tensor_takes(router) &&
+  if (!(opt_.fused_route && decode && n == 1 && router.kind == DeviceMatrix::Kind::Affine &&
+        !decode_tensor_takes(router) &&
         affine_wx_route(router.affine, x, s.rjoint, E, K, cfg_.norm_topk_prob, s.ids, s.weights,
                         pairs ? s.up_pairs : nullptr, pairs ? s.down_pairs : nullptr, stacked ? E : -1,
                         s.counters, st))) {
@@ -115,7 +117,8 @@ void CudaModel::moe(const Layer& L, int n, const float* x, float* y) {
     slot_of = s.slot_of;
   } else {
     op("moe expert gate|up");
-    if (fuse && L.gate_up.kind == DeviceMatrix::Kind::Affine && !L.up_alone.valid() && I % 2 == 0) {
+    if (opt_.fused_swiglu && decode && L.gate_up.kind == DeviceMatrix::Kind::Affine && !L.up_alone.valid() &&
+        I % 2 == 0) {
       affine_wx_grouped_swiglu(L.gate_up.affine, s.up_pairs, all, Activations{x, ActType::F32, D}, n, s.h, I,
                                st);
     } else {
@@ -124,7 +127,8 @@ void CudaModel::moe(const Layer& L, int n, const float* x, float* y) {
       silu_mul_halves(s.gu, all, I, s.h, st);
     }
     op("moe expert down");
-    if (fuse && L.down.kind == DeviceMatrix::Kind::Affine && (stacked || !L.has_shared)) {
+    if (opt_.fused_combine && decode && L.down.kind == DeviceMatrix::Kind::Affine &&
+        (stacked || !L.has_shared)) {
       const MoeCombineArgs c{s.weights, stacked ? s.rjoint + E : nullptr, RW, y, s.counters + 1, n, K};
       affine_wx_grouped_combine(L.down.affine, s.down_pairs, all, Activations{s.h, ActType::F32, I}, all,
                                 s.slots, D, c, st);
@@ -281,7 +285,8 @@ void CudaModel::ensure_scratch(int n) {
   const size_t attn_ws =
       c.head_dim == 128 || c.head_dim == 256 ? attention_decode_workspace_bytes(ashape, n) : 0;
   const TcScratchBytes tc = tc_scratch_bytes(c, n);  // the decode tensor products' (cuda_model_prompt.cpp)
-  // fused_moe's completion counters: the router's, then the down products' (row, output tile) ones.
+  // The fused router's and combine's completion counters: the router's, then the down products' (row, output
+  // tile) ones.
   const int64_t counter_bytes = (1 + n * ((c.hidden + 3) / 4)) * 4;
   std::vector<std::pair<void**, int64_t>> parts = {
       {(void**)&s->H, n * SD * 4},
@@ -558,23 +563,24 @@ int64_t CudaModel::run(std::span<const CudaSegment> segments) {
     wx(lm_head_, s.xs, D, n_out, s.logits, V, st);
   };
   const bool use_graph = opt_.graphs && !prompt_pass_;  // prompt passes vary in shape: launched directly
-  const std::vector<int64_t> key{n,
-                                 nw,
-                                 max_count,
-                                 n_out,
-                                 static_cast<int64_t>(stage.bytes.size()),
-                                 reinterpret_cast<int64_t>(dev),
-                                 reinterpret_cast<int64_t>(s.pinned),
-                                 reinterpret_cast<int64_t>(s.arena.data()),
-                                 opt_.time_ops ? 1 : 0,
-                                 opt_.expert_windows ? 1 : 0,
-                                 opt_.programmatic_launch ? 1 : 0,
-                                 opt_.fused_hc ? 1 : 0,
-                                 opt_.fused_moe ? 1 : 0,
-                                 static_cast<int64_t>(opt_.decode_products),
-                                 opt_.tensor_tall_only ? 1 : 0,
-                                 s.any_selecting ? 1 : 0,
-                                 any_hidden ? 1 : 0};
+  const std::vector<int64_t> key{
+      n,
+      nw,
+      max_count,
+      n_out,
+      static_cast<int64_t>(stage.bytes.size()),
+      reinterpret_cast<int64_t>(dev),
+      reinterpret_cast<int64_t>(s.pinned),
+      reinterpret_cast<int64_t>(s.arena.data()),
+      opt_.time_ops ? 1 : 0,
+      opt_.expert_windows ? 1 : 0,
+      opt_.programmatic_launch ? 1 : 0,
+      opt_.fused_hc ? 1 : 0,
+      (opt_.fused_route ? 1 : 0) + (opt_.fused_swiglu ? 2 : 0) + (opt_.fused_combine ? 4 : 0),
+      static_cast<int64_t>(opt_.decode_products),
+      opt_.tensor_tall_only ? 1 : 0,
+      s.any_selecting ? 1 : 0,
+      any_hidden ? 1 : 0};
   launch(round_graphs_, key, use_graph, enqueue, true);
   for (const CudaSegment& sg : segments) {
     if (!c.ple_layer_ids.empty())

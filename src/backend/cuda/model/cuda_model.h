@@ -70,10 +70,12 @@ struct CudaModelOptions {
   // folded into the down|inject product split by stream, the partials summed by the tail); off: the separate
   // ops. Other down|inject sums (checked within the float64 bounds); docs/receipts/cuda-decode.md, "hcchain".
   bool fused_hc = true;
-  // A decode call's MoE glue folded into the FMA expert products (bit-identical to the separate ops:
-  // checked): at one row the routing into the router product (its last warp), SwiGLU into the gate|up
+  // A decode call's MoE glue folded into the FMA expert products, each bit-identical to the separate ops
+  // (checked): the routing into the router product at one row (its last warp), SwiGLU into the gate|up
   // products' epilogue, the combine into the down products (the block storing a tile's last slot sums it).
-  bool fused_moe = true;
+  bool fused_route = true;
+  bool fused_swiglu = true;
+  bool fused_combine = true;
   int prompt_pass_rows = 2048;  // a prompt call runs in passes of at most this many rows (a multiple of 64)
   // Prompt passes run DeltaNet's chunked (C = 64) rule (deltanet_chunked.h) instead of the per-token
   // recurrence: off by default, as it measured 1.5x slower on the H200 (docs/receipts/cuda-prompt.md).
@@ -197,7 +199,9 @@ class CudaModel {
   void set_expert_windows(bool on) { opt_.expert_windows = on; }
   void set_programmatic_launch(bool on) { opt_.programmatic_launch = on; }
   void set_fused_hc(bool on) { opt_.fused_hc = on; }
-  void set_fused_moe(bool on) { opt_.fused_moe = on; }
+  void set_fused_moe(bool route, bool swiglu, bool combine) {
+    opt_.fused_route = route, opt_.fused_swiglu = swiglu, opt_.fused_combine = combine;
+  }
   // For benches: a round's graphs are keyed by it, the MTP head's are not (set it before the head runs).
   void set_decode_products(DecodeProducts p, bool tall_only = false) {
     opt_.decode_products = p, opt_.tensor_tall_only = tall_only;
