@@ -1,6 +1,7 @@
 #include "cli/backend_choice.h"
 
 #include <algorithm>
+#include <cstdlib>
 
 #include "core/error.h"
 #include "runtime/cpu_backend.h"
@@ -22,7 +23,8 @@ LoadedBackend load_cpu(const std::string& dir, int64_t context) {
 }
 
 #ifdef DELTASERVE_HAS_CUDA
-LoadedBackend load_cuda(const std::string& dir, int64_t context, bool prompt_path) {
+LoadedBackend load_cuda(const std::string& dir, int64_t context, bool prompt_path,
+                        const std::string& products) {
   LoadedBackend b;
   b.host = std::make_unique<Model>(dir, /*cpu_weight_tiles=*/false);  // the GPU reads its tables from it
   const int64_t max_pos = b.host->config().max_positions;
@@ -30,6 +32,8 @@ LoadedBackend load_cuda(const std::string& dir, int64_t context, bool prompt_pat
       context > 0 ? context : (max_pos > 0 ? std::min(max_pos, kCudaDefaultContext) : kCudaDefaultContext);
   cuda::CudaModelOptions opt;
   opt.max_context = b.context;
+  if (!products.empty()) cuda::set_decode_products(opt, products, "--cuda-products");
+  b.products = products.empty() ? std::string("DS_CUDA_DECODE_PRODUCTS") : products;
   try {
     b.backend = std::make_shared<cuda::CudaBackend>(
         std::make_unique<cuda::CudaModel>(b.host->config(), b.host->weights(), opt,
@@ -46,21 +50,26 @@ LoadedBackend load_cuda(const std::string& dir, int64_t context, bool prompt_pat
 
 }  // namespace
 
-void add_backend_options(CLI::App& cmd, std::string& backend, bool& cuda_prompt_passes, bool& cuda_drafts) {
+void add_backend_options(CLI::App& cmd, std::string& backend, bool& cuda_prompt_passes, bool& cuda_drafts,
+                         std::string& cuda_products) {
   cmd.add_option("--backend", backend, "cpu, or cuda (the GPU; a -DDELTASERVE_CUDA=ON build)");
   cmd.add_flag("--cuda-prompt-passes", cuda_prompt_passes,
-               "cuda: prompts as tensor-core prompt passes (docs/backend-cuda.md \"Prompt path\"; default "
-               "without --cuda-drafts; =false: as decode windows)");
-  cmd.add_flag(
-      "--cuda-drafts", cuda_drafts,
-      "cuda: draft as on the CPU (off by default on CUDA: greedy replies measured 12-64% faster "
-      "with drafts there, sampled ones 22% slower; docs/receipts/speculative.md); prompts then run as "
-      "decode windows unless --cuda-prompt-passes is given (drafts then take their earlier, slower "
-      "path)");
+               "cuda: prompts as tensor-core prompt passes (docs/backend-cuda.md \"Prompt path\"; default; "
+               "=false: as decode windows)");
+  cmd.add_flag("--cuda-drafts", cuda_drafts,
+               "cuda: draft as on the CPU (off by default on CUDA: greedy replies measured 12-64% faster "
+               "with drafts there, sampled ones 22% slower; docs/receipts/speculative.md)");
+  cmd.add_option(
+      "--cuda-products", cuda_products,
+      "cuda: the decode products' family for the process: auto (tensor cores when --parallel >= 16, "
+      "else fma), fma, tensor, tensor-tall (docs/backend-cuda.md \"Decode products on the tensor "
+      "cores\")");
 }
 
-bool cuda_prompt_passes_on(const CLI::App& cmd, bool cuda_prompt_passes, bool cuda_drafts) {
-  return cuda_prompt_passes && !(cuda_drafts && cmd.count("--cuda-prompt-passes") == 0);
+std::string cuda_products_for(const std::string& choice, int parallel) {
+  if (choice != "auto") return choice;
+  if (const char* env = std::getenv("DS_CUDA_DECODE_PRODUCTS"); env != nullptr && *env != '\0') return "";
+  return parallel >= kTensorParallel ? "tensor" : "fma";
 }
 
 bool drafts_on(const std::string& backend, bool no_drafts, bool cuda_drafts) {
@@ -68,11 +77,12 @@ bool drafts_on(const std::string& backend, bool no_drafts, bool cuda_drafts) {
 }
 
 LoadedBackend load_backend(const std::string& name, const std::string& model_dir, int64_t context,
-                           [[maybe_unused]] bool cuda_prompt_path) {
+                           [[maybe_unused]] bool cuda_prompt_path,
+                           [[maybe_unused]] const std::string& cuda_products, [[maybe_unused]] int parallel) {
   if (name == "cpu") return load_cpu(model_dir, context);  // --cuda-prompt-passes is the CUDA backend's alone
   if (name != "cuda") fail("--backend '{}' is not one of cpu, cuda", name);
 #ifdef DELTASERVE_HAS_CUDA
-  return load_cuda(model_dir, context, cuda_prompt_path);
+  return load_cuda(model_dir, context, cuda_prompt_path, cuda_products_for(cuda_products, parallel));
 #else
   fail(
       "--backend cuda: this deltaserve was built without the CUDA backend (configure with "

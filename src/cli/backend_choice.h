@@ -15,6 +15,7 @@ struct LoadedBackend {
   std::unique_ptr<Model> host;                  // the checkpoint: the CPU's model, or the GPU's host tables
   std::shared_ptr<const ModelBackend> backend;  // what the engine runs
   int64_t context = 0;                          // positions per stream the backend holds
+  std::string products;  // cuda: the decode products' family this process runs (--cuda-products)
 };
 
 // Device caches hold this many positions per stream when --context is not given (the model's maximum would
@@ -25,19 +26,26 @@ constexpr int64_t kCudaDefaultContext = 8192;
 // `cuda_prompt_path`: CUDA prompts as prompt passes (cuda::CudaBackend's option; the CLI's default since they
 // measured 1.7x the decode windows' prompt tokens/s through the engine: docs/receipts/cuda-prompt.md).
 // `--backend`, `--cuda-prompt-passes` and `--cuda-drafts`, the options run and serve share.
-void add_backend_options(CLI::App& cmd, std::string& backend, bool& cuda_prompt_passes, bool& cuda_drafts);
+// `--cuda-products` (cuda_products_for) too.
+void add_backend_options(CLI::App& cmd, std::string& backend, bool& cuda_prompt_passes, bool& cuda_drafts,
+                         std::string& cuda_products);
+
+// `--cuda-products auto|fma|tensor|tensor-tall|...`: the CUDA decode products' family for the whole process.
+// A row's bits depend on the family, never on a call's rows, so it is a setting like the backend: every reply
+// of one process is the same whatever else it decodes. auto: the tensor-core products when up to `parallel`
+// >= kTensorParallel streams decode together (measured 34-51% faster than FMA at 32-64 streams but 32% slower
+// at one: docs/receipts/cuda-decode.md "Column-split tensor products"), else FMA; with
+// DS_CUDA_DECODE_PRODUCTS set, auto is "" (the variable's family stands).
+constexpr int kTensorParallel = 16;
+std::string cuda_products_for(const std::string& choice, int parallel);
 
 // Whether the engine drafts: never with --no-drafts; on CUDA only with --cuda-drafts: greedy replies measured
 // 12-64% faster with drafts on the H200, but a sampled one 22% slower (docs/receipts/speculative.md,
 // "Drafts that pay on the H200"), so the default waits on that case.
 bool drafts_on(const std::string& backend, bool no_drafts, bool cuda_drafts);
 
-// Whether CUDA prompts run as prompt passes: `--cuda-prompt-passes` (default on), but off with --cuda-drafts
-// unless given explicitly: with prompt passes cuda::CudaBackend drafts on its earlier path (its parked-graph
-// draft forms faulted there on the H200; docs/backend-cuda.md "Drafts and prompt passes").
-bool cuda_prompt_passes_on(const CLI::App& cmd, bool cuda_prompt_passes, bool cuda_drafts);
-
 LoadedBackend load_backend(const std::string& name, const std::string& model_dir, int64_t context,
-                           bool cuda_prompt_path = false);
+                           bool cuda_prompt_path = false, const std::string& cuda_products = "auto",
+                           int parallel = 1);
 
 }  // namespace ds::cli

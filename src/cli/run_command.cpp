@@ -29,6 +29,7 @@ namespace {
 struct RunOptions {
   std::string model, prompt, system, backend = "cpu";
   bool cuda_prompt_passes = true, cuda_drafts = false;
+  std::string cuda_products = "auto";
   int64_t context = 0;
   bool chat = false, no_think = false, ignore_eos = false, no_drafts = false;
   int max_tokens = 256, threads = 0;
@@ -55,7 +56,8 @@ void run(const RunOptions& o) {
   const bool tty = isatty(STDERR_FILENO);
   auto t_load = Clock::now();
   if (tty) std::fprintf(stderr, "loading %s ...", o.model.c_str());
-  const LoadedBackend loaded = load_backend(o.backend, o.model, o.context, o.cuda_prompt_passes);
+  const LoadedBackend loaded =
+      load_backend(o.backend, o.model, o.context, o.cuda_prompt_passes, o.cuda_products, 1);
   Tokenizer tok = Tokenizer::load(o.model);
   if (tty)
     std::fprintf(stderr, "\rloaded %s in %.2f s (%s)\n", o.model.c_str(), seconds_since(t_load),
@@ -141,13 +143,10 @@ void register_run_command(CLI::App& app) {
   cmd->add_option("--threads", o->threads, "CPU threads (default: all cores)");
   cmd->add_flag("--ignore-eos", o->ignore_eos, "do not stop at end-of-sequence tokens");
   cmd->add_flag("--no-drafts", o->no_drafts, "never draft (the plain decode path; the same reply)");
-  add_backend_options(*cmd, o->backend, o->cuda_prompt_passes, o->cuda_drafts);
+  add_backend_options(*cmd, o->backend, o->cuda_prompt_passes, o->cuda_drafts, o->cuda_products);
   cmd->add_option("--context", o->context,
                   "positions per stream, prompt + reply (default: the model's maximum; cuda: at most 8192)");
-  cmd->callback([o, cmd] {
-    o->cuda_prompt_passes = cuda_prompt_passes_on(*cmd, o->cuda_prompt_passes, o->cuda_drafts);
-    run(*o);
-  });
+  cmd->callback([o, cmd] { run(*o); });
 }
 
 }  // namespace ds::cli

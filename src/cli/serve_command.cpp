@@ -27,6 +27,7 @@ namespace {
 struct ServeOptions {
   std::string model, host = "127.0.0.1", api_key, backend = "cpu";
   bool cuda_prompt_passes = true, cuda_drafts = false;
+  std::string cuda_products = "auto";
   int port = 8080, parallel = 4, threads = 0;
   int64_t context = 0, max_queue = 256;
   double prompt_cache_gib = 1.0, memory_limit_gib = 0;
@@ -58,7 +59,8 @@ void serve(const ServeOptions& o) {
   std::filesystem::path dir(o.model);
   if (o.reference && o.backend != "cpu")
     fail("--reference is the CPU's serial decode; drop --backend {}", o.backend);
-  const LoadedBackend loaded = load_backend(o.backend, o.model, o.context, o.cuda_prompt_passes);
+  const LoadedBackend loaded =
+      load_backend(o.backend, o.model, o.context, o.cuda_prompt_passes, o.cuda_products, o.parallel);
   const Model& model = *loaded.host;
   Tokenizer tokenizer = Tokenizer::load(dir);
   server::PromptBuilder prompts(tokenizer, load_template(dir));
@@ -98,8 +100,10 @@ void serve(const ServeOptions& o) {
     std::fprintf(stderr, "signal %d: finishing requests in flight, then exiting\n", sig);
     http.stop();
   });
-  std::fprintf(stderr, "deltaserve: serving %s on http://%s:%d (context %lld, backend %s)\n", name.c_str(),
-               o.host.c_str(), port, static_cast<long long>(context), loaded.backend->name());
+  const std::string products = loaded.products.empty() ? "" : ", decode products " + loaded.products;
+  std::fprintf(stderr, "deltaserve: serving %s on http://%s:%d (context %lld, backend %s%s)\n", name.c_str(),
+               o.host.c_str(), port, static_cast<long long>(context), loaded.backend->name(),
+               products.c_str());
   std::fflush(stderr);
   http.serve();
   // serve() also returns when stop() came from elsewhere; wake the waiter so it can be joined.
@@ -130,13 +134,10 @@ void register_serve_command(CLI::App& app) {
   cmd->add_option("--memory-limit-gib", o->memory_limit_gib,
                   "weights + stream states + drafting + prompt cache stay under this; 0: no limit")
       ->check(CLI::NonNegativeNumber);
-  add_backend_options(*cmd, o->backend, o->cuda_prompt_passes, o->cuda_drafts);
+  add_backend_options(*cmd, o->backend, o->cuda_prompt_passes, o->cuda_drafts, o->cuda_products);
   cmd->add_flag("--reference", o->reference,
                 "serve with the serial reference decode instead of the batched engine");
-  cmd->callback([o, cmd] {
-    o->cuda_prompt_passes = cuda_prompt_passes_on(*cmd, o->cuda_prompt_passes, o->cuda_drafts);
-    serve(*o);
-  });
+  cmd->callback([o, cmd] { serve(*o); });
 }
 
 }  // namespace ds::cli

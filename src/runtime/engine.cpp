@@ -123,15 +123,22 @@ void Engine::Impl::start_stream(PendingRequest&& p) {
   s->admitted = EngineClock::now();
   s->caching = options.prompt_cache_gib > 0 && s->request.use_prompt_cache;
   s->drafting = options.drafts && s->request.use_drafts && options.max_drafts > 0;
-  s->history.add_prompt(s->request.prompt);
   std::optional<PromptCache::Hit> hit;
-  // At least one prompt token must run to give the first token's logits.
-  if (s->caching) hit = cache.find(s->request.prompt, s->prompt_len() - 1);
-  if (hit) {
-    s->state = *hit->state;
-    s->cached_tokens = hit->length;
-  } else {
-    s->state = model.new_state();
+  try {
+    s->history.add_prompt(s->request.prompt);
+    // At least one prompt token must run to give the first token's logits.
+    if (s->caching) hit = cache.find(s->request.prompt, s->prompt_len() - 1);
+    if (hit) {
+      s->state = *hit->state;
+      s->cached_tokens = hit->length;
+    } else {
+      s->state = model.new_state();
+    }
+  } catch (const std::exception& e) {
+    // No state for it (a GPU out of memory): the request ends with the error. Its callback has moved into
+    // the stream by now, so the stream, not the caller, must send the final event.
+    finish(*s, FinishReason::Error, e.what());
+    return;
   }
   {
     std::lock_guard lock(mutex);
@@ -212,7 +219,7 @@ bool Engine::Impl::step() {
   for (auto& p : admitted) {
     try {
       start_stream(std::move(p));
-    } catch (const std::exception& e) {
+    } catch (const std::exception& e) {  // before start_stream took the callback (it ends its own failures)
       Stream s;
       s.id = p.id;
       s.on_event = std::move(p.on_event);
@@ -337,9 +344,13 @@ void Engine::cancel(uint64_t id) {
 }
 
 EngineStats Engine::stats() const {
-  std::lock_guard lock(impl_->mutex);
-  EngineStats s = impl_->stats;
-  s.queued = static_cast<int64_t>(impl_->queue.size());
+  EngineStats s;
+  {
+    std::lock_guard lock(impl_->mutex);
+    s = impl_->stats;
+    s.queued = static_cast<int64_t>(impl_->queue.size());
+  }
+  s.backend_failure = impl_->model.failure();
   return s;
 }
 

@@ -72,6 +72,7 @@ struct EngineStats {
   int64_t weights_bytes = 0;  // the backend's weights: checkpoint files (mmapped) + the CPU's tiled copies
   int64_t warm_pending = 0;   // warm passes not yet run to their last mark
   double draft_calibration_ms = 0;  // timing the depth policy's rounds (at engine start)
+  std::string backend_failure;      // ModelBackend::failure(): non-empty once the backend cannot serve again
 };
 
 class Engine {

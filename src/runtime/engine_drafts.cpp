@@ -182,9 +182,17 @@ void Engine::Impl::plan_windows() {
   const auto hints =
       depths([](const DraftAsk& a) { return a.max; }, drafter->uses_hidden() ? &head_costs : nullptr);
   for (size_t i = 0; i < asks.size(); ++i) asks[i].depth_hint = hints[i].depth;
-  {
+  try {
     std::lock_guard lock(forward_mutex());  // a model-based source runs on the shared thread pool
     drafter->propose(asks);
+  } catch (const std::exception&) {
+    // Drafts never change a reply, so a failed source (the MTP head's call failing on the GPU) only costs
+    // this round's drafts; the head stops following these streams, as after a failed follow_prompt_rows.
+    for (DraftAsk& a : asks) {
+      a.state->mtp_pending.clear();
+      a.state->truncate_mtp(0);
+    }
+    return;
   }
   for (size_t i = 0; i < asks.size(); ++i)
     if (head_rows_pending(model, streams[i]->state) > kMaxIdleHeadRows) streams[i]->state.mtp_pending.clear();

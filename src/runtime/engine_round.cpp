@@ -308,7 +308,12 @@ void Engine::Impl::finish(Stream& s, FinishReason reason, const std::string& err
 
 void Engine::Impl::snapshot(std::span<const int32_t> tokens, const StreamState& state) {
   cache.set_capacity(cache_budget());
-  cache.insert(tokens, state);
+  try {
+    cache.insert(tokens, state);
+  } catch (const std::exception&) {
+    // A copy that cannot be made (no GPU memory for it) only leaves the cache without this mark; the stream
+    // that reached it, and a warm pass's neighbours in the round, go on (insert leaves the cache consistent).
+  }
 }
 
 // Re-runs prompt + reply as a prompt pass from the longest cached mark, so the next chat turn resumes from
@@ -321,7 +326,12 @@ void Engine::Impl::queue_warm_pass(const Stream& s) {
   if (w.target == 0) return;
   auto hit = cache.find(w.tokens, w.target);
   if (hit && hit->length == w.target) return;
-  w.state = hit ? *hit->state : model.new_state();
+  // Not `hit ? *hit->state : new_state()`: that conditional is a const prvalue, so a fresh state would be
+  // copied (on a GPU a second whole device state allocated and filled).
+  if (hit)
+    w.state = *hit->state;
+  else
+    w.state = model.new_state();
   warm.push_back(std::move(w));
 }
 

@@ -100,6 +100,20 @@ CompletionSession::~CompletionSession() {
   if (!done_) state_.backend.cancel(engine_id_);
 }
 
+void CompletionSession::await_start(std::chrono::milliseconds limit) {
+  TokenEvent e;
+  if (first_ || !channel_->pop(e, limit)) return;
+  if (e.finished && e.reason == FinishReason::Error) {
+    done_ = true;
+    throw ApiError(500, e.error, "", "engine_error", "server_error");
+  }
+  if (e.finished && e.reason == FinishReason::Cancelled) {
+    done_ = true;
+    throw ApiError(503, "the request was cancelled (server shutting down)", "", "cancelled", "server_error");
+  }
+  first_ = std::move(e);
+}
+
 void CompletionSession::run(const Write& write, std::chrono::milliseconds keepalive) {
   const Tokenizer& tokenizer = state_.prompts.tokenizer();
   IncrementalDecoder decoder(tokenizer, request_.skip_special_tokens);
@@ -132,7 +146,10 @@ void CompletionSession::run(const Write& write, std::chrono::milliseconds keepal
   bool first = true;
   for (;;) {
     TokenEvent e;
-    if (!channel_->pop(e, keepalive)) {
+    if (first_) {
+      e = std::move(*first_);
+      first_.reset();
+    } else if (!channel_->pop(e, keepalive)) {
       if (!write(request_.stream ? ": keep-alive\n\n" : " ")) return gone();
       continue;
     }

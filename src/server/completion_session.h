@@ -4,6 +4,7 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "server/api_request.h"
@@ -28,6 +29,11 @@ class CompletionSession {
   // Runs to the end, writing the body. A false write cancels the engine request. Keep-alives (an SSE comment,
   // or JSON's leading whitespace) go out after `keepalive` without events, so a vanished client is noticed.
   void run(const Write& write, std::chrono::milliseconds keepalive = std::chrono::milliseconds(500));
+  // Before the route commits a status: waits up to `limit` for the engine's first event, so a request the
+  // engine ends before its first token (a state that cannot be made, a failed first round) throws ApiError
+  // (500 engine_error; 503 when cancelled by a shutdown) instead of answering 200 with the error as its body.
+  // An event that arrives is kept for run().
+  void await_start(std::chrono::milliseconds limit);
   bool streaming() const { return request_.stream; }
 
  private:
@@ -35,6 +41,7 @@ class CompletionSession {
   ApiRequest request_;
   PreparedPrompt prompt_;
   std::shared_ptr<EventChannel> channel_;
+  std::optional<TokenEvent> first_;  // the event await_start took off the channel
   uint64_t engine_id_ = 0;
   bool done_ = false;
   std::string id_;

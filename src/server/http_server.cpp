@@ -13,6 +13,12 @@ namespace ds::server {
 
 namespace {
 
+// How long a non-streaming completion waits for the engine's first event before it commits 200 and starts its
+// body: long enough that a request refused at admission or in its first rounds gets a real error status,
+// short enough that keep-alives soon notice a client that left while queued. Streams answer at once (clients
+// expect their headers while queued; an error there is an SSE error event, which the OpenAI SDKs raise).
+constexpr std::chrono::milliseconds kStartWait{5000};
+
 void send_error(httplib::Response& res, int status, const std::string& body) {
   res.status = status;
   res.set_content(body, "application/json");
@@ -95,6 +101,7 @@ struct HttpServer::Impl {
                           : parse_completions_request(req.body, state.limits);
       PreparedPrompt prompt = state.prompts.build(r);
       session = std::make_shared<CompletionSession>(state, std::move(r), std::move(prompt));
+      if (!session->streaming()) session->await_start(kStartWait);
     } catch (const ApiError& e) {
       state.metrics.request_done(chat, e.status);
       return send_api_error(res, e);
@@ -125,7 +132,12 @@ struct HttpServer::Impl {
 
   void health(httplib::Response& res) {
     EngineStats s = state.backend.stats();
-    Json j = {{"status", state.shutting_down ? "shutting_down" : "ok"},
+    // A backend that cannot serve again (a lost GPU context) answers 503 with its error, so a supervisor
+    // restarts the process instead of routing requests that can only fail.
+    const bool failed = !s.backend_failure.empty();
+    Json j = {{"status", state.shutting_down ? "shutting_down"
+                         : failed            ? "failed"
+                                             : "ok"},
               {"requests_running", s.running},
               {"requests_queued", s.queued},
               {"requests_total", s.requests_total},
@@ -135,7 +147,8 @@ struct HttpServer::Impl {
               {"cache_hits", s.cache_hits},
               {"drafted_total", s.drafted_total},
               {"accepted_total", s.accepted_total}};
-    res.status = state.shutting_down ? 503 : 200;
+    if (failed) j["error"] = s.backend_failure;
+    res.status = state.shutting_down || failed ? 503 : 200;
     res.set_content(dump_json(j), "application/json");
   }
 

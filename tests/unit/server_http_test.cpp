@@ -32,7 +32,8 @@ class ScriptedBackend : public GenerationBackend {
   std::chrono::milliseconds gap{1};
   bool forever = false;  // repeat the script until cancelled
   std::string refuse;
-  std::string error;  // ends the script with an engine error
+  std::string error;    // ends the script with an engine error
+  std::string failure;  // EngineStats::backend_failure (a backend that cannot serve again)
   GenerationRequest last;
 
   ~ScriptedBackend() override {
@@ -76,7 +77,11 @@ class ScriptedBackend : public GenerationBackend {
     std::lock_guard lock(mutex_);
     cancelled_.insert(id);
   }
-  EngineStats stats() const override { return {}; }
+  EngineStats stats() const override {
+    EngineStats s;
+    s.backend_failure = failure;
+    return s;
+  }
   bool is_cancelled(uint64_t id) {
     std::lock_guard lock(mutex_);
     return cancelled_.count(id) > 0;
@@ -436,6 +441,35 @@ TEST_F(ServerHttp, EngineErrorMidStreamIsAnErrorEvent) {
   json e = json::parse(events[events.size() - 2]);
   EXPECT_EQ(e["error"]["message"], "out of state memory");
   EXPECT_EQ(e["error"]["type"], "server_error");
+}
+
+TEST_F(ServerHttp, EngineErrorBeforeTheFirstTokenIsA500) {
+  backend_.script = {};  // the engine ends the request before any token (a state it could not make)
+  backend_.error = "CudaModel::new_state: cudaErrorMemoryAllocation (out of memory)";
+  start();
+  auto res = post("/v1/completions", {{"prompt", "x"}});
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 500) << res->body;
+  json e = json::parse(res->body)["error"];
+  EXPECT_EQ(e["message"], backend_.error);
+  EXPECT_EQ(e["type"], "server_error");
+  EXPECT_EQ(e["code"], "engine_error");
+  // A stream answers at once (headers while queued), so its error is the SSE error event.
+  auto stream = post("/v1/completions", {{"prompt", "x"}, {"stream", true}});
+  ASSERT_EQ(stream->status, 200);
+  std::vector<std::string> events = sse(stream->body);
+  ASSERT_GE(events.size(), 2u);
+  EXPECT_EQ(json::parse(events[events.size() - 2])["error"]["code"], "engine_error");
+}
+
+TEST_F(ServerHttp, HealthIs503OnceTheBackendCannotServe) {
+  backend_.failure = "CudaModel::forward: cudaErrorIllegalAddress (an illegal memory access was encountered)";
+  start();  // (a healthy backend answers 200: ApiKeyGuardsEverythingButHealth)
+  auto health = client().Get("/health");
+  ASSERT_EQ(health->status, 503);
+  json j = json::parse(health->body);
+  EXPECT_EQ(j["status"], "failed");
+  EXPECT_EQ(j["error"], backend_.failure);
 }
 
 TEST_F(ServerHttp, ClientDisconnectCancels) {

@@ -69,6 +69,10 @@ void run_tc_bench(int reps);
 // count 1..64 at every position, expert tiles == each expert alone, bad shapes refused; and their timings
 // against the FMA products at 1/8/16/64 rows (tc_decode_bench.cpp).
 void run_tc_decode_checks(Tally& tally);
+
+// The CUDA wrappers' error hygiene (error_checks.cpp): a failure thrown by check() leaves no last error that
+// the next check_launch would report; with the premise as its negative control.
+void run_error_checks(Tally& tally);
 void run_tc_decode_bench(int reps);
 
 }  // namespace ds::cuda::wxcheck

@@ -59,6 +59,7 @@ int main(int argc, char** argv) {
     if (wanted("moe")) section(tally, "moe checks", [&] { wx::run_moe_checks(tally); });
     if (wanted("tiled")) section(tally, "tiled product checks", [&] { wx::run_tc_checks(tally); });
     if (wanted("decode-tc")) section(tally, "decode tc checks", [&] { wx::run_tc_decode_checks(tally); });
+    if (wanted("errors")) section(tally, "error checks", [&] { wx::run_error_checks(tally); });
   }
   std::printf("checks: %d passed, %d failed\n", tally.passed, tally.failed);
   std::fflush(stdout);

@@ -90,23 +90,24 @@ void run_tc_decode_bench(int reps) {
   const int kRows[] = {1, 2, 4, 8, 16};
   const std::vector<float> xh = random_normal(int64_t{64} * 6144, 1.0f, rng);
   DeviceBuffer x = upload(xh), y(size_t(64) * 248320 * 4), scratch(tc_decode_scratch_bytes(6144, 640));
-  // fma: affine_wx (the FMA products, windows of up to 16 rows); tc: tc_decode_wx with the general kernel
-  // alone (small windows off: the kernel before tc_gemv.cu); new: tc_decode_wx as shipped (the small-window
-  // kernel up to 8 rows; one row split in the block, no split launch); ring: one row with the split launch
-  // and the planes in the ring. GB/s: the weight's bytes over the time.
+  // fma: affine_wx (the FMA products, windows of up to 16 rows); S=1, 2, 4: tc_decode_wx with that many
+  // column slices forced (S=1: the kernels before tcsplit); new: tc_decode_wx as shipped (the shape's S, the
+  // small-window kernel up to 8 rows; one row split in the block, no split launch); ring: one row with the
+  // split launch and the planes in the ring. GB/s: the weight's bytes over the time.
   std::printf(
-      "\ndecode products, FMA vs tensor cores (tc: general kernel, new: small-window kernel <= 8 rows), "
-      "x fp32: us, weight GB/s\n");
-  std::printf("%-15s %-9s %7s", "shape", "format", "MB");
+      "\ndecode products, FMA vs tensor cores (S=1/2/4: forced column slices, new: the shape's S), x fp32: "
+      "us, weight GB/s\n");
+  std::printf("%-15s %-9s %7s %2s", "shape", "format", "MB", "S");
   for (int n : kRows)
-    std::printf(" | %2d rows: fma   GB/s     tc    new   GB/s%s", n, n == 1 ? "   ring" : "");
+    std::printf(" | %2d rows: fma   GB/s    S=1    S=2    S=4    new   GB/s%s", n, n == 1 ? "   ring" : "");
   std::printf("\n");
   for (int bits : {4, 6}) {
     const int group = bits == 4 ? 32 : 64;
     for (const Shape& s : kShapes) {
       Copies c = make_copies(s.rows, s.cols, bits, group, 1);
       const double bytes = double(s.rows) * s.cols * bits / 8 + 4.0 * s.rows * (s.cols / group);
-      std::printf("%-15s %d-bit g%-3d %7.2f", s.name, bits, group, bytes / 1e6);
+      std::printf("%-15s %d-bit g%-3d %7.2f %2d", s.name, bits, group, bytes / 1e6,
+                  tc_decode_column_slices(s.rows, s.cols));
       for (int n : kRows) {
         const double fma = median_us(
             [&](int i) {
@@ -116,10 +117,11 @@ void run_tc_decode_bench(int reps) {
                           stream.get());
             },
             static_cast<int>(c.w.size()), reps, stream);
-        double tc[3] = {-1, -1, -1};  // general, shipped, one row with the planes in the ring
-        for (int v = 0; v < (n == 1 ? 3 : 2) && tc_decode_supported(tiled(c.w[0])); ++v) {
-          tc_decode_small_windows(v >= 1);
-          tc_decode_one_row_in_block(v != 2);
+        // S = 1, 2, 4 forced, shipped, one row with the planes in the ring
+        double tc[5] = {-1, -1, -1, -1, -1};
+        for (int v = 0; v < (n == 1 ? 5 : 4) && tc_decode_supported(tiled(c.w[0])); ++v) {
+          tc_decode_force_column_slices(v == 0 ? 1 : v == 1 ? 2 : v == 2 ? 4 : 0);
+          tc_decode_one_row_in_block(v != 4);
           tc[v] = median_us(
               [&](int i) {
                 tc_decode_wx(tiled(c.w[i]), x.as<float>(), s.cols, n, y.as<float>(), s.rows, scratch.data(),
@@ -127,11 +129,11 @@ void run_tc_decode_bench(int reps) {
               },
               static_cast<int>(c.w.size()), reps, stream);
         }
-        tc_decode_small_windows(true);
+        tc_decode_force_column_slices(0);
         tc_decode_one_row_in_block(true);
-        std::printf(" | %11.1f %6.0f %6.1f %6.1f %6.0f", fma, bytes / (fma * 1e3), tc[0], tc[1],
-                    tc[1] > 0 ? bytes / (tc[1] * 1e3) : 0);
-        if (n == 1) std::printf(" %6.1f", tc[2]);
+        std::printf(" | %11.1f %6.0f %6.1f %6.1f %6.1f %6.1f %6.0f", fma, bytes / (fma * 1e3), tc[0], tc[1],
+                    tc[2], tc[3], tc[3] > 0 ? bytes / (tc[3] * 1e3) : 0);
+        if (n == 1) std::printf(" %6.1f", tc[4]);
       }
       std::printf("\n");
     }
@@ -142,10 +144,11 @@ void run_tc_decode_bench(int reps) {
   std::printf(
       "\nrouted experts (512, top-10; gate|up 1280x2560, down 2560x640, 4-bit g32, x fp32): us per step\n");
   std::printf(
-      "(tiles of up to min(streams, 8) slots, as the model cuts them; tc: general kernel, new: the "
-      "small-window kernel)\n");
+      "(tiles of one slot at one stream, else of up to 8, as the model cuts them; S=1: no column split, "
+      "new: the shape's slices, %d for gate|up, %d for down)\n",
+      tc_decode_column_slices(1280, 2560), tc_decode_column_slices(2560, 640));
   std::printf("%7s %8s | %9s %6s %9s %9s | %9s %6s %9s %9s | %8s %7s\n", "streams", "experts", "pairs gu",
-              "GB/s", "tc gu", "new gu", "pairs dn", "GB/s", "tc dn", "new dn", "new GB/s", "%");
+              "GB/s", "S=1 gu", "new gu", "pairs dn", "GB/s", "S=1 dn", "new dn", "new GB/s", "%");
   const int n_experts = 512, k = 10, bits = 4, group = 32;
   Copies gu = make_copies(1280, 2560, bits, group, n_experts),
          dn = make_copies(2560, 640, bits, group, n_experts);
@@ -195,7 +198,7 @@ void run_tc_decode_bench(int reps) {
         lists, reps, stream);
     double t_gu[2], t_dn[2];
     for (int small = 0; small < 2; ++small) {
-      tc_decode_small_windows(small == 1);
+      tc_decode_force_column_slices(small == 0 ? 1 : 0);
       t_gu[small] = median_us(
           [&](int i) {
             tc_decode_experts(tiled(gu.w[i % copies]), d_tiles[pick(i)].as<ExpertWindow>(), n_tiles[pick(i)],
@@ -211,7 +214,7 @@ void run_tc_decode_bench(int reps) {
           },
           lists, reps, stream);
     }
-    tc_decode_small_windows(true);
+    tc_decode_force_column_slices(0);
     const double p_dn = median_us(
         [&](int i) {
           affine_wx_grouped(dn.w[i % dn.w.size()], d_pairs_dn[pick(i)].as<ExpertRow>(), total,

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <utility>
 
 #include "backend/cuda/stream.h"
 #include "backend/cuda/tc_decode.h"
@@ -37,14 +38,20 @@ std::string format_name(int bits, int group) {
                    : "decode tc affine " + std::to_string(bits) + "-bit g" + std::to_string(group);
 }
 
-// 1030 outputs (a partial warp), 320 columns (a partial stage; 3- and 5-bit rows not a multiple of 16 bytes;
-// 384 for group 128).
+// By default 1030 outputs (a partial warp), 320 columns (a partial stage; 3- and 5-bit rows not a multiple of
+// 16 bytes; 384 for group 128; one column slice). shape: other outputs x columns.
 void check_format(Tally& tally, int bits, int group, std::mt19937_64& rng, const Stream& s, double& worst,
-                  double& weakest, int& prompt_equal, int& prompt_total) {
-  const int64_t rows = 1030, cols = group == 128 ? 384 : 320;
+                  double& weakest, int& prompt_equal, int& prompt_total,
+                  std::pair<int64_t, int64_t> shape = {}) {
+  const int64_t rows = shape.first > 0 ? shape.first : 1030, cols = shape.first > 0 ? shape.second
+                                                                    : group == 128  ? 384
+                                                                                    : 320;
   const int n = 70;  // two row tiles (64 + 6)
   TcWeight t = make_weight(rows, cols, bits, group, 1, rng);
-  const std::string name = format_name(bits, group);
+  const std::string name =
+      format_name(bits, group) +
+      (shape.first > 0 ? " " + std::to_string(rows) + "x" + std::to_string(cols) : std::string()) + " (" +
+      std::to_string(tc_decode_column_slices(rows, cols)) + " column slices)";
   const std::vector<float> xh = random_normal(128 * cols, 1.0f, rng);
   const DeviceBuffer x = upload(xh);
   const std::vector<float> y = run_decode(t.w, x, cols, 0, n, s);
@@ -78,11 +85,13 @@ void check_format(Tally& tally, int bits, int group, std::mt19937_64& rng, const
   prompt_total += static_cast<int>(hp.size());
 }
 
-// Experts grouped by moe_expert_tiles; every slot == tc_decode_wx of its expert on its row alone.
+// Experts grouped by moe_expert_tiles; every slot == tc_decode_wx of its expert on its row alone. shared: one
+// more expert stacked last, taken by every row (the model's shared expert in the tiles).
 void check_experts(Tally& tally, int bits, int n_rows, int k, int n_experts, std::mt19937_64& rng,
-                   const Stream& s, int tile_rows) {
-  const int64_t rows = 1024, cols = 256;
-  TcWeight t = make_weight(rows, cols, bits, 64, n_experts, rng);
+                   const Stream& s, int tile_rows, bool shared = false, int64_t cols = 256) {
+  const int64_t rows = 1024;
+  const int stack = n_experts + (shared ? 1 : 0);
+  TcWeight t = make_weight(rows, cols, bits, 64, stack, rng);
   std::vector<int32_t> topk(n_rows * k);
   for (int r = 0; r < n_rows; ++r) {
     std::vector<int32_t> ids(n_experts);
@@ -90,18 +99,21 @@ void check_experts(Tally& tally, int bits, int n_rows, int k, int n_experts, std
     std::shuffle(ids.begin(), ids.end(), rng);
     for (int j = 0; j < k; ++j) topk[r * k + j] = ids[j];
   }
-  const int total = n_rows * k, max_tiles = max_expert_tiles(n_rows, k, n_experts, tile_rows);
+  const int routed = n_rows * k, total = routed + (shared ? n_rows : 0),
+            max_tiles = max_expert_tiles(n_rows, k + (shared ? 1 : 0), stack, tile_rows);
   const DeviceBuffer d_topk = upload(topk);
-  DeviceBuffer tiles(max_tiles * sizeof(ExpertWindow)), row_ids(total * 4), slot_of(total * 4),
-      group(expert_tiles_scratch_bytes(n_experts));
-  moe_expert_tiles(d_topk.as<int32_t>(), n_rows, k, n_experts, tiles.as<ExpertWindow>(), max_tiles,
-                   row_ids.as<int32_t>(), slot_of.as<int32_t>(), group.data(), s.get(), tile_rows);
+  DeviceBuffer tiles(max_tiles * sizeof(ExpertWindow)), row_ids(total * 4), slot_of(routed * 4),
+      group(expert_tiles_scratch_bytes(stack));
+  moe_expert_tiles(d_topk.as<int32_t>(), n_rows, k, stack, tiles.as<ExpertWindow>(), max_tiles,
+                   row_ids.as<int32_t>(), slot_of.as<int32_t>(), group.data(), s.get(), tile_rows,
+                   shared ? n_experts : -1);
   s.synchronize();
   const auto h_tiles = download<ExpertWindow>(tiles, max_tiles);
   const auto h_rows = download<int32_t>(row_ids, total);
-  const std::string name = "decode tc expert tiles (" + std::to_string(n_rows) + " rows, top-" +
-                           std::to_string(k) + " of " + std::to_string(n_experts) +
-                           (bits == 0 ? ", bf16)" : ", affine)");
+  const std::string name =
+      "decode tc expert tiles (" + std::to_string(n_rows) + " rows, top-" + std::to_string(k) + " of " +
+      std::to_string(n_experts) + (shared ? " + shared" : "") + (bits == 0 ? ", bf16" : ", affine") + ", " +
+      std::to_string(cols) + " columns, " + std::to_string(tc_decode_column_slices(rows, cols)) + " slices)";
   const std::vector<float> xh = random_normal(std::max(n_rows, total) * cols, 1.0f, rng);
   const DeviceBuffer x = upload(xh);
   DeviceBuffer y(total * rows * sizeof(float));
@@ -129,7 +141,7 @@ void check_experts(Tally& tally, int bits, int n_rows, int k, int n_experts, std
       if (bits == 0) {
         one.dense = t.w.dense + e * rows * cols;
       } else {
-        const int64_t wpr = cols / 32 * bits, gpr = cols / 64;
+        const int64_t wpr = cols / 32 * bits, gpr = cols / 64;  // group 64
         one.affine.codes += e * rows * wpr;
         one.affine.scales += e * rows * gpr;
         one.affine.biases += e * rows * gpr;
@@ -139,12 +151,65 @@ void check_experts(Tally& tally, int bits, int n_rows, int k, int n_experts, std
       same = std::memcmp(ref.data(), &hy[slot * rows], rows * sizeof(float)) == 0;
     }
   }
+  // The shared expert's slots follow the routed ones in row order, where the model's combine reads them.
+  for (int r = 0; shared && r < n_rows && same; ++r) same = h_rows[routed + r] == r;
   tally.expect(same,
                name + ": every slot == its expert on its row alone (gate|up via row_ids, down in order)");
 }
 
+// moe_expert_tiles against a host grouping (experts ascending, each expert's pairs in pair order; the shared
+// expert's slots after the routed ones; tiles of up to tile_rows; unused tiles zero; slot_of -1 for a bad
+// id): tiles, row_ids and slot_of equal, for small routings (one block) and large ones (three kernels).
+void check_grouping(Tally& tally, int n_rows, int k, int n_experts, int tile_rows, bool shared, bool bad_id,
+                    std::mt19937_64& rng, const Stream& s) {
+  const int routed = n_rows * k, all = routed + (shared ? n_rows : 0), stack = n_experts + (shared ? 1 : 0);
+  std::vector<int32_t> topk(routed);
+  for (auto& id : topk) id = static_cast<int32_t>(rng() % n_experts);  // repeats within a row too
+  if (bad_id) topk[routed / 2] = n_experts + (shared ? 1 : 0), topk[routed / 3] = -1;
+  const int max_tiles = max_expert_tiles(n_rows, k + (shared ? 1 : 0), stack, tile_rows);
+  // Host grouping.
+  auto expert = [&](int i) { return i < routed ? topk[i] : n_experts; };
+  auto row = [&](int i) { return i < routed ? i / k : i - routed; };
+  std::vector<ExpertWindow> want_tiles(max_tiles, ExpertWindow{0, 0, 0});
+  std::vector<int32_t> want_rows(all, -7), want_slot(routed, -1);
+  int slot = 0, tile = 0;
+  for (int e = 0; e < stack; ++e) {
+    if (shared && e == n_experts) slot = routed;
+    const int first = slot;
+    for (int i = 0; i < all; ++i)
+      if (expert(i) == e) {
+        want_rows[slot] = row(i);
+        if (i < routed) want_slot[i] = slot;
+        ++slot;
+      }
+    for (int j = first; j < slot; j += tile_rows) want_tiles[tile++] = {e, j, std::min(tile_rows, slot - j)};
+  }
+  const DeviceBuffer d_topk = upload(topk);
+  DeviceBuffer tiles(max_tiles * sizeof(ExpertWindow)), row_ids(all * 4), slot_of(routed * 4),
+      group(expert_tiles_scratch_bytes(stack));
+  row_ids.fill_bytes(0xFF);
+  moe_expert_tiles(d_topk.as<int32_t>(), n_rows, k, stack, tiles.as<ExpertWindow>(), max_tiles,
+                   row_ids.as<int32_t>(), slot_of.as<int32_t>(), group.data(), s.get(), tile_rows,
+                   shared ? n_experts : -1);
+  s.synchronize();
+  const auto got_tiles = download<ExpertWindow>(tiles, max_tiles);
+  const auto got_rows = download<int32_t>(row_ids, all);
+  const auto got_slot = download<int32_t>(slot_of, routed);
+  bool same = got_slot == want_slot;
+  for (int i = 0; i < max_tiles && same; ++i)
+    same = got_tiles[i].expert == want_tiles[i].expert && got_tiles[i].first == want_tiles[i].first &&
+           got_tiles[i].count == want_tiles[i].count;
+  for (int i = 0; i < all && same; ++i) same = want_rows[i] == -7 || got_rows[i] == want_rows[i];
+  tally.expect(same, "moe_expert_tiles (" + std::to_string(all) + " pairs, " + std::to_string(stack) +
+                         " experts" + (shared ? " with the shared one" : "") + ", tiles of " +
+                         std::to_string(tile_rows) + (bad_id ? ", two bad ids" : "") + ", " +
+                         (all <= 4096 && stack <= 1024 ? "one block" : "three kernels") +
+                         ") == the host grouping");
+}
+
 // The small-window kernel (tc_gemv.cu, windows of up to 8 rows) against the general kernel, bit for bit, on
-// 2560 columns (20 stages: its ring wraps several times) at every count 1..8, for six formats.
+// 2560 columns (20 stages: its ring wraps several times) at every count 1..8, for six formats, with the
+// shape's 4 column slices (5 stages each) and forced to 1 and 2.
 void check_small_windows(Tally& tally, std::mt19937_64& rng, const Stream& s) {
   const int64_t rows = 200, cols = 2560;
   const int formats[][2] = {{4, 32}, {6, 64}, {3, 64}, {8, 128}, {2, 32}, {5, 32}};
@@ -152,7 +217,10 @@ void check_small_windows(Tally& tally, std::mt19937_64& rng, const Stream& s) {
     const TcWeight t = make_weight(rows, cols, f[0], f[1], 1, rng);
     const DeviceBuffer x = upload(random_normal(16 * cols, 1.0f, rng));
     int first_bad = -1;
-    for (int c = 1; c <= 8 && first_bad < 0; ++c) {
+    // Steps 1..8: the shape's slices (4); 9..16: forced 1; 17..24: forced 2; each at 1..8 rows.
+    for (int step = 1; step <= 24 && first_bad < 0; ++step) {
+      const int c = (step - 1) % 8 + 1;
+      tc_decode_force_column_slices(step <= 8 ? 0 : step <= 16 ? 1 : 2);
       tc_decode_small_windows(false);
       const std::vector<float> general = run_decode(t.w, x, cols, c % 5, c, s);
       tc_decode_small_windows(true);
@@ -163,13 +231,14 @@ void check_small_windows(Tally& tally, std::mt19937_64& rng, const Stream& s) {
       const size_t bytes = general.size() * sizeof(float);
       if (std::memcmp(general.data(), small.data(), bytes) != 0 ||
           std::memcmp(general.data(), ring.data(), bytes))
-        first_bad = c;
+        first_bad = step;
     }
+    tc_decode_force_column_slices(0);
     tally.expect(first_bad < 0,
                  format_name(f[0], f[1]) +
                      ": small-window kernel (ring; one row also split in the block) == "
-                     "general kernel, bit for bit, 1..8 rows x 2560 columns" +
-                     (first_bad < 0 ? "" : " (first mismatch at " + std::to_string(first_bad) + " rows)"));
+                     "general kernel, bit for bit, 1..8 rows x 2560 columns, 4, 1 and 2 column slices" +
+                     (first_bad < 0 ? "" : " (first mismatch at step " + std::to_string(first_bad) + ")"));
   }
 }
 
@@ -243,6 +312,11 @@ void run_tc_decode_checks(Tally& tally) {
     for (int group : {32, 64, 128})
       check_format(tally, bits, group, rng, s, worst, weakest, prompt_equal, prompt_total);
   check_format(tally, 0, 0, rng, s, worst, weakest, prompt_equal, prompt_total);
+  // Four slices of 5, 5, 5 and 6 stages (82 units: the last stage partial), and two of 5 stages.
+  for (int bits : {4, 6, 0})
+    check_format(tally, bits, bits == 6 ? 64 : 32, rng, s, worst, weakest, prompt_equal, prompt_total,
+                 {300, 2624});
+  check_format(tally, 4, 32, rng, s, worst, weakest, prompt_equal, prompt_total, {5000, 1280});
   std::printf(
       "decode tc products: worst err/bound %.4f, weakest negative control %.1fx the bound; decode rows "
       "with the prompt products' bits: %d of %d outputs\n",
@@ -255,6 +329,18 @@ void run_tc_decode_checks(Tally& tally) {
   check_experts(tally, 0, 16, 2, 8, rng, s, kDecodeExpertTileRows);
   check_small_windows(tally, rng, s);
   check_experts(tally, 4, 1, 10, 16, rng, s, 1);  // one stream: tiles of one slot (the 1-row small kernel)
+  // The model's decode tiles with the shared expert; 2560 columns: 4 column slices.
+  check_experts(tally, 4, 1, 10, 16, rng, s, 1, true, 2560);
+  check_experts(tally, 4, 13, 10, 24, rng, s, kDecodeExpertTileRows, true, 2560);
+  check_experts(tally, 0, 9, 3, 8, rng, s, kDecodeExpertTileRows, true);
+  for (bool shared : {false, true}) {
+    check_grouping(tally, 1, 10, 512, 1, shared, false, rng, s);
+    check_grouping(tally, 64, 10, 512, 8, shared, false, rng, s);
+    check_grouping(tally, 37, 10, 512, 8, shared, true, rng, s);
+    check_grouping(tally, 100, 40, 100, 64, shared, false, rng, s);  // past 1024 pairs: chunks
+    check_grouping(tally, 500, 10, 512, 64, shared, true, rng, s);   // past 4096 pairs: three kernels
+    check_grouping(tally, 30, 4, 2000, 8, shared, false, rng, s);    // past 1024 experts: three kernels
+  }
   check_experts(tally, 6, 3, 4, 8, rng, s, 2);
   check_experts(tally, 4, 7, 4, 8, rng, s, 4);
 

@@ -32,12 +32,14 @@ using namespace tcd;
 
 template <int Bits, int NF>
 __global__ void __launch_bounds__(kThreads)
-    decode_kernel(DecodeWeight W, const ExpertWindow* tiles, int n_rows, const int32_t* row_ids, DecodeX X,
-                  float* y, int64_t ldy, int64_t n_experts) {
+    decode_kernel(DecodeWeight W, Slicing sl, const ExpertWindow* tiles, int n_rows, const int32_t* row_ids,
+                  DecodeX X, float* y, int64_t ldy, int64_t n_experts) {
   using L = Stage<Bits>;
+  static_assert(kStages * L::kWords >= NF * 4 * 32, "the slices' merge fits in a warp's ring");
   extern __shared__ __align__(16) uint32_t smem[];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-  const int64_t o0 = int64_t{blockIdx.x} * kBlockOutputs + warp * kWarpOutputs;
+  const int slice = warp % sl.slices;
+  const int64_t o0 = int64_t{blockIdx.x} * sl.block_outputs() + (warp / sl.slices) * kWarpOutputs;
   // Expert tiles are written by the previous kernel: wait before reading them. A single matrix's weights
   // never change during a round, so their first stages go out before the wait (programmatic launch).
   if (tiles != nullptr) dev::grid_dependency_wait();
@@ -54,11 +56,14 @@ __global__ void __launch_bounds__(kThreads)
     first = int64_t{blockIdx.y} * kDecodeTileRows;
     count = static_cast<int>(min(int64_t{kDecodeTileRows}, n_rows - first));
   }
-  if (o0 >= W.rows) return;  // uniform over the warp; warps never meet at a barrier
+  if (o0 >= W.rows) return;  // uniform over the output group, which alone meets at the slices' barrier
   uint32_t* ring = smem + warp * (kStages * L::kWords);
   const int64_t T = W.cols / 32, n_stages = (T + kUnitsPerStage - 1) / kUnitsPerStage;
+  // This warp's slice: stages [s_begin, s_end), ring slot (s - s_begin) % kStages.
+  const int64_t s_begin = sl.begin(slice, n_stages), s_end = sl.end(slice, n_stages);
 #pragma unroll
-  for (int s = 0; s < kStages - 1; ++s) issue_stage<Bits>(W, o0, s, n_stages, ring + s * L::kWords, lane);
+  for (int s = 0; s < kStages - 1; ++s)
+    issue_stage<Bits>(W, o0, s_begin + s, s_end, ring + s * L::kWords, lane);
   if (tiles == nullptr) dev::grid_dependency_wait();
 
   // x rows of this lane's B column (tile row 8f + g) and of its C columns (8f + 2t, 8f + 2t + 1); -1: none.
@@ -128,16 +133,18 @@ __global__ void __launch_bounds__(kThreads)
     }
   };
 
-  for (int64_t s = 0; s < n_stages; ++s) {
-    issue_stage<Bits>(W, o0, s + kStages - 1, n_stages, ring + ((s + kStages - 1) % kStages) * L::kWords,
-                      lane);
+  for (int64_t s = s_begin; s < s_end; ++s) {
+    const int64_t i = s - s_begin;
+    issue_stage<Bits>(W, o0, s + kStages - 1, s_end, ring + ((i + kStages - 1) % kStages) * L::kWords, lane);
     tc::cp_async_wait<kStages - 1>();  // stage s has landed (this lane's copies) ...
     __syncwarp();                      // ... and every lane's
-    const uint32_t* st = ring + (s % kStages) * L::kWords;
+    const uint32_t* st = ring + (i % kStages) * L::kWords;
     const int64_t t0 = s * kUnitsPerStage;
     stage_units(static_cast<int>(min(int64_t{kUnitsPerStage}, T - t0)), [&](int u) { unit_step(st, t0, u); });
     __syncwarp();  // every lane is done with stage s before its slot is refilled
   }
+  float(&flat)[NF * 4] = reinterpret_cast<float(&)[NF * 4]>(acc);
+  if (!merge_slices(sl, flat, ring, kStages * L::kWords, warp, lane)) return;
 #pragma unroll
   for (int f = 0; f < NF; ++f)
 #pragma unroll
@@ -212,7 +219,7 @@ DecodeWeight decode_weight(const TiledWeight& w) {
 }
 
 template <int Bits, int NF>
-void launch_nf(const DecodeWeight& W, dim3 grid, const ExpertWindow* tiles, int n_rows,
+void launch_nf(const DecodeWeight& W, Slicing sl, dim3 grid, const ExpertWindow* tiles, int n_rows,
                const int32_t* row_ids, const DecodeX& X, float* y, int64_t ldy, int64_t n_experts,
                cudaStream_t stream) {
   constexpr auto kernel = decode_kernel<Bits, NF>;
@@ -223,12 +230,13 @@ void launch_nf(const DecodeWeight& W, dim3 grid, const ExpertWindow* tiles, int 
     return true;
   }();
   (void)ready;
-  kernel<<<grid, kThreads, Stage<Bits>::kBlockBytes, stream>>>(W, tiles, n_rows, row_ids, X, y, ldy,
+  kernel<<<grid, kThreads, Stage<Bits>::kBlockBytes, stream>>>(W, sl, tiles, n_rows, row_ids, X, y, ldy,
                                                                n_experts);
 }
 
 bool small_windows = true;     // tc_decode_small_windows
 bool one_row_in_block = true;  // tc_decode_one_row_in_block
+int forced_slices = 0;         // tc_decode_force_column_slices (0: the shape's rule)
 
 // Whether a launch takes the small-window kernel, and whether its one row is split in the block (no split
 // launch): affine weights (dense keeps the general kernel), windows of up to 8 rows, expert tiles of one slot
@@ -241,19 +249,20 @@ bool takes_in_block(const TiledWeight& w, int tier_rows, bool tiles) {
 }
 
 template <int Bits>
-void launch_bits(const DecodeWeight& W, dim3 grid, int tier_rows, bool small, bool in_block,
+void launch_bits(const DecodeWeight& W, Slicing sl, dim3 grid, int tier_rows, bool small, bool in_block,
                  const ExpertWindow* tiles, int n_rows, const int32_t* row_ids, const DecodeX& X, float* y,
                  int64_t ldy, int64_t n_experts, cudaStream_t stream) {
   if (Bits != 0 && small)
-    launch_small<Bits>(W, grid, tier_rows, in_block, tiles, n_rows, row_ids, X, y, ldy, n_experts, stream);
+    launch_small<Bits>(W, sl, grid, tier_rows, in_block, tiles, n_rows, row_ids, X, y, ldy, n_experts,
+                       stream);
   else if (tier_rows <= 8)
-    launch_nf<Bits, 1>(W, grid, tiles, n_rows, row_ids, X, y, ldy, n_experts, stream);
+    launch_nf<Bits, 1>(W, sl, grid, tiles, n_rows, row_ids, X, y, ldy, n_experts, stream);
   else if (tier_rows <= 16)
-    launch_nf<Bits, 2>(W, grid, tiles, n_rows, row_ids, X, y, ldy, n_experts, stream);
+    launch_nf<Bits, 2>(W, sl, grid, tiles, n_rows, row_ids, X, y, ldy, n_experts, stream);
   else if (tier_rows <= 32)
-    launch_nf<Bits, 4>(W, grid, tiles, n_rows, row_ids, X, y, ldy, n_experts, stream);
+    launch_nf<Bits, 4>(W, sl, grid, tiles, n_rows, row_ids, X, y, ldy, n_experts, stream);
   else
-    launch_nf<Bits, 8>(W, grid, tiles, n_rows, row_ids, X, y, ldy, n_experts, stream);
+    launch_nf<Bits, 8>(W, sl, grid, tiles, n_rows, row_ids, X, y, ldy, n_experts, stream);
 }
 
 // Splits x into scratch, then runs the products over grid (output blocks, row tiles or expert tiles).
@@ -288,13 +297,15 @@ void dispatch(const char* op, const TiledWeight& w, unsigned grid_y, int tier_ro
   }
   const DecodeWeight W = decode_weight(w);
   const DecodeX X{reinterpret_cast<const uint4*>(planes), sums, n_x, w.cols, x, ldx};
-  const dim3 grid(static_cast<unsigned>((w.rows + kBlockOutputs - 1) / kBlockOutputs), grid_y);
+  const Slicing sl{tc_decode_column_slices(w.rows, w.cols)};
+  const dim3 grid(static_cast<unsigned>((w.rows + sl.block_outputs() - 1) / sl.block_outputs()), grid_y);
   if (w.dense != nullptr)
-    launch_bits<0>(W, grid, tier_rows, false, false, tiles, n_rows, row_ids, X, y, ldy, w.n_experts, stream);
+    launch_bits<0>(W, sl, grid, tier_rows, false, false, tiles, n_rows, row_ids, X, y, ldy, w.n_experts,
+                   stream);
   else
     with_bits(w.affine.bits, [&](auto bits) {
-      launch_bits<decltype(bits)::value>(W, grid, tier_rows, small, in_block, tiles, n_rows, row_ids, X, y,
-                                         ldy, w.n_experts, stream);
+      launch_bits<decltype(bits)::value>(W, sl, grid, tier_rows, small, in_block, tiles, n_rows, row_ids, X,
+                                         y, ldy, w.n_experts, stream);
     });
   check_launch(op);
 }
@@ -307,6 +318,24 @@ void tc_decode_small_windows(bool on) {
 
 void tc_decode_one_row_in_block(bool on) {
   one_row_in_block = on;
+}
+
+void tc_decode_force_column_slices(int slices) {
+  if (slices != 0 && slices != 1 && slices != 2 && slices != 4)
+    bad("tc_decode_force_column_slices",
+        "slices must be 0 (the shape's rule), 1, 2 or 4 (got " + std::to_string(slices) + ")");
+  forced_slices = slices;
+}
+
+int tc_decode_column_slices(int64_t rows, int64_t cols) {
+  const int64_t stages = (cols / 32 + kUnitsPerStage - 1) / kUnitsPerStage;
+  const int64_t warps = (rows + kWarpOutputs - 1) / kWarpOutputs;  // output groups of one slice
+  int s = warps <= kSplitMaxGroups4 ? 4 : warps <= kSplitMaxGroups2 ? 2 : 1;
+  if (forced_slices != 0) s = forced_slices;
+  // The rule's slices hold kMinSliceStages stages or more; forced ones at least one.
+  const int64_t least = forced_slices != 0 ? 1 : kMinSliceStages;
+  while (s > 1 && stages < s * least) s /= 2;
+  return s;
 }
 
 bool tc_decode_supported(const TiledWeight& w) {

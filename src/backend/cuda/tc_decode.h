@@ -9,7 +9,8 @@
 // fma(scale, d, y)) in column order; dense: the MMAs summed over the row. The columns inside a tile are taken
 // in a fixed permuted order (each lane's 8 codes are contiguous in the bit stream), so the bits need not
 // equal the prompt kernel's; the order depends on the weight's shape alone. No split-K, no atomics, rows past
-// the count are zeros: a row's bits depend only on its own x row and W, never on the rows beside it.
+// the count are zeros: a row's bits depend only on its own x row and W, never on the rows beside it. The
+// columns may be cut into 2 or 4 slices by the matrix's shape alone (tc_decode_column_slices).
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -38,6 +39,23 @@ void tc_decode_small_windows(bool on);
 // splits the row into bf16 planes and tile sums itself, each block in shared memory (the split launch's
 // values, bit for bit), leaving the split launch out. On by default; process-wide.
 void tc_decode_one_row_in_block(bool on);
+
+// The column split, fixed by the matrix's shape (never by the row count), as the FMA products' column_slices:
+// S = 4 slices of the matrix's 4-unit stages when it has at most 4096 outputs (256 groups of 16), 2 up to
+// 8192, else 1, halved until every slice has kMinSliceStages stages (shorter slices measured slower: a
+// 5-stage chain is already in flight at once, and the merge and 4x the blocks cost more than they save, e.g.
+// the experts' down, 2560 x 640, in tiles). Each slice is its own chain (the arithmetic above over
+// its columns, from zero); S warps of one block run the slices of 16 outputs and meet in shared memory as
+// (s0 + s1) + (s2 + s3). Short matrices and the experts (160 and 80 warps a matrix unsplit) get S times the
+// warps, each with an S times shorter chain. Both kernels take the same S, so the bits stay those of every
+// row count and window.
+constexpr int64_t kSplitMaxGroups4 = 256;
+constexpr int64_t kSplitMaxGroups2 = 512;
+constexpr int64_t kMinSliceStages = 5;
+int tc_decode_column_slices(int64_t rows, int64_t cols);
+// Forces S (1, 2 or 4, still halved to the stage count) for every matrix, or 0: the rule above. For the
+// bench's before/after only (a process-wide switch; the bits change with it). Throws on other values.
+void tc_decode_force_column_slices(int slices);
 
 // Scratch (device) for x split into bf16 planes: n_x rows of `cols` columns.
 size_t tc_decode_scratch_bytes(int64_t cols, int64_t n_x);

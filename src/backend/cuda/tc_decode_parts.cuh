@@ -22,9 +22,49 @@ using tc::mma_bf16;
 constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * 32;
 constexpr int kWarpOutputs = 16;
-constexpr int kBlockOutputs = kWarps * kWarpOutputs;
 constexpr int kUnitsPerStage = 4;  // units of 32 columns
 constexpr int kStages = 4;
+
+// The column split (tc_decode_column_slices): S = 1, 2 or 4 slices of a matrix's stages, each its own chain,
+// run by S warps of one block that share 16 outputs. Warp w of a block is slice w % S of output group w / S.
+struct Slicing {
+  int slices;
+  __host__ __device__ int groups() const { return kWarps / slices; }
+  __host__ __device__ int64_t block_outputs() const { return int64_t{groups()} * kWarpOutputs; }
+  // Stages [begin, end) of slice `slice`: the floor split of n_stages, so slices differ by at most one stage.
+  __host__ __device__ int64_t begin(int slice, int64_t n_stages) const { return slice * n_stages / slices; }
+  __host__ __device__ int64_t end(int slice, int64_t n_stages) const {
+    return (slice + 1) * n_stages / slices;
+  }
+};
+
+// Merges the slices' chains of a warp's outputs (n values a lane) into the first slice's warp as (s0 + s1) +
+// (s2 + s3) (or s0 + s1), through the warps' own ring memory (free once their loops are done), meeting at a
+// named barrier per output group (so a group past the matrix's outputs may leave early). Returns whether
+// this warp holds the result (the group's first slice).
+template <int N>
+__device__ __forceinline__ bool merge_slices(const Slicing& sl, float (&v)[N], uint32_t* own_ring,
+                                             int ring_stride_words, int warp, int lane) {
+  if (sl.slices == 1) return true;
+  const int group = warp / sl.slices, slice = warp % sl.slices;
+  float* mine = reinterpret_cast<float*>(own_ring);
+#pragma unroll
+  for (int k = 0; k < N; ++k) mine[k * 32 + lane] = v[k];
+  // Barrier 1 or 2 (S = 2: groups 0 and 1; S = 4: group 0), immediate so the kernel reserves only these.
+  if (group == 0)
+    asm volatile("bar.sync 1, %0;" ::"r"(32 * sl.slices) : "memory");
+  else
+    asm volatile("bar.sync 2, %0;" ::"r"(32 * sl.slices) : "memory");
+  if (slice != 0) return false;
+  auto part = [&](int s, int k) {
+    return reinterpret_cast<const float*>(own_ring + s * ring_stride_words)[k * 32 + lane];
+  };
+#pragma unroll
+  for (int k = 0; k < N; ++k)
+    v[k] = sl.slices == 2 ? __fadd_rn(part(0, k), part(1, k))
+                          : __fadd_rn(__fadd_rn(part(0, k), part(1, k)), __fadd_rn(part(2, k), part(3, k)));
+  return true;
+}
 
 // One warp's stage: per output row the codes of 4 units (+ 4 words of padding: distinct banks for 4-bit),
 // then for affine 3 words of bf16 scales and 3 of biases (the words covering the stage's groups).
@@ -185,8 +225,8 @@ __device__ __forceinline__ void stage_units(int nu, Step&& step) {
 // the planes and sums of the split launch bit for bit (tc::split3, the tile sum's order), so X.planes and
 // X.sums are not read and the split launch can be left out.
 template <int Bits>
-void launch_small(const DecodeWeight& W, dim3 grid, int x_rows, bool in_block, const ExpertWindow* tiles,
-                  int n_rows, const int32_t* row_ids, const DecodeX& X, float* y, int64_t ldy,
-                  int64_t n_experts, cudaStream_t stream);
+void launch_small(const DecodeWeight& W, Slicing sl, dim3 grid, int x_rows, bool in_block,
+                  const ExpertWindow* tiles, int n_rows, const int32_t* row_ids, const DecodeX& X, float* y,
+                  int64_t ldy, int64_t n_experts, cudaStream_t stream);
 
 }  // namespace ds::cuda::tcd

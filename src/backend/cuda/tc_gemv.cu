@@ -95,16 +95,18 @@ __device__ __forceinline__ void split_row_in_block(const DecodeX& X, int64_t row
 
 template <int Bits, int XR, bool InBlock>
 __global__ void __launch_bounds__(kThreads)
-    small_kernel(DecodeWeight W, const ExpertWindow* tiles, int n_rows, const int32_t* row_ids, DecodeX X,
-                 float* y, int64_t ldy, int64_t n_experts) {
+    small_kernel(DecodeWeight W, Slicing sl, const ExpertWindow* tiles, int n_rows, const int32_t* row_ids,
+                 DecodeX X, float* y, int64_t ldy, int64_t n_experts) {
   static_assert(!InBlock || XR == 1, "the in-block split takes one row");
   using L = Stage<Bits>;
   using SL = SmallStage<Bits, XR>;
   constexpr int KS = SL::kStages;
   constexpr int kStride = InBlock ? L::kWords : SL::kWords;  // the in-block kernel's ring holds weights only
+  static_assert(KS * kStride >= 4 * 32, "the slices' merge fits in a warp's ring");
   extern __shared__ __align__(16) uint32_t smem[];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-  const int64_t o0 = int64_t{blockIdx.x} * kBlockOutputs + warp * kWarpOutputs;
+  const int slice = warp % sl.slices;
+  const int64_t o0 = int64_t{blockIdx.x} * sl.block_outputs() + (warp / sl.slices) * kWarpOutputs;
   // As decode_kernel: expert tiles are read after the wait; a single matrix's weight stages go out before it.
   if (tiles != nullptr) dev::grid_dependency_wait();
   int64_t first = 0;
@@ -120,14 +122,17 @@ __global__ void __launch_bounds__(kThreads)
     first = int64_t{blockIdx.y} * kDecodeTileRows;
     count = static_cast<int>(min(int64_t{XR}, n_rows - first));
   }
-  const bool active = o0 < W.rows;  // uniform over the warp; only the in-block split meets at barriers
+  // Uniform over the output group; the in-block split meets at block barriers, the slices at their group's.
+  const bool active = o0 < W.rows;
   uint32_t* ring = smem + warp * (KS * kStride);
   const int64_t T = W.cols / 32, n_stages = (T + kUnitsPerStage - 1) / kUnitsPerStage;
-  // Groups: weights of stages 0..KS-2, then (ring x) x of stages 0..KS-2, then one group per later stage, so
+  // This warp's slice: stages [s_begin, s_end), ring slot (s - s_begin) % KS.
+  const int64_t s_begin = sl.begin(slice, n_stages), s_end = sl.end(slice, n_stages);
+  // Groups: weights of the first KS-1 stages, then (ring x) their x, then one group per later stage, so
   // waiting until KS-1 groups remain finds stage s whole in every iteration.
   if (active) {
 #pragma unroll
-    for (int s = 0; s < KS - 1; ++s) issue_stage<Bits>(W, o0, s, n_stages, ring + s * kStride, lane);
+    for (int s = 0; s < KS - 1; ++s) issue_stage<Bits>(W, o0, s_begin + s, s_end, ring + s * kStride, lane);
   }
   if (tiles == nullptr) dev::grid_dependency_wait();
   int64_t xr[XR];
@@ -141,7 +146,7 @@ __global__ void __launch_bounds__(kThreads)
   if constexpr (!InBlock) {
 #pragma unroll
     for (int s = 0; s < KS - 1; ++s) {
-      if (s < n_stages) issue_x<Bits, XR>(X, xr, s, T, ring + s * SL::kWords, lane);
+      if (s_begin + s < s_end) issue_x<Bits, XR>(X, xr, s_begin + s, T, ring + s * SL::kWords, lane);
       cp_async_commit();
     }
   }
@@ -199,20 +204,21 @@ __global__ void __launch_bounds__(kThreads)
     }
   };
 
-  for (int64_t s = 0; s < n_stages; ++s) {
-    const int64_t next = s + KS - 1;
-    uint32_t* nd = ring + (next % KS) * kStride;
+  for (int64_t s = s_begin; s < s_end; ++s) {
+    const int64_t next = s + KS - 1, i = s - s_begin;
+    uint32_t* nd = ring + ((i + KS - 1) % KS) * kStride;
     if constexpr (!InBlock) {
-      if (next < n_stages) issue_x<Bits, XR>(X, xr, next, T, nd, lane);
+      if (next < s_end) issue_x<Bits, XR>(X, xr, next, T, nd, lane);
     }
-    issue_stage<Bits>(W, o0, next, n_stages, nd, lane);  // commits the stage's weights and x as one group
-    tc::cp_async_wait<KS - 1>();                         // stage s has landed (this lane's copies) ...
-    __syncwarp();                                        // ... and every lane's
-    const uint32_t* st = ring + (s % KS) * kStride;
+    issue_stage<Bits>(W, o0, next, s_end, nd, lane);  // commits the stage's weights and x as one group
+    tc::cp_async_wait<KS - 1>();                      // stage s has landed (this lane's copies) ...
+    __syncwarp();                                     // ... and every lane's
+    const uint32_t* st = ring + (i % KS) * kStride;
     const int64_t t0 = s * kUnitsPerStage;
     stage_units(static_cast<int>(min(int64_t{kUnitsPerStage}, T - t0)), [&](int u) { unit_step(st, t0, u); });
     __syncwarp();  // every lane is done with stage s before its slot is refilled
   }
+  if (!merge_slices(sl, acc, ring, KS * kStride, warp, lane)) return;
 #pragma unroll
   for (int e = 0; e < 4; ++e) {
     const int row = 2 * t + (e & 1);
@@ -222,7 +228,7 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 template <int Bits, int XR, bool InBlock>
-void launch_xr(const DecodeWeight& W, dim3 grid, const ExpertWindow* tiles, int n_rows,
+void launch_xr(const DecodeWeight& W, Slicing sl, dim3 grid, const ExpertWindow* tiles, int n_rows,
                const int32_t* row_ids, const DecodeX& X, float* y, int64_t ldy, int64_t n_experts,
                cudaStream_t stream) {
   constexpr auto kernel = small_kernel<Bits, XR, InBlock>;
@@ -238,29 +244,29 @@ void launch_xr(const DecodeWeight& W, dim3 grid, const ExpertWindow* tiles, int 
   }();
   (void)ready;
   const size_t bytes = ring + (InBlock ? split_bytes(W.cols / 32) : 0);
-  kernel<<<grid, kThreads, bytes, stream>>>(W, tiles, n_rows, row_ids, X, y, ldy, n_experts);
+  kernel<<<grid, kThreads, bytes, stream>>>(W, sl, tiles, n_rows, row_ids, X, y, ldy, n_experts);
 }
 
 }  // namespace
 
 template <int Bits>
-void launch_small(const DecodeWeight& W, dim3 grid, int x_rows, bool in_block, const ExpertWindow* tiles,
-                  int n_rows, const int32_t* row_ids, const DecodeX& X, float* y, int64_t ldy,
-                  int64_t n_experts, cudaStream_t stream) {
+void launch_small(const DecodeWeight& W, Slicing sl, dim3 grid, int x_rows, bool in_block,
+                  const ExpertWindow* tiles, int n_rows, const int32_t* row_ids, const DecodeX& X, float* y,
+                  int64_t ldy, int64_t n_experts, cudaStream_t stream) {
   if (x_rows <= 1 && in_block)
-    launch_xr<Bits, 1, true>(W, grid, tiles, n_rows, row_ids, X, y, ldy, n_experts, stream);
+    launch_xr<Bits, 1, true>(W, sl, grid, tiles, n_rows, row_ids, X, y, ldy, n_experts, stream);
   else if (x_rows <= 1)
-    launch_xr<Bits, 1, false>(W, grid, tiles, n_rows, row_ids, X, y, ldy, n_experts, stream);
+    launch_xr<Bits, 1, false>(W, sl, grid, tiles, n_rows, row_ids, X, y, ldy, n_experts, stream);
   else if (x_rows <= 2)
-    launch_xr<Bits, 2, false>(W, grid, tiles, n_rows, row_ids, X, y, ldy, n_experts, stream);
+    launch_xr<Bits, 2, false>(W, sl, grid, tiles, n_rows, row_ids, X, y, ldy, n_experts, stream);
   else if (x_rows <= 4)
-    launch_xr<Bits, 4, false>(W, grid, tiles, n_rows, row_ids, X, y, ldy, n_experts, stream);
+    launch_xr<Bits, 4, false>(W, sl, grid, tiles, n_rows, row_ids, X, y, ldy, n_experts, stream);
   else
-    launch_xr<Bits, 8, false>(W, grid, tiles, n_rows, row_ids, X, y, ldy, n_experts, stream);
+    launch_xr<Bits, 8, false>(W, sl, grid, tiles, n_rows, row_ids, X, y, ldy, n_experts, stream);
 }
 
-#define DS_TC_SMALL(B)                                                                          \
-  template void launch_small<B>(const DecodeWeight&, dim3, int, bool, const ExpertWindow*, int, \
+#define DS_TC_SMALL(B)                                                                                   \
+  template void launch_small<B>(const DecodeWeight&, Slicing, dim3, int, bool, const ExpertWindow*, int, \
                                 const int32_t*, const DecodeX&, float*, int64_t, int64_t, cudaStream_t);
 DS_TC_SMALL(2)
 DS_TC_SMALL(3)

@@ -63,9 +63,12 @@ size_t expert_tiles_scratch_bytes(int n_experts);
 // the order): slots are experts ascending, each expert's (row, rank) pairs in ascending row order; tiles of
 // up to tile_rows (1..kTileRows) slots of one expert; unused tiles up to max_tiles get count 0. row_ids
 // [n_rows*k] (x row of each slot), slot_of [n_rows*k] (slot of pair (row, rank); -1 for an id out of range).
-// n_experts <= 65536.
+// n_experts <= 65536. shared_expert (n_experts - 1, or -1: none): an expert every row also takes (the shared
+// expert stacked after the routed ones), one more pair per row after the n_rows*k routed pairs; its slots
+// are n_rows*k + r for row r (after the routed slots), not listed in slot_of; max_tiles then counts k + 1
+// pairs a row.
 void moe_expert_tiles(const int32_t* topk, int n_rows, int k, int n_experts, ExpertWindow* tiles,
                       int max_tiles, int32_t* row_ids, int32_t* slot_of, void* scratch, cudaStream_t stream,
-                      int tile_rows = kTileRows);
+                      int tile_rows = kTileRows, int shared_expert = -1);
 
 }  // namespace ds::cuda

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -256,9 +257,22 @@ void run_op_tables(const std::string& config_path, int bits, int group, const st
     DecodeProducts products;
     bool tall_only;
   };
+  // DS_OP_TABLE_MODES (e.g. "tensor,tensor-tall"): only these modes; default all three.
+  const char* only = std::getenv("DS_OP_TABLE_MODES");
+  auto wanted = [&](const char* name) {
+    if (only == nullptr) return true;
+    const std::string list(only);
+    for (size_t pos = 0; pos <= list.size();) {
+      const size_t end = std::min(list.find(',', pos), list.size());
+      if (list.compare(pos, end - pos, name) == 0) return true;
+      pos = end + 1;
+    }
+    return false;
+  };
   for (const Mode& md :
        {Mode{"fma", DecodeProducts::Fma, false}, Mode{"tensor", DecodeProducts::Tensor, false},
         Mode{"tensor-tall", DecodeProducts::Tensor, true}}) {
+    if (!wanted(md.name)) continue;
     m.set_decode_products(md.products, md.tall_only);
     const DecodeProducts p = md.products;
     const char* mode = md.name;

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "backend/cuda/cuda_error.h"
 #include "core/error.h"
 
 namespace ds::cuda {
@@ -51,12 +52,10 @@ CudaBackend::CudaBackend(std::unique_ptr<CudaModel> model, bool prompt_path)
     return v != nullptr && std::string(v) == value;
   };
   auto env_on = [&](const char* name) { return env_is(name, "1"); };
-  // With prompt passes the draft path keeps its earlier forms: the parked-graph forms faulted there on the
-  // H200 (an illegal address in 2 of 7 runs of the contract's drafted checks with --prompt-path, 2026-12-01;
-  // not found yet), while these passed there, and the parked forms pass with prompts as decode windows.
-  // To look for the fault: DS_CUDA_PROMPT_PATH_PARKED=1 keeps the parked forms with prompt passes, and
-  // DS_CUDA_WINDOW_GRAPHS=0 / DS_CUDA_MERGED_RERUNS=0 turn off one part of them at a time.
-  if ((prompt_path_ && !env_on("DS_CUDA_PROMPT_PATH_PARKED")) || env_on("DS_CUDA_DRAFTS_LEGACY")) {
+  // DS_CUDA_DRAFTS_LEGACY=1: the earlier draft forms (one graph per round, no window graphs or merged
+  // re-runs), for comparison; DS_CUDA_WINDOW_GRAPHS=0 / DS_CUDA_MERGED_RERUNS=0 turn off one part of the
+  // parked forms.
+  if (env_on("DS_CUDA_DRAFTS_LEGACY")) {
     window_graphs_ = merge_reruns_ = false;
     model_->set_parked_graphs(1, true);
   } else {
@@ -101,6 +100,10 @@ std::string CudaBackend::phase_table() const {
   out += fmt::format("  graph captures {} ({:.2f} host ms, inside the phases), replays {}, direct calls {}\n",
                      l.captures, l.capture_ms, l.replays, l.direct);
   return out;
+}
+
+std::string CudaBackend::failure() const {
+  return LostContext::message();
 }
 
 int64_t CudaBackend::prompt_rows_per_round() const {

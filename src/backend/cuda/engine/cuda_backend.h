@@ -46,6 +46,9 @@ class CudaBackend final : public ModelBackend {
   bool reruns_join_next_window() const override { return merge_reruns_; }
   // With prompt passes, a prompt piece is one pass (prompt_pass_rows, 2048) and cache marks are that far
   // apart: a pass of 64 rows runs the products at a fraction of their rate (docs/receipts/cuda-prompt.md).
+  // The first lost-context CUDA error of the process (cuda_error.h), e.g. an illegal address: from then on
+  // every call fails, so the server's /health answers 503.
+  std::string failure() const override;
   int64_t prompt_rows_per_round() const override;
   int64_t cache_mark_interval() const override;
   bool has_mtp() const override { return model_->has_mtp(); }

@@ -80,7 +80,9 @@ void CudaModel::moe(const Layer& L, int n, const float* x, float* y) {
   // matrices; the per-pair products otherwise (their pairs written by the routing). Both give each row
   // affine_wx's bits.
   const bool windows = opt_.expert_windows && experts_windowed_ && routed <= kMaxExpertWindowSlots;
-  const bool pairs = !windows || stacked;
+  // Expert tiles (prompt passes, decode tensor products) group the routing themselves: no pairs.
+  const bool tiled = (prompt_pass_ || decode_tensor_experts(L)) && prompt_experts_tiled(L);
+  const bool pairs = !tiled && (!windows || stacked);
   // fused_route/swiglu/combine: ops folded into the FMA products' launches, each with the bits of the
   // separate ops.
   const bool decode = !prompt_pass_;
@@ -88,15 +90,15 @@ void CudaModel::moe(const Layer& L, int n, const float* x, float* y) {
   if (!(opt_.fused_route && decode && n == 1 && router.kind == DeviceMatrix::Kind::Affine &&
         !decode_tensor_takes(router) &&
         affine_wx_route(router.affine, x, s.rjoint, E, K, cfg_.norm_topk_prob, s.ids, s.weights,
-                        pairs ? s.up_pairs : nullptr, pairs ? s.down_pairs : nullptr, stacked ? E : -1,
-                        s.counters, st))) {
+                        pairs ? s.up_pairs : nullptr, pairs ? s.down_pairs : nullptr,
+                        stacked && pairs ? E : -1, s.counters, st))) {
     wx(L.router_shared, x, D, n, s.rjoint, st);
     op("moe top-k");
     moe_route(s.rjoint, n, E, K, cfg_.norm_topk_prob, s.ids, s.weights, st, RW, pairs ? s.up_pairs : nullptr,
-              pairs ? s.down_pairs : nullptr, stacked ? E : -1);
+              pairs ? s.down_pairs : nullptr, stacked && pairs ? E : -1);
   }
   const int32_t* slot_of = nullptr;
-  if ((prompt_pass_ || decode_tensor_experts(L)) && prompt_experts_tiled(L)) {
+  if (tiled) {
     slot_of = prompt_experts(L, n, x);
   } else if (windows) {
     moe_expert_windows(s.ids, n, K, E, s.windows, s.row_ids, s.slot_of, st);

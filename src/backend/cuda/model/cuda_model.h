@@ -45,6 +45,11 @@ DecodeProducts decode_products_default();
 int64_t tensor_min_rows_default();
 int64_t tensor_min_cols_default();
 bool tensor_tall_only_default();
+struct CudaModelOptions;
+// Sets opt's decode-product fields from a name in DS_CUDA_DECODE_PRODUCTS's grammar (fma, tensor,
+// tensor-tall,
+// ...); a name outside it fails naming `what` (the option or variable it came from).
+void set_decode_products(CudaModelOptions& opt, const std::string& name, const char* what);
 
 struct CudaModelOptions {
   int64_t max_context = 4096;   // positions a stream's device caches hold

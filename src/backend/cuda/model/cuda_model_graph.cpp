@@ -87,6 +87,7 @@ cudaGraphExec_t CudaModel::capture_graph(const std::function<void()>& enqueue, s
     cudaGraph_t broken = nullptr;
     cudaStreamEndCapture(st, &broken);
     if (broken) cudaGraphDestroy(broken);
+    (void)cudaGetLastError();  // an invalidated capture's error is this call's, not the next launch's
     throw;
   }
   cudaGraph_t graph = nullptr;

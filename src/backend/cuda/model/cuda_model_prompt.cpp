@@ -68,9 +68,7 @@ struct DecodeProductsEnv {
   int64_t min_rows, min_cols;
   bool tall_only = false;
 };
-DecodeProductsEnv decode_products_env() {
-  const char* env = std::getenv("DS_CUDA_DECODE_PRODUCTS");
-  const std::string v = env != nullptr ? env : "";
+DecodeProductsEnv parse_decode_products(const std::string& v, const char* what) {
   if (v.empty() || v == "fma") return {DecodeProducts::Fma, kDecodeMinRows, 0};
   if (v == "tensor") return {DecodeProducts::Tensor, kDecodeMinRows, 0};
   if (v == "tensor-all") return {DecodeProducts::Tensor, 0, 0};
@@ -84,10 +82,13 @@ DecodeProductsEnv decode_products_env() {
       (colon == std::string::npos || number(colon + 1, v.size())))
     return {DecodeProducts::Tensor, std::stoll(v.substr(7, colon - 7)),
             colon == std::string::npos ? 0 : std::stoll(v.substr(colon + 1))};
-  fail(
-      "DS_CUDA_DECODE_PRODUCTS must be fma, tensor, tensor-all, tensor-tall, tensor-tall-all or "
-      "tensor:ROWS[:COLS] (got '{}')",
-      v);
+  fail("{} must be fma, tensor, tensor-all, tensor-tall, tensor-tall-all or tensor:ROWS[:COLS] (got '{}')",
+       what, v);
+}
+
+DecodeProductsEnv decode_products_env() {
+  const char* env = std::getenv("DS_CUDA_DECODE_PRODUCTS");
+  return parse_decode_products(env != nullptr ? env : "", "DS_CUDA_DECODE_PRODUCTS");
 }
 
 }  // namespace
@@ -108,6 +109,14 @@ bool tensor_tall_only_default() {
   return decode_products_env().tall_only;
 }
 
+void set_decode_products(CudaModelOptions& opt, const std::string& name, const char* what) {
+  const DecodeProductsEnv p = parse_decode_products(name, what);
+  opt.decode_products = p.mode;
+  opt.tensor_min_rows = p.min_rows;
+  opt.tensor_min_cols = p.min_cols;
+  opt.tensor_tall_only = p.tall_only;
+}
+
 TcScratchBytes tc_scratch_bytes(const ModelConfig& c, int n) {
   const int64_t K = std::max<int64_t>(c.experts_per_tok, 1) + 1;  // + the stacked shared expert's slot
   const int64_t inter = std::max({c.moe_inter, c.dense_inter, int64_t{1}});
@@ -116,7 +125,7 @@ TcScratchBytes tc_scratch_bytes(const ModelConfig& c, int n) {
   const int E = static_cast<int>(std::max<int64_t>(c.n_experts, 1));
   return {static_cast<int64_t>(
               std::max(tc_decode_scratch_bytes(widest, n), tc_decode_scratch_bytes(inter, n * K))),
-          int64_t{max_expert_tiles(n, static_cast<int>(K), E, 1)} *  // decode tiles: 1 or 8 slots
+          int64_t{max_expert_tiles(n, static_cast<int>(K), E + 1, 1)} *  // decode tiles: 1 or 8 slots
               int64_t{sizeof(ExpertWindow)},
           static_cast<int64_t>(expert_tiles_scratch_bytes(E))};
 }
@@ -174,7 +183,10 @@ const int32_t* CudaModel::prompt_experts(const Layer& L, int n, const float* x) 
   // Decode tiles of one slot at one row (the small-window kernel's one-row path, no split launch), else of up
   // to 8; the tiling changes no bits (each slot == its expert on its row alone).
   const int tile_rows = prompt_pass_ ? kTileRows : n == 1 ? 1 : kDecodeExpertTileRows;
-  const int max_tiles = max_expert_tiles(n, K, E, tile_rows);
+  // Decode: the stacked shared expert rides in the tiles as expert E (slots routed + r, where moe() and the
+  // combine expect it), so its products are no launches of their own; a prompt pass runs it over every row.
+  const int tiled_shared = L.shared_stacked && !prompt_pass_ ? 1 : 0;
+  const int max_tiles = max_expert_tiles(n, K + tiled_shared, E + tiled_shared, tile_rows);
   ExpertWindow* tiles = s.tc_tiles;  // decode: the call's scratch (a captured graph allocates nothing)
   void* group = s.tc_group;
   if (prompt_pass_) {
@@ -200,25 +212,26 @@ const int32_t* CudaModel::prompt_experts(const Layer& L, int n, const float* x) 
       tc_decode_wx(w, xs, ldx, n, y, ldy, s.tc_split, s.tc_split_bytes, st);
   };
   op("moe expert gate|up");
-  moe_expert_tiles(s.ids, n, K, E, tiles, max_tiles, s.row_ids, s.slot_of, group, st, tile_rows);
+  moe_expert_tiles(s.ids, n, K, E + tiled_shared, tiles, max_tiles, s.row_ids, s.slot_of, group, st,
+                   tile_rows, tiled_shared ? E : -1);
   TiledWeight t;
   tiled_view(L.gate_up, t);
   experts(t, s.row_ids, x, D, n, s.gu, 2 * I);
-  // The shared expert stacked as expert E (joint products): every row, in the slots after the routed ones,
-  // where moe() and the combine expect it.
+  // Otherwise (prompt passes) the shared expert stacked as expert E (joint products) over every row, in the
+  // slots after the routed ones.
   const int routed = n * K, all = routed + (L.shared_stacked ? n : 0);
-  if (L.shared_stacked) one(expert_slice(t, E), x, D, s.gu + int64_t{routed} * 2 * I, 2 * I);
+  const bool shared_alone = L.shared_stacked && !tiled_shared;
+  if (shared_alone) one(expert_slice(t, E), x, D, s.gu + int64_t{routed} * 2 * I, 2 * I);
   if (L.up_alone.valid()) {
     tiled_view(L.up_alone, t);
     experts(t, s.row_ids, x, D, n, s.gu + I, 2 * I);
-    if (L.shared_stacked) one(expert_slice(t, E), x, D, s.gu + int64_t{routed} * 2 * I + I, 2 * I);
+    if (shared_alone) one(expert_slice(t, E), x, D, s.gu + int64_t{routed} * 2 * I + I, 2 * I);
   }
   silu_mul_halves(s.gu, all, I, s.h, st);
   op("moe expert down");
   tiled_view(L.down, t);
-  experts(t, nullptr, s.h, I, routed, s.slots, D);
-  if (L.shared_stacked)
-    one(expert_slice(t, E), s.h + int64_t{routed} * I, I, s.slots + int64_t{routed} * D, D);
+  experts(t, nullptr, s.h, I, tiled_shared ? all : routed, s.slots, D);
+  if (shared_alone) one(expert_slice(t, E), s.h + int64_t{routed} * I, I, s.slots + int64_t{routed} * D, D);
   return s.slot_of;
 }
 

@@ -1,0 +1,206 @@
+// Backend failures inside the engine (what a GPU out of memory or an illegal address looks like from the
+// engine): a failed forward ends the round's streams with the error and the engine serves on; a failed
+// new_state ends only its request; the optional parts (prompt-cache snapshots, drafts) cost only themselves.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <stdexcept>
+
+#include "engine_test_support.h"
+
+namespace ds {
+namespace {
+
+using test::Collector;
+
+// Copies of a FailingBackend state (prompt-cache snapshots, cache hits) throw while `fail` is set, as a
+// device-to-device state copy does when the device is out of memory.
+class CopyableUntil final : public BackendState {
+ public:
+  CopyableUntil(const std::atomic<bool>* fail, std::atomic<int>* copies) : fail_(fail), copies_(copies) {}
+  std::unique_ptr<BackendState> clone() const override {
+    ++*copies_;
+    if (fail_->load())
+      throw std::runtime_error("injected: cudaMalloc: cudaErrorMemoryAllocation (state copy)");
+    return std::make_unique<CopyableUntil>(fail_, copies_);
+  }
+  size_t bytes() const override { return 0; }
+
+ private:
+  const std::atomic<bool>* fail_;
+  std::atomic<int>* copies_;
+};
+
+// The CPU backend failing where a test arms it: the next `forward_fails` forward calls, every new_state while
+// `new_state_fails`, every state copy while `copies_fail` (every copy counted in `copies`).
+class FailingBackend final : public test::WrappedCpuBackend {
+ public:
+  explicit FailingBackend(const Model& m) : WrappedCpuBackend(m, "failing") {}
+  StreamState new_state() const override {
+    if (new_state_fails)
+      throw std::runtime_error("injected: cudaMalloc: cudaErrorMemoryAllocation (new state)");
+    StreamState s = cpu_.new_state();
+    s.backend = BackendStateSlot(std::make_unique<CopyableUntil>(&copies_fail, &copies));
+    return s;
+  }
+  std::vector<float> forward(std::span<const ForwardSegment> segments) const override {
+    if (forward_fails.load() > 0) {
+      --forward_fails;
+      throw std::runtime_error("injected: cudaErrorIllegalAddress (an illegal memory access)");
+    }
+    return cpu_.forward(segments);
+  }
+
+  mutable std::atomic<int> forward_fails{0};
+  std::atomic<bool> new_state_fails{false}, copies_fail{false};
+  mutable std::atomic<int> copies{0};
+};
+
+// A draft source that fails every time, as the MTP head's call does when the device fails under it.
+class ThrowingDrafter final : public DraftSource {
+ public:
+  void propose(std::span<DraftAsk>) override {
+    ++calls;
+    throw std::runtime_error("injected: the draft head's call failed");
+  }
+  std::atomic<int> calls{0};
+};
+
+class EngineFailure : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { model_ = std::make_unique<Model>(test::fixture("qwen4exp_base")); }
+  static void TearDownTestSuite() { model_.reset(); }
+  static GenerationRequest request(size_t n, int32_t max_tokens, uint32_t seed) {
+    return test::make_request(test::random_prompt(n, model_->config().vocab_size, seed), max_tokens, seed % 2,
+                              seed);
+  }
+  static EngineOptions plain_options(int parallel) {
+    EngineOptions o;
+    o.parallel = parallel;
+    o.prompt_cache_gib = 0;
+    o.drafts = false;
+    return o;
+  }
+  static std::unique_ptr<Model> model_;
+};
+std::unique_ptr<Model> EngineFailure::model_;
+
+TEST_F(EngineFailure, FailedForwardEndsItsRoundsStreamsAndTheEngineServesOn) {
+  auto backend = std::make_shared<FailingBackend>(*model_);
+  Engine engine(backend, plain_options(2));
+  Collector a;
+  engine.submit(request(12, 400, 1), a.callback());
+  a.wait_tokens(3);
+  backend->forward_fails = 1;
+  const test::Reply failed = a.wait();
+  EXPECT_EQ(failed.final.reason, FinishReason::Error);
+  EXPECT_NE(failed.final.error.find("forward failed: injected: cudaErrorIllegalAddress"), std::string::npos)
+      << failed.final.error;
+  EXPECT_GE(failed.tokens.size(), 3u);
+  EXPECT_EQ(engine.stats().running, 0);
+  // The next requests run as if nothing had happened.
+  for (uint32_t seed : {2u, 3u}) {
+    const GenerationRequest r = request(9, 12, seed);
+    test::expect_same(test::run_on(engine, r), test::run_plain(*model_, r), "after the failed round");
+  }
+}
+
+TEST_F(EngineFailure, FailedNewStateEndsOnlyItsRequest) {
+  auto backend = std::make_shared<FailingBackend>(*model_);
+  Engine engine(backend, plain_options(2));
+  const GenerationRequest running = request(10, 40, 4);
+  Collector a, b;
+  engine.submit(running, a.callback());
+  a.wait_tokens(2);
+  backend->new_state_fails = true;
+  engine.submit(request(10, 40, 5), b.callback());
+  const test::Reply refused = b.wait();
+  backend->new_state_fails = false;
+  EXPECT_EQ(refused.final.reason, FinishReason::Error);
+  EXPECT_NE(refused.final.error.find("injected: cudaMalloc"), std::string::npos) << refused.final.error;
+  EXPECT_TRUE(refused.tokens.empty());
+  test::expect_same(a.wait(), test::run_plain(*model_, running), "the stream already running");
+}
+
+// A cache hit whose state cannot be copied (the copy's device memory) ends that request with the error, as a
+// failed new_state does; the engine serves on.
+TEST_F(EngineFailure, FailedCacheHitCopyEndsOnlyItsRequest) {
+  auto backend = std::make_shared<FailingBackend>(*model_);
+  EngineOptions o = plain_options(1);
+  o.prompt_cache_gib = 1.0;
+  Engine engine(backend, o);
+  const GenerationRequest r = request(70, 4, 11);
+  test::expect_same(test::run_on(engine, r), test::run_plain(*model_, r), "filling the cache");
+  test::wait_warm(engine);
+  backend->copies_fail = true;
+  const test::Reply refused = test::run_on(engine, r);
+  backend->copies_fail = false;
+  EXPECT_EQ(refused.final.reason, FinishReason::Error);
+  EXPECT_NE(refused.final.error.find("(state copy)"), std::string::npos) << refused.final.error;
+  EXPECT_TRUE(refused.tokens.empty());
+  const test::Reply again = test::run_on(engine, r);
+  test::expect_same(again, test::run_plain(*model_, r), "a cache hit once copies work");
+  EXPECT_EQ(again.final.cached_tokens, 64);
+}
+
+// A snapshot that cannot be copied (no device memory for it) leaves the cache without it: the prompt's own
+// request goes on, and a warm pass's failed snapshot does not end the streams decoding beside it.
+TEST_F(EngineFailure, FailedSnapshotsCostOnlyTheCache) {
+  auto backend = std::make_shared<FailingBackend>(*model_);
+  backend->copies_fail = true;
+  EngineOptions o = plain_options(2);
+  o.prompt_cache_gib = 1.0;
+  Engine engine(backend, o);
+  // The first reaches the cache mark at 64 within its prompt and queues a warm pass when it ends (to 64
+  // again), while the second still decodes.
+  const GenerationRequest marked = request(70, 3, 6), beside = request(10, 120, 7);
+  Collector a, b;
+  engine.submit(marked, a.callback());
+  engine.submit(beside, b.callback());
+  test::expect_same(a.wait(), test::run_plain(*model_, marked), "the request whose snapshot failed");
+  test::expect_same(b.wait(), test::run_plain(*model_, beside), "the request beside the warm pass");
+  test::wait_warm(engine);
+  EXPECT_EQ(engine.stats().prompt_cache_bytes, 0);
+  EXPECT_EQ(backend->copies.load(),
+            4);  // marks: the prompt at 64, its warm pass at 64, the other's at 64, 128
+  // Once copies work again, the cache fills and serves as before.
+  backend->copies_fail = false;
+  test::expect_same(test::run_on(engine, marked), test::run_plain(*model_, marked), "copies working again");
+}
+
+// A warm pass with no cached mark to start from starts from a new state, not a copy of one (on a GPU a copy
+// is a second whole device state): its only copy is the snapshot at its mark.
+TEST_F(EngineFailure, WarmPassFromNothingCopiesOnlyItsSnapshot) {
+  auto backend = std::make_shared<FailingBackend>(*model_);
+  EngineOptions o = plain_options(1);
+  o.prompt_cache_gib = 1.0;
+  Engine engine(backend, o);
+  // 40 prompt tokens (no mark inside the prompt) and 30 of reply: a warm pass to 64 from nothing.
+  const GenerationRequest r = request(40, 30, 10);
+  test::expect_same(test::run_on(engine, r), test::run_plain(*model_, r), "warm pass from nothing");
+  test::wait_warm(engine);
+  EXPECT_GT(engine.stats().prompt_cache_bytes, 0);
+  EXPECT_EQ(backend->copies.load(), 1);
+}
+
+TEST_F(EngineFailure, FailedDraftSourceCostsOnlyTheDrafts) {
+  auto backend = std::make_shared<FailingBackend>(*model_);
+  auto drafter = std::make_shared<ThrowingDrafter>();
+  EngineOptions o = plain_options(2);
+  o.drafts = true;
+  o.draft_depth = 4;  // no calibration: every decode round asks the source
+  o.draft_source = drafter;
+  Engine engine(backend, o);
+  const GenerationRequest r1 = request(10, 16, 8), r2 = request(14, 16, 9);
+  Collector a, b;
+  engine.submit(r1, a.callback());
+  engine.submit(r2, b.callback());
+  const test::Reply got1 = a.wait(), got2 = b.wait();
+  test::expect_same(got1, test::run_plain(*model_, r1), "first");
+  test::expect_same(got2, test::run_plain(*model_, r2), "second");
+  EXPECT_EQ(got1.final.drafted_tokens + got2.final.drafted_tokens, 0);
+  EXPECT_GT(drafter->calls.load(), 0);
+}
+
+}  // namespace
+}  // namespace ds
