@@ -1,9 +1,10 @@
-// The MoE glue folded into the FMA products (CudaModelOptions::fused_moe) against the separate launches, bit
-// for bit, on random MLX affine weights: the router product that routes in its last warp (affine_wx_route vs
-// affine_wx + moe_route), gate|up with SwiGLU in the epilogue (affine_wx_grouped_swiglu vs affine_wx_grouped
-// + silu_mul_halves), the down products that sum the combine (affine_wx_grouped_combine vs affine_wx_grouped
-// + moe_combine). Each fused launch runs twice (its completion counters must be back at zero for the second,
-// as for a graph replay), at shapes with and without the column slices.
+// The MoE glue folded into the FMA products (CudaModelOptions::fused_route/swiglu/combine) against the
+// separate launches, bit for bit, on random MLX affine weights: the router product that routes in its last
+// warp (affine_wx_route vs affine_wx + moe_route), gate|up with SwiGLU in the epilogue
+// (affine_wx_grouped_swiglu vs affine_wx_grouped + silu_mul_halves), the down products that sum the combine
+// (affine_wx_grouped_combine vs affine_wx_grouped + moe_combine). Each fused launch runs twice (its
+// completion counters must be back at zero for the second, as for a graph replay), at shapes with and without
+// the column slices.
 #include <algorithm>
 #include <cstring>
 #include <numeric>

@@ -76,11 +76,13 @@ struct CudaModelOptions {
   // ops. Other down|inject sums (checked within the float64 bounds); docs/receipts/cuda-decode.md, "hcchain".
   bool fused_hc = true;
   // A decode call's MoE glue folded into the FMA expert products, each bit-identical to the separate ops
-  // (checked): the routing into the router product at one row (its last warp), SwiGLU into the gate|up
-  // products' epilogue, the combine into the down products (the block storing a tile's last slot sums it).
-  bool fused_route = true;
+  // (checked): SwiGLU into the gate|up products' epilogue (on: 1-1.2% faster at 1-64 streams); the routing
+  // into the router product at one row (its last warp) and the combine into the down products (the block
+  // storing a tile's last slot sums it), both off: measured no faster and 4-9% slower on the H200
+  // (docs/receipts/cuda-decode.md, "fewnodes").
+  bool fused_route = false;
   bool fused_swiglu = true;
-  bool fused_combine = true;
+  bool fused_combine = false;
   int prompt_pass_rows = 2048;  // a prompt call runs in passes of at most this many rows (a multiple of 64)
   // Prompt passes run DeltaNet's chunked (C = 64) rule (deltanet_chunked.h) instead of the per-token
   // recurrence: off by default, as it measured 1.5x slower on the H200 (docs/receipts/cuda-prompt.md).
