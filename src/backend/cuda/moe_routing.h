@@ -25,4 +25,13 @@ void moe_route(const float* logits, int n_rows, int E, int k, bool renormalise, 
                cudaStream_t stream, int64_t ld_logits = 0, ExpertRow* up_pairs = nullptr,
                ExpertRow* down_pairs = nullptr, int shared_expert = -1);
 
+// The router product of ONE row and its routing in one launch, the bits of affine_wx then moe_route:
+// y[0..w.rows) = W x (x f32, 16-byte aligned); the warp that finishes last (an integer completion counter:
+// `counter`, one device uint32, zero at the call and left zero) routes y[0..E) as moe_route does (its
+// arguments as there, ld_logits w.rows). False, with nothing enqueued, where it does not apply (E > 512, w
+// with fewer than E rows or stacked).
+bool affine_wx_route(const AffineWeight& w, const float* x, float* y, int E, int k, bool renormalise,
+                     int32_t* ids, float* weights, ExpertRow* up_pairs, ExpertRow* down_pairs,
+                     int shared_expert, uint32_t* counter, cudaStream_t stream);
+
 }  // namespace ds::cuda

@@ -2,19 +2,26 @@
 #include <algorithm>
 #include <cstdint>
 #include <string>
+#include <type_traits>
 
 #include "backend/cuda/code_bits.h"
 #include "backend/cuda/cuda_error.h"
 #include "backend/cuda/device_math.cuh"
 #include "backend/cuda/grid_dependency.cuh"
+#include "backend/cuda/moe_epilogues.cuh"
 #include "backend/cuda/wx_kernels.cuh"
+#include "backend/cuda/wx_launch.cuh"
 #include "backend/cuda/wx_products.h"
 
 namespace ds::cuda {
 namespace {
 
+using detail::affine_matrix;
+using detail::bad_arg;
+using detail::group_shift_of;
 using detail::kOutputsPerWarp;
 using detail::kWarpsPerBlock;
+using detail::resident_blocks;
 
 template <class Unit, class Rows, int R>
 __global__ void __launch_bounds__(kWarpsPerBlock * 32)
@@ -30,29 +37,17 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32, 4)
   detail::persistent_row_product<Unit, Rows>(m, n_out, rows, y);
 }
 
-// Blocks for a persistent one-row kernel: as many as fit on the GPU at once, never more than the tasks.
-template <auto Kernel>
-int64_t resident_blocks(int64_t tasks) {
-  static const int64_t fit = [] {
-    int device = 0, sms = 0, per_sm = 0;
-    check(cudaGetDevice(&device), "cudaGetDevice");
-    check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "cudaDeviceGetAttribute");
-    check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, Kernel, kWarpsPerBlock * 32, 0),
-          "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
-    return int64_t{sms} * std::max(per_sm, 1);
-  }();
-  return std::min(tasks, fit);
-}
-
 // Grouped products on persistent blocks: a task is (pair, the outputs a block of block_product would own);
 // block b takes tasks b, b + gridDim.x, ... and, as row_kernel does, loads the first unit of its next task
 // (possibly another expert) while computing the last unit of this one. Each output's chain, butterfly and
 // slice merge are block_product's, so each pair equals affine_wx of its expert on its row alone.
-template <int Bits, class Rows>
+// Out (moe_epilogues.cuh) picks each output's weight row and stores a task's outputs: as they are, or with
+// the MoE op that reads them next folded in.
+template <int Bits, class Rows, class Out = detail::PlainOut>
 __global__ void __launch_bounds__(kWarpsPerBlock * 32, 4)
     grouped_row_kernel(typename detail::AffineUnit<Bits>::Matrix m, int64_t n_out, int64_t n_experts,
                        int64_t n_x_rows, const ExpertRow* pairs, int n_pairs, Rows rows, float* y,
-                       int64_t ldy) {
+                       int64_t ldy, Out out = {}) {
   using Unit = detail::AffineUnit<Bits>;
   constexpr int NO = kOutputsPerWarp;
   const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
@@ -66,7 +61,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32, 4)
   __shared__ float part[kWarpsPerBlock][NO];
   struct Task {
     typename Unit::Matrix m;
-    int64_t o0, x_row;
+    int64_t o0, x_row, p, local;
     float* y;
     bool ok;
   };
@@ -85,11 +80,12 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32, 4)
     t.o0 = slices == 1 ? (local * kWarpsPerBlock + warp) * NO : local * NO;
     t.x_row = t.ok ? pr.row : 0;
     t.y = y + p * ldy;
+    t.p = p, t.local = local;
     return t;
   };
   auto load_all = [&](Unit(&dst)[NO], const Task& t, int64_t u) {
 #pragma unroll
-    for (int o = 0; o < NO; ++o) dst[o].load(t.m, t.o0 + o < n_out ? t.o0 + o : n_out - 1, u);
+    for (int o = 0; o < NO; ++o) dst[o].load(t.m, out.row(t.o0, o, n_out), u);
   };
   dev::grid_dependency_wait();
   int64_t task = blockIdx.x;
@@ -138,12 +134,9 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32, 4)
     } else if (next_loads) {
       load_all(cur, next_t, u_first);
     }
-    if (cur_t.o0 < n_out && (slices == 1 || warp == 0)) {
-#pragma unroll
-      for (int o = 0; o < NO; ++o)
-        if (cur_t.o0 + o < n_out && lane == o)
-          cur_t.y[cur_t.o0 + o] = cur_t.ok ? acc[0][o] : __int_as_float(0x7FC00000);
-    }
+    if (cur_t.o0 < n_out && (slices == 1 || warp == 0))
+      out.store(cur_t.y, cur_t.o0, acc[0], cur_t.ok, lane, n_out);
+    out.task_done(cur_t.p, cur_t.local, per_task, y, ldy, n_out);
     task = next_task;
     cur_t = next_t;
   }
@@ -290,10 +283,6 @@ __global__ void expert_windows_build_kernel(const int32_t* topk, int n_pairs, in
   }
 }
 
-[[noreturn]] void bad_arg(const char* op, const std::string& what) {
-  throw ArgumentError(std::string(op) + ": " + what);
-}
-
 void check_common(const char* op, int64_t rows, int64_t cols, const Activations& x, int n_rows,
                   const float* y, int64_t ldy) {
   if (rows <= 0 || cols <= 0)
@@ -307,26 +296,6 @@ void check_common(const char* op, int64_t rows, int64_t cols, const Activations&
   if (x.ld < cols || x.ld % 8 != 0)
     bad_arg(op, "x.ld must be >= cols and a multiple of 8 (got " + std::to_string(x.ld) + ")");
   if (ldy < rows) bad_arg(op, "ldy must be >= the weight's rows (got " + std::to_string(ldy) + ")");
-}
-
-int group_shift_of(const char* op, const AffineWeight& w) {
-  if (w.bits != 2 && w.bits != 3 && w.bits != 4 && w.bits != 5 && w.bits != 6 && w.bits != 8)
-    bad_arg(op, "bits must be 2, 3, 4, 5, 6 or 8 (got " + std::to_string(w.bits) + ")");
-  if (w.group != 32 && w.group != 64 && w.group != 128)
-    bad_arg(op, "group must be 32, 64 or 128 (got " + std::to_string(w.group) + ")");
-  if (w.cols % w.group != 0)
-    bad_arg(op, "cols must be a multiple of the group size (cols " + std::to_string(w.cols) + ", group " +
-                    std::to_string(w.group) + ")");
-  if (w.codes == nullptr || w.scales == nullptr || w.biases == nullptr)
-    bad_arg(op, "codes, scales and biases must be device pointers");
-  if (w.n_experts < 1) bad_arg(op, "n_experts must be >= 1");
-  // The kernels address one matrix (one expert) with 32-bit word and group offsets.
-  if (w.rows > 0 && w.cols > 0 && w.rows * (w.cols / 32 * w.bits) >= (int64_t{1} << 32))
-    bad_arg(op, "one matrix must have fewer than 2^32 code words (rows " + std::to_string(w.rows) +
-                    ", cols " + std::to_string(w.cols) + ")");
-  // Codes are read as 16-, 8- or 4-byte vectors; rows keep that alignment (cols is a multiple of 32).
-  if (reinterpret_cast<uintptr_t>(w.codes) % 16 != 0) bad_arg(op, "codes must be 16-byte aligned");
-  return w.group == 32 ? 5 : w.group == 64 ? 6 : 7;
 }
 
 // Outputs per block: kOutputsPerWarp per warp, or kOutputsPerWarp per block when its warps split the columns.
@@ -370,17 +339,6 @@ void launch_window_any_x(const typename Unit::Matrix& m, int64_t n_out, const Ac
                         ldy, stream, op);
 }
 
-template <int Bits>
-typename detail::AffineUnit<Bits>::Matrix affine_matrix(const AffineWeight& w, int shift) {
-  return {w.codes,
-          w.scales,
-          w.biases,
-          w.cols,
-          shift,
-          static_cast<uint32_t>(w.cols / 32 * Bits),
-          static_cast<uint32_t>(w.cols >> shift)};
-}
-
 }  // namespace
 
 void affine_wx(const AffineWeight& w, const Activations& x, int n_rows, float* y, int64_t ldy,
@@ -406,15 +364,21 @@ void dense_wx(const DenseBf16Weight& w, const Activations& x, int n_rows, float*
   launch_window_any_x<detail::DenseBf16Unit>({w.values, w.cols}, w.rows, x, n_rows, y, ldy, stream, op);
 }
 
-void affine_wx_grouped(const AffineWeight& w, const ExpertRow* pairs, int n_pairs, const Activations& x,
-                       int n_x_rows, float* y, int64_t ldy, cudaStream_t stream) {
-  constexpr const char* op = "affine_wx_grouped";
+namespace {
+
+// The grouped products in one launch, each task's outputs handled by `out` (moe_epilogues.cuh); x rows bf16
+// only with PlainOut.
+template <class Out>
+void launch_grouped(const char* op, const AffineWeight& w, const ExpertRow* pairs, int n_pairs,
+                    const Activations& x, int n_x_rows, float* y, int64_t ldy, const Out& out,
+                    cudaStream_t stream) {
   const int shift = group_shift_of(op, w);
-  check_common(op, w.rows, w.cols, x, 1, y, ldy);
   if (pairs == nullptr) bad_arg(op, "pairs must be a device pointer");
   if (n_pairs < 0 || n_pairs > 65535)
     bad_arg(op, "n_pairs must be 0..65535 (got " + std::to_string(n_pairs) + ")");
   if (n_x_rows < 1) bad_arg(op, "n_x_rows must be >= 1");
+  constexpr bool kPlain = std::is_same_v<Out, detail::PlainOut>;
+  if (!kPlain && x.type != ActType::F32) bad_arg(op, "x must be f32 rows");
   if (n_pairs == 0) return;
   const dim3 block(kWarpsPerBlock * 32);
   with_bits(w.bits, [&](auto bits) {
@@ -422,18 +386,59 @@ void affine_wx_grouped(const AffineWeight& w, const ExpertRow* pairs, int n_pair
     const int64_t tasks = blocks_for<detail::AffineUnit<B>>(w.rows, w.cols) * n_pairs;
     const auto m = affine_matrix<B>(w, shift);
     if (x.type == ActType::F32) {
-      constexpr auto kernel = grouped_row_kernel<B, detail::F32Rows>;
+      constexpr auto kernel = grouped_row_kernel<B, detail::F32Rows, Out>;
       kernel<<<static_cast<unsigned>(resident_blocks<kernel>(tasks)), block, 0, stream>>>(
           m, w.rows, w.n_experts, n_x_rows, pairs, n_pairs,
-          detail::F32Rows{static_cast<const float*>(x.data), x.ld}, y, ldy);
-    } else {
+          detail::F32Rows{static_cast<const float*>(x.data), x.ld}, y, ldy, out);
+    } else if constexpr (kPlain) {
       constexpr auto kernel = grouped_row_kernel<B, detail::Bf16Rows>;
       kernel<<<static_cast<unsigned>(resident_blocks<kernel>(tasks)), block, 0, stream>>>(
           m, w.rows, w.n_experts, n_x_rows, pairs, n_pairs,
-          detail::Bf16Rows{static_cast<const uint16_t*>(x.data), x.ld}, y, ldy);
+          detail::Bf16Rows{static_cast<const uint16_t*>(x.data), x.ld}, y, ldy, out);
     }
   });
   check_launch(op);
+}
+
+}  // namespace
+
+void affine_wx_grouped(const AffineWeight& w, const ExpertRow* pairs, int n_pairs, const Activations& x,
+                       int n_x_rows, float* y, int64_t ldy, cudaStream_t stream) {
+  constexpr const char* op = "affine_wx_grouped";
+  check_common(op, w.rows, w.cols, x, 1, y, ldy);
+  launch_grouped(op, w, pairs, n_pairs, x, n_x_rows, y, ldy, detail::PlainOut{}, stream);
+}
+
+void affine_wx_grouped_swiglu(const AffineWeight& w, const ExpertRow* pairs, int n_pairs,
+                              const Activations& x, int n_x_rows, float* h, int64_t ldh,
+                              cudaStream_t stream) {
+  constexpr const char* op = "affine_wx_grouped_swiglu";
+  if (w.rows % 4 != 0)
+    bad_arg(op, "rows (gate then up) must be a multiple of 4 (got " + std::to_string(w.rows) + ")");
+  check_common(op, w.rows / 2, w.cols, x, 1, h, ldh);
+  launch_grouped(op, w, pairs, n_pairs, x, n_x_rows, h, ldh, detail::SwigluOut{w.rows / 2}, stream);
+}
+
+int64_t grouped_combine_tiles(const AffineWeight& w) {
+  return blocks_for<detail::AffineUnit<4>>(w.rows, w.cols);  // every code width has 32-column units
+}
+
+void affine_wx_grouped_combine(const AffineWeight& w, const ExpertRow* pairs, int n_pairs,
+                               const Activations& x, int n_x_rows, float* slots, int64_t ld_slots,
+                               const MoeCombineArgs& c, cudaStream_t stream) {
+  constexpr const char* op = "affine_wx_grouped_combine";
+  check_common(op, w.rows, w.cols, x, 1, slots, ld_slots);
+  if (c.K < 1 || c.K > 32) bad_arg(op, "K must be 1..32 (got " + std::to_string(c.K) + ")");
+  const bool shared = c.shared_gate != nullptr;
+  if (c.n_rows < 1 || int64_t{n_pairs} != int64_t{c.n_rows} * (c.K + (shared ? 1 : 0)))
+    bad_arg(op,
+            "n_pairs must be n_rows * (K + 1 with a shared expert) (got " + std::to_string(n_pairs) + ")");
+  if (c.weights == nullptr || c.out == nullptr || c.counters == nullptr)
+    bad_arg(op, "weights, out and counters must be device pointers");
+  const detail::CombineOut out{c.weights, c.shared_gate, c.ld_gate,
+                               c.out,     c.counters,    grouped_combine_tiles(w),
+                               c.n_rows,  c.K,           shared};
+  launch_grouped(op, w, pairs, n_pairs, x, n_x_rows, slots, ld_slots, out, stream);
 }
 
 void affine_wx_expert_windows(const AffineWeight& w, const ExpertWindow* windows, int n_windows,

@@ -59,6 +59,33 @@ void dense_wx(const DenseBf16Weight& w, const Activations& x, int n_rows, float*
 void affine_wx_grouped(const AffineWeight& w, const ExpertRow* pairs, int n_pairs, const Activations& x,
                        int n_x_rows, float* y, int64_t ldy, cudaStream_t stream);
 
+// affine_wx_grouped of gate|up matrices ([2 I, cols] per expert: gate rows, then up rows; I even) with
+// SwiGLU in the same launch: h[p*ldh + i] = silu(gate_i) * up_i for i < I, the bits of affine_wx_grouped
+// then silu_mul_halves (a warp computes gate i, i+1 and up i, i+1; each output's chain is unchanged).
+void affine_wx_grouped_swiglu(const AffineWeight& w, const ExpertRow* pairs, int n_pairs,
+                              const Activations& x, int n_x_rows, float* h, int64_t ldh, cudaStream_t stream);
+
+// The MoE combine folded into the down products (affine_wx_grouped_combine), pairs as moe_route writes them:
+// pair p < n_rows*K is (row p / K, rank p % K), then with shared_gate one pair per row for the stacked shared
+// expert, whose gate logit is shared_gate[row * ld_gate]. out [n_rows, w.rows]; counters [n_rows,
+// grouped_combine_tiles(w)], zero at the launch and left zero.
+struct MoeCombineArgs {
+  const float* weights = nullptr;  // [n_rows, K], rank order
+  const float* shared_gate = nullptr;
+  int64_t ld_gate = 1;
+  float* out = nullptr;
+  uint32_t* counters = nullptr;
+  int n_rows = 0, K = 0;
+};
+int64_t grouped_combine_tiles(const AffineWeight& w);
+// affine_wx_grouped into `slots`, and in the same launch, by the block that stores a (row, output tile)'s
+// last slot (an integer completion counter; no float sum depends on the order of arrival),
+// out[r, d] = sum_k weights[r, k] * slots[r*K + k, d] (+ sigmoid(gate_r) * slots[n_rows*K + r, d]): the bits
+// of moe_combine.
+void affine_wx_grouped_combine(const AffineWeight& w, const ExpertRow* pairs, int n_pairs,
+                               const Activations& x, int n_x_rows, float* slots, int64_t ld_slots,
+                               const MoeCombineArgs& combine, cudaStream_t stream);
+
 // Expert windows: the rows of a decode step that one expert serves, read against its weights once. Window i
 // covers y rows first .. first+count-1 (count 0..kMaxExpertWindowRows; 0: an unused slot, skipped); y row
 // first+j is expert `expert` applied to x row row_ids[first+j] (or to x row first+j when row_ids is null: the

@@ -95,6 +95,20 @@ void run_fast_vs_generic(Tally& tally, const std::string& config_path) {
       lh == lf ? "bit-identical to" : "differs from", hc_steps ? "bit-identical" : "DIFFERENT");
   tally.expect(lh.size() == lg.size() && hc_worst <= bound, "fast kernels: other hc mix within bound");
   tally.expect(hc_steps, "fast kernels: other hc mix: windows == steps");
+  // The MoE glue as separate launches and all fused == the default, bit for bit: windows of 4 (SwiGLU and the
+  // combine folded) and single steps (the routing too).
+  const CudaModelOptions was = fast.options();
+  for (const bool on : {false, true}) {
+    fast.set_fused_moe(on, on, on);
+    CudaStreamState s6 = fast.new_state(), s7 = fast.new_state();
+    const bool moe_windows = run_windows(fast, s6, tokens, 4) == lf,
+               moe_steps = run_windows(fast, s7, tokens, 1) == lf;
+    const std::string what =
+        std::string("fast kernels: MoE glue ") + (on ? "all fused" : "as separate ops") + " == the default";
+    tally.expect_identical(moe_windows, what + " (windows of 4)", what + " (windows of 4)");
+    tally.expect_identical(moe_steps, what + " (single steps)", what + " (single steps)");
+  }
+  fast.set_fused_moe(was.fused_route, was.fused_swiglu, was.fused_combine);
   fast.set_expert_windows(!fast.options().expert_windows);
   CudaStreamState s2 = fast.new_state();
   const bool pairs_same = run_windows(fast, s2, tokens, 4) == lf;
@@ -113,7 +127,7 @@ void run_fast_vs_generic(Tally& tally, const std::string& config_path) {
 }
 
 void run_bench(const std::string& config_path, int bits, int group, const std::vector<int>& streams,
-               int rounds) {
+               int rounds, bool lean) {
   const ModelConfig cfg = read_config(config_path);
   const DummySpec spec = uniform_spec(bits, group);
   CudaModelOptions opt;
@@ -134,7 +148,40 @@ void run_bench(const std::string& config_path, int bits, int group, const std::v
                   100 * bytes * r.tokens_per_s / kRooflineBytesPerSecond, bytes / 1e9,
                   bytes * r.tokens_per_s / 1e9, m.graph_nodes(), m.graph_programmatic_edges());
     std::printf("\n");
+    if (n == 1) {  // the round's nodes by kind (its graph was the last captured)
+      std::vector<std::pair<int, std::string>> kinds;
+      for (const auto& [k, c] : m.graph_node_kinds()) kinds.push_back({c, k});
+      std::sort(kinds.rbegin(), kinds.rend());
+      std::printf("  nodes of a batch-1 round by kind:\n");
+      for (const auto& [c, k] : kinds) std::printf("    %5d  %s\n", c, k.c_str());
+    }
     std::fflush(stdout);
+    // The MoE glue fusions one by one (the same bits every way), against the default line above: at one row
+    // every combination; at 2-8 rows the routing is never folded; past 8 rows the separate ops and SwiGLU
+    // alone, over half the rounds.
+    struct Fusion {
+      bool route, swiglu, combine;
+      const char* name;
+    };
+    const CudaModelOptions was = m.options();
+    for (const Fusion f : {Fusion{false, false, false, "MoE glue as separate ops"},
+                           Fusion{true, false, false, "fused MoE glue: routing only"},
+                           Fusion{false, true, false, "fused MoE glue: SwiGLU only"},
+                           Fusion{false, false, true, "fused MoE glue: combine only"},
+                           Fusion{true, true, false, "fused MoE glue: routing + SwiGLU"},
+                           Fusion{true, true, true, "fused MoE glue: all three"}}) {
+      if (n > 1 && f.route && !f.combine) continue;  // the same launches as without the routing
+      if (n > 8 && (f.combine || f.route)) continue;
+      m.set_fused_moe(f.route, f.swiglu, f.combine);
+      const DecodeRate v = bench_decode_rounds(m, n, n > 8 ? std::max(rounds / 2, 1) : rounds, 1);
+      std::printf("%8d %10d %12.3f %12.1f  (%s", n, n > 8 ? std::max(rounds / 2, 1) : rounds, v.ms_per_round,
+                  v.tokens_per_s, f.name);
+      if (n == 1) std::printf("; %zu graph nodes a round", m.graph_nodes());
+      std::printf(")\n");
+    }
+    m.set_fused_moe(was.fused_route, was.fused_swiglu, was.fused_combine);
+    std::fflush(stdout);
+    if (lean) continue;
     // The other hyper-connection mix (split by stream / separate ops), at every stream count.
     const bool fused = m.options().fused_hc;
     m.set_fused_hc(!fused);
@@ -165,17 +212,22 @@ void run_bench(const std::string& config_path, int bits, int group, const std::v
     // The op table of both hyper-connection paths (the default first): the events split the programmatic
     // chain at every op, so compare fusions by the untimed rounds above, not by these sums.
     const int timed = 8;
-    for (const bool fused : {m.options().fused_hc, !m.options().fused_hc}) {
-      const bool was = m.options().fused_hc;
-      m.set_fused_hc(fused);
+    struct Table {
+      bool fused_hc, fused_moe;
+    };
+    const bool hc = m.options().fused_hc;
+    for (const Table t : {Table{hc, true}, Table{hc, false}, Table{!hc, true}}) {
+      m.set_fused_hc(t.fused_hc);
+      if (!t.fused_moe) m.set_fused_moe(false, false, false);
       const auto ops = op_breakdown(m, timed);
-      m.set_fused_hc(was);
+      m.set_fused_hc(hc), m.set_fused_moe(was.fused_route, was.fused_swiglu, was.fused_combine);
       double total = 0;
       for (const auto& o : ops) total += o.second;
       std::printf(
-          "  per-op GPU time of one batch-1 round, %s (graph replay, CUDA events as graph nodes; mean of "
+          "  per-op GPU time of one batch-1 round, %s, %s (graph replay, CUDA events as graph nodes; mean of "
           "%d):\n",
-          fused ? "split hc mix" : "hc mix as separate ops", timed);
+          t.fused_hc ? "split hc mix" : "hc mix as separate ops",
+          t.fused_moe ? "MoE glue as the default" : "MoE glue as separate ops", timed);
       for (const auto& [k, us] : ops)
         std::printf("    %-20s %9.1f us %5.1f%%\n", k.c_str(), us, 100 * us / total);
       std::printf("    %-20s %9.1f us\n", "total", total);
@@ -183,6 +235,7 @@ void run_bench(const std::string& config_path, int bits, int group, const std::v
   }
   // Batch 1 at longer contexts: past the indexer budget the block selection and the selected attention run.
   for (int context : {1024, 4000}) {
+    if (lean) break;
     if (context + rounds + 8 > opt.max_context) break;
     const DecodeRate r = bench_decode_rounds(m, 1, rounds, 2, context);
     std::printf("  batch 1 after %d context tokens: %.3f ms/round, %.1f tok/s\n", context, r.ms_per_round,

@@ -178,6 +178,25 @@ void run_fixture_checks(Tally& tally, const std::string& root, const std::vector
       tally.expect_identical(pairs_same, name + ": expert windows == per-pair expert products",
                              name + ": expert windows == per-pair expert products");
       check_alone_vs_together(tally, m, prompt, 4, name);
+      // The MoE glue folded into the FMA products (fused_route/swiglu/combine) == the separate launches, bit
+      // for bit, every fusion on and every one off, in windows of 16 and in single steps (where the routing
+      // is folded into the router product too).
+      {
+        const CudaModelOptions was = m.options();
+        bool all_same = true;
+        for (const bool on : {false, true}) {
+          m.set_fused_moe(on, on, on);
+          CudaStreamState a16 = m.new_state(), a1 = m.new_state();
+          const bool w16 = same_bits(run_windows(m, a16, prompt, 16), got);
+          const bool w1 = same_bits(run_windows(m, a1, prompt, 1), got);
+          std::printf("  %s: MoE glue %s == the default: windows of 16 %s, single steps %s\n", name.c_str(),
+                      on ? "all fused" : "as separate ops", w16 ? "bit-identical" : "DIFFERENT",
+                      w1 ? "bit-identical" : "DIFFERENT");
+          all_same = all_same && w16 && w1;
+        }
+        m.set_fused_moe(was.fused_route, was.fused_swiglu, was.fused_combine);
+        tally.expect(all_same, name + ": fused MoE glue == separate ops");
+      }
       // Joint products (matrices over the same x as one product, the shared expert stacked with the routed
       // ones) == one product per matrix, and programmatic launch == plain graph edges, bit for bit.
       {

@@ -1,8 +1,8 @@
 // cuda_model_check: whole-model checks on the committed fixtures and the real-shape decode bench on the GPU
 // (docs/backend-cuda.md, docs/receipts/cuda-decode.md). Exit 1 when a check fails.
 // Usage: cuda_model_check ROOT [--no-checks] [--mtp-only] [--small-config JSON] [--bench CONFIG] [--encoding
-// BITS:GROUP]...
-//        [--streams 1,8,32,64] [--rounds N] [--mtp-reps N] [--prompt 2048,8192,32768] [--op-streams 8,64]
+// BITS:GROUP]... [--streams 1,8,32,64] [--rounds N] [--mtp-reps N] [--lean-bench] [--prompt 2048,8192,32768]
+// [--op-streams 8,64]
 // --mtp-only: only the MTP head's checks and (with --bench) its real-shape cost.
 // --prompt: the prompt bench at these lengths (the decode bench then only with --encoding).
 #include <cstdlib>
@@ -36,7 +36,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   const std::string root = argv[1];
-  bool checks = true, mtp_only = false;
+  bool checks = true, mtp_only = false, lean = false;
   int mtp_reps = 20;
   std::string bench_config, small_config = root + "/tests/cuda/flashnext-small-real-heads.json";
   std::vector<std::pair<int, int>> encodings;
@@ -46,7 +46,9 @@ int main(int argc, char** argv) {
   for (int i = 2; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&] { return i + 1 < argc ? std::string(argv[++i]) : std::string(); };
-    if (a == "--no-checks") {
+    if (a == "--lean-bench") {  // the decode rounds and the MoE glue variants only
+      lean = true;
+    } else if (a == "--no-checks") {
       checks = false;
     } else if (a == "--mtp-only") {
       mtp_only = true;
@@ -87,6 +89,7 @@ int main(int argc, char** argv) {
              "qwen4exp_mlx_8bit_g128", "qwen4exp_mlx_2bit_g32", "qwen35moe", "flashnext_tiny", "qwen3next"});
       });
       section(tally, "hc mix", [&] { mc::run_hc_checks(tally); });
+      section(tally, "fused moe glue", [&] { mc::run_moe_fused_checks(tally); });
       section(tally, "fast vs generic", [&] { mc::run_fast_vs_generic(tally, small_config); });
       section(tally, "prompt real heads", [&] { mc::run_prompt_real_heads(tally, small_config); });
       section(tally, "prompt attention", [&] { mc::run_attention_prompt_checks(tally); });
@@ -103,7 +106,7 @@ int main(int argc, char** argv) {
         section(tally, "op tables",
                 [&] { mc::run_op_tables(bench_config, bits, group, op_streams, rounds); });
       else if (!mtp_only)
-        section(tally, "bench", [&] { mc::run_bench(bench_config, bits, group, streams, rounds); });
+        section(tally, "bench", [&] { mc::run_bench(bench_config, bits, group, streams, rounds, lean); });
       if (mtp_reps > 0)  // --mtp-reps 0: no MTP bench (it builds a second model)
         section(tally, "mtp bench", [&] { mc::run_mtp_bench(bench_config, bits, group, mtp_reps); });
     }

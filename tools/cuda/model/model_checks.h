@@ -58,13 +58,16 @@ void run_mtp_checks(Tally& tally, const std::string& root, const std::string& sm
 // of drafting 1-4 deep, and the bytes a head row reads.
 void run_mtp_bench(const std::string& config_path, int bits, int group, int reps);
 // The real shape from the config at the given expert/other encodings; decode rounds at each stream count.
+// lean: the decode rounds and the MoE glue variants only (no other paths, op tables or long contexts).
 void run_bench(const std::string& config_path, int bits, int group, const std::vector<int>& streams,
-               int rounds);
+               int rounds, bool lean = false);
 // Per-op GPU tables at each stream count, FMA and tensor decode products (and FMA with the other expert
 // path).
 void run_op_tables(const std::string& config_path, int bits, int group, const std::vector<int>& streams,
                    int rounds);
 
+// The MoE glue folded into the FMA products (moe_fused_checks.cpp) == the separate launches, bit for bit.
+void run_moe_fused_checks(Tally& tally);
 // The hyper-connection mix kernels (hc_checks.cpp) at the real shape against float64, rows alone == together.
 void run_hc_checks(Tally& tally);
 // The prompt path (prompt_checks.cpp): a fixture's teacher-forced logits through prompt passes within the

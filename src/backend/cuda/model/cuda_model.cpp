@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <mutex>
 #include <utility>
 
 #include "backend/cpu/matmul.h"
@@ -85,8 +86,6 @@ void CudaModel::moe(const Layer& L, int n, const float* x, float* y) {
   op("moe router|shared in");
   // Router logits, then (with a shared expert) its gate|up and its gate logit, one row each.
   const int64_t RW = L.router_shared.width, SI = cfg_.shared_inter;
-  wx(L.router_shared, x, D, n, s.rjoint, st);
-  op("moe top-k");
   // Slots: the n*K routed (row, rank) pairs, then, with the shared expert stacked as expert E, one per row.
   const int I = static_cast<int>(cfg_.moe_inter), routed = n * K;
   const bool stacked = L.shared_stacked;
@@ -98,8 +97,20 @@ void CudaModel::moe(const Layer& L, int n, const float* x, float* y) {
   // Expert tiles (prompt passes, decode tensor products) group the routing themselves: no pairs.
   const bool tiled = (prompt_pass_ || decode_tensor_experts(L)) && prompt_experts_tiled(L);
   const bool pairs = !tiled && (!windows || stacked);
-  moe_route(s.rjoint, n, E, K, cfg_.norm_topk_prob, s.ids, s.weights, st, RW, pairs ? s.up_pairs : nullptr,
-            pairs ? s.down_pairs : nullptr, stacked && pairs ? E : -1);
+  // fused_route/swiglu/combine: ops folded into the FMA products' launches, each with the bits of the
+  // separate ops.
+  const bool decode = !prompt_pass_;
+  const DeviceMatrix& router = L.router_shared.joined;
+  if (!(opt_.fused_route && decode && n == 1 && router.kind == DeviceMatrix::Kind::Affine &&
+        !decode_tensor_takes(router) &&
+        affine_wx_route(router.affine, x, s.rjoint, E, K, cfg_.norm_topk_prob, s.ids, s.weights,
+                        pairs ? s.up_pairs : nullptr, pairs ? s.down_pairs : nullptr,
+                        stacked && pairs ? E : -1, s.counters, st))) {
+    wx(L.router_shared, x, D, n, s.rjoint, st);
+    op("moe top-k");
+    moe_route(s.rjoint, n, E, K, cfg_.norm_topk_prob, s.ids, s.weights, st, RW, pairs ? s.up_pairs : nullptr,
+              pairs ? s.down_pairs : nullptr, stacked && pairs ? E : -1);
+  }
   const int32_t* slot_of = nullptr;
   if (tiled) {
     slot_of = prompt_experts(L, n, x);
@@ -122,10 +133,23 @@ void CudaModel::moe(const Layer& L, int n, const float* x, float* y) {
     slot_of = s.slot_of;
   } else {
     op("moe expert gate|up");
-    wx_grouped(L.gate_up, s.up_pairs, all, x, D, n, s.gu, 2 * I, st);
-    if (L.up_alone.valid()) wx_grouped(L.up_alone, s.up_pairs, all, x, D, n, s.gu + I, 2 * I, st);
-    silu_mul_halves(s.gu, all, I, s.h, st);
+    if (opt_.fused_swiglu && decode && L.gate_up.kind == DeviceMatrix::Kind::Affine && !L.up_alone.valid() &&
+        I % 2 == 0) {
+      affine_wx_grouped_swiglu(L.gate_up.affine, s.up_pairs, all, Activations{x, ActType::F32, D}, n, s.h, I,
+                               st);
+    } else {
+      wx_grouped(L.gate_up, s.up_pairs, all, x, D, n, s.gu, 2 * I, st);
+      if (L.up_alone.valid()) wx_grouped(L.up_alone, s.up_pairs, all, x, D, n, s.gu + I, 2 * I, st);
+      silu_mul_halves(s.gu, all, I, s.h, st);
+    }
     op("moe expert down");
+    if (opt_.fused_combine && decode && L.down.kind == DeviceMatrix::Kind::Affine &&
+        (stacked || !L.has_shared)) {
+      const MoeCombineArgs c{s.weights, stacked ? s.rjoint + E : nullptr, RW, y, s.counters + 1, n, K};
+      affine_wx_grouped_combine(L.down.affine, s.down_pairs, all, Activations{s.h, ActType::F32, I}, all,
+                                s.slots, D, c, st);
+      return;
+    }
     wx_grouped(L.down, s.down_pairs, all, s.h, I, all, s.slots, D, st);
   }
   const float *shared = nullptr, *shared_gate = nullptr;
@@ -277,6 +301,9 @@ void CudaModel::ensure_scratch(int n) {
   const size_t attn_ws =
       c.head_dim == 128 || c.head_dim == 256 ? attention_decode_workspace_bytes(ashape, n) : 0;
   const TcScratchBytes tc = tc_scratch_bytes(c, n);  // the decode tensor products' (cuda_model_prompt.cpp)
+  // The fused router's and combine's completion counters: the router's, then the down products' (row, output
+  // tile) ones.
+  const int64_t counter_bytes = (1 + n * ((c.hidden + 3) / 4)) * 4;
   std::vector<std::pair<void**, int64_t>> parts = {
       {(void**)&s->H, n * SD * 4},
       {(void**)&s->x, n * D * 4},
@@ -324,7 +351,8 @@ void CudaModel::ensure_scratch(int n) {
       {(void**)&s->argmax, n * 4},
       {(void**)&s->tc_split, tc.split},
       {(void**)&s->tc_tiles, tc.tiles},
-      {(void**)&s->tc_group, tc.group}};
+      {(void**)&s->tc_group, tc.group},
+      {(void**)&s->counters, counter_bytes}};
   size_t total = 0;
   for (auto& p : parts) total += align256(static_cast<size_t>(p.second));
   s->arena = DeviceBuffer(total);
@@ -332,6 +360,11 @@ void CudaModel::ensure_scratch(int n) {
   for (auto& p : parts) {
     *p.first = s->arena.as<uint8_t>() + at;
     at += align256(static_cast<size_t>(p.second));
+  }
+  {  // on the model's stream, before every launch that counts; never inside another thread's capture
+    const std::lock_guard lock(capture_mutex_);
+    check(cudaMemsetAsync(s->counters, 0, static_cast<size_t>(counter_bytes), stream_.get()),
+          "CudaModel: counters");
   }
   s->attn_ws_bytes = attn_ws;
   s->tc_split_bytes = static_cast<size_t>(tc.split);
@@ -551,22 +584,24 @@ int64_t CudaModel::run(std::span<const CudaSegment> segments) {
     wx(lm_head_, s.xs, D, n_out, s.logits, V, st);
   };
   const bool use_graph = opt_.graphs && !prompt_pass_;  // prompt passes vary in shape: launched directly
-  const std::vector<int64_t> key{n,
-                                 nw,
-                                 max_count,
-                                 n_out,
-                                 static_cast<int64_t>(stage.bytes.size()),
-                                 reinterpret_cast<int64_t>(dev),
-                                 reinterpret_cast<int64_t>(s.pinned),
-                                 reinterpret_cast<int64_t>(s.arena.data()),
-                                 opt_.time_ops ? 1 : 0,
-                                 opt_.expert_windows ? 1 : 0,
-                                 opt_.programmatic_launch ? 1 : 0,
-                                 opt_.fused_hc ? 1 : 0,
-                                 static_cast<int64_t>(opt_.decode_products),
-                                 opt_.tensor_tall_only ? 1 : 0,
-                                 s.any_selecting ? 1 : 0,
-                                 any_hidden ? 1 : 0};
+  const std::vector<int64_t> key{
+      n,
+      nw,
+      max_count,
+      n_out,
+      static_cast<int64_t>(stage.bytes.size()),
+      reinterpret_cast<int64_t>(dev),
+      reinterpret_cast<int64_t>(s.pinned),
+      reinterpret_cast<int64_t>(s.arena.data()),
+      opt_.time_ops ? 1 : 0,
+      opt_.expert_windows ? 1 : 0,
+      opt_.programmatic_launch ? 1 : 0,
+      opt_.fused_hc ? 1 : 0,
+      (opt_.fused_route ? 1 : 0) + (opt_.fused_swiglu ? 2 : 0) + (opt_.fused_combine ? 4 : 0),
+      static_cast<int64_t>(opt_.decode_products),
+      opt_.tensor_tall_only ? 1 : 0,
+      s.any_selecting ? 1 : 0,
+      any_hidden ? 1 : 0};
   launch(round_graphs_, key, use_graph, enqueue, true);
   for (const CudaSegment& sg : segments) {
     if (sg.keep_hidden) {

@@ -75,6 +75,14 @@ struct CudaModelOptions {
   // folded into the down|inject product split by stream, the partials summed by the tail); off: the separate
   // ops. Other down|inject sums (checked within the float64 bounds); docs/receipts/cuda-decode.md, "hcchain".
   bool fused_hc = true;
+  // A decode call's MoE glue folded into the FMA expert products, each bit-identical to the separate ops
+  // (checked): SwiGLU into the gate|up products' epilogue (on: 1-1.2% faster at 1-64 streams); the routing
+  // into the router product at one row (its last warp) and the combine into the down products (the block
+  // storing a tile's last slot sums it), both off: measured no faster and 4-9% slower on the H200
+  // (docs/receipts/cuda-decode.md, "fewnodes").
+  bool fused_route = false;
+  bool fused_swiglu = true;
+  bool fused_combine = false;
   int prompt_pass_rows = 2048;  // a prompt call runs in passes of at most this many rows (a multiple of 64)
   // Prompt passes run DeltaNet's chunked (C = 64) rule (deltanet_chunked.h) instead of the per-token
   // recurrence: off by default, as it measured 1.5x slower on the H200 (docs/receipts/cuda-prompt.md).
@@ -220,6 +228,9 @@ class CudaModel {
   void set_expert_windows(bool on) { opt_.expert_windows = on; }
   void set_programmatic_launch(bool on) { opt_.programmatic_launch = on; }
   void set_fused_hc(bool on) { opt_.fused_hc = on; }
+  void set_fused_moe(bool route, bool swiglu, bool combine) {
+    opt_.fused_route = route, opt_.fused_swiglu = swiglu, opt_.fused_combine = combine;
+  }
   // For benches: a round's graphs are keyed by it, the MTP head's are not (set it before the head runs).
   void set_decode_products(DecodeProducts p, bool tall_only = false) {
     opt_.decode_products = p, opt_.tensor_tall_only = tall_only;
@@ -227,6 +238,8 @@ class CudaModel {
   const CudaModelOptions& options() const { return opt_; }
   // Nodes (launches, copies, timing events) of the last captured round's graph.
   size_t graph_nodes() const { return graph_nodes_; }
+  // That graph's nodes by kind (kernel function names; "(copy)", "(event)"): receipts.
+  const std::map<std::string, int>& graph_node_kinds() const { return graph_node_kinds_; }
   // Kernel-to-kernel edges of that graph made programmatic (0 without programmatic_launch).
   size_t graph_programmatic_edges() const { return graph_programmatic_edges_; }
   // Calls since construction by how they ran (receipts, DS_CUDA_PHASES): graph captures and the host
@@ -325,6 +338,7 @@ class CudaModel {
       false;  // every layer's experts are MLX affine: the expert-window kernels take them
   size_t graph_nodes_ = 0;
   size_t graph_programmatic_edges_ = 0;
+  std::map<std::string, int> graph_node_kinds_;
 };
 
 }  // namespace ds::cuda

@@ -1,7 +1,13 @@
 // CudaModel::capture_graph and launch: the capture sequence and the graph-or-direct choice a decode round and
 // the MTP head's call share.
+#include <cxxabi.h>
+
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <string>
 #include <vector>
 
 #include "backend/cuda/cuda_error.h"
@@ -34,6 +40,37 @@ void expect_own_nodes(cudaGraph_t graph) {
         copies, memsets);
 }
 
+// A graph's nodes by kind: kernels by their function's name (namespaces and parameters left out), copies,
+// timing events.
+std::map<std::string, int> node_kinds(cudaGraph_t graph) {
+  size_t n = 0;
+  check(cudaGraphGetNodes(graph, nullptr, &n), "cudaGraphGetNodes");
+  std::vector<cudaGraphNode_t> nodes(n);
+  if (n > 0) check(cudaGraphGetNodes(graph, nodes.data(), &n), "cudaGraphGetNodes");
+  std::map<std::string, int> kinds;
+  for (cudaGraphNode_t node : nodes) {
+    cudaGraphNodeType type;
+    check(cudaGraphNodeGetType(node, &type), "cudaGraphNodeGetType");
+    std::string kind = type == cudaGraphNodeTypeMemcpy        ? "(copy)"
+                       : type == cudaGraphNodeTypeEventRecord ? "(event)"
+                                                              : "(other)";
+    cudaKernelNodeParams p{};
+    const char* mangled = nullptr;
+    if (type == cudaGraphNodeTypeKernel && cudaGraphKernelNodeGetParams(node, &p) == cudaSuccess &&
+        cudaFuncGetName(&mangled, p.func) == cudaSuccess && mangled != nullptr) {
+      int status = 0;
+      char* plain = abi::__cxa_demangle(mangled, nullptr, nullptr, &status);
+      kind = status == 0 && plain != nullptr ? plain : mangled;
+      std::free(plain);
+      for (const char* drop : {"void ", "ds::cuda::", "(anonymous namespace)::", "detail::", "dev::"})
+        for (size_t at; (at = kind.find(drop)) != std::string::npos;) kind.erase(at, std::strlen(drop));
+      kind = kind.substr(0, kind.find('('));  // the parameters
+    }
+    ++kinds[kind];
+  }
+  return kinds;
+}
+
 }  // namespace
 
 cudaGraphExec_t CudaModel::capture_graph(const std::function<void()>& enqueue, size_t* nodes, size_t* edges) {
@@ -58,6 +95,7 @@ cudaGraphExec_t CudaModel::capture_graph(const std::function<void()>& enqueue, s
   if (nodes != nullptr) {
     *nodes = 0;
     cudaGraphGetNodes(graph, nullptr, nodes);
+    graph_node_kinds_ = node_kinds(graph);
   }
   size_t made_programmatic = 0;
   try {

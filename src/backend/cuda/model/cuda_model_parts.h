@@ -101,6 +101,7 @@ struct CudaModel::Scratch {
   uint8_t* chosen;
   ExpertRow *up_pairs, *down_pairs;
   ExpertWindow* windows;
+  uint32_t* counters;  // fused router/combine completion counters (zero between launches)
   void*
       attn_ws;  // attention_decode's split-KV partials (caller-owned, so a captured graph allocates nothing)
   size_t attn_ws_bytes = 0;

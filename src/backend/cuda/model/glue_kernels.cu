@@ -1,8 +1,11 @@
+#include <string>
+
 #include "backend/cuda/cuda_error.h"
 #include "backend/cuda/grid_dependency.cuh"
 #include "backend/cuda/model/device_math.cuh"
 #include "backend/cuda/model/glue_kernels.h"
 #include "backend/cuda/model/norm_reduce.cuh"
+#include "backend/cuda/moe_epilogues.cuh"
 
 namespace ds::cuda {
 
@@ -132,8 +135,9 @@ __global__ void silu_mul_halves_kernel(const float* gu, int64_t ld, int n_rows, 
   h[i] = __fmul_rn(dev::silu(gu[r * ld + c]), gu[r * ld + I + c]);
 }
 
-// kMaxK > 0 (K <= kMaxK): every rank's slot id, weight and value load goes out at once (a loop over the ranks
-// waits one memory round trip per rank); the sum is the loop's, ranks in order.
+// Every rank's slot id, weight and value load goes out at once (a loop over the ranks waits one memory round
+// trip per rank); the sum is dev::moe_combine_sum's (ranks in order), which the down products' combine
+// (affine_wx_grouped_combine) shares.
 template <int kMaxK>
 __global__ void moe_combine_kernel(const float* weights, const float* slots, const int32_t* slot_of,
                                    int n_rows, int K, int D, const float* shared, const float* shared_gate,
@@ -142,31 +146,19 @@ __global__ void moe_combine_kernel(const float* weights, const float* slots, con
   const int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
   if (i >= int64_t{n_rows} * D) return;
   const int64_t r = i / D, d = i % D;
-  float gate = 0.0f, shared_v = 0.0f;
-  if (shared != nullptr) gate = dev::sigmoid(shared_gate[r * ld_gate]), shared_v = shared[i];
   const float nan = __int_as_float(0x7FC00000);
-  float s = 0.0f;
-  if constexpr (kMaxK > 0) {
-    int64_t p[kMaxK];
-    float w[kMaxK], v[kMaxK];
+  int64_t p[kMaxK];
+  float w[kMaxK], v[kMaxK];
 #pragma unroll
-    for (int k = 0; k < kMaxK; ++k)
-      if (k < K) p[k] = slot_of != nullptr ? slot_of[r * K + k] : r * K + k, w[k] = weights[r * K + k];
+  for (int k = 0; k < kMaxK; ++k)
+    if (k < K) p[k] = slot_of != nullptr ? slot_of[r * K + k] : r * K + k, w[k] = weights[r * K + k];
 #pragma unroll
-    for (int k = 0; k < kMaxK; ++k)
-      if (k < K) v[k] = p[k] < 0 ? nan : slots[p[k] * D + d];
-#pragma unroll
-    for (int k = 0; k < kMaxK; ++k)
-      if (k < K) s = __fadd_rn(s, __fmul_rn(w[k], v[k]));
-  } else {
-    for (int k = 0; k < K; ++k) {
-      const int64_t p = slot_of != nullptr ? slot_of[r * K + k] : r * K + k;
-      const float v = p < 0 ? nan : slots[p * D + d];
-      s = __fadd_rn(s, __fmul_rn(weights[r * K + k], v));
-    }
-  }
-  if (shared != nullptr) s = __fadd_rn(s, __fmul_rn(gate, shared_v));
-  out[i] = s;
+  for (int k = 0; k < kMaxK; ++k)
+    if (k < K) v[k] = p[k] < 0 ? nan : slots[p[k] * D + d];
+  const bool has_shared = shared != nullptr;
+  out[i] = dev::moe_combine_sum<kMaxK>([&](int k) { return w[k]; }, [&](int k) { return v[k]; }, K,
+                                       has_shared, has_shared ? shared_gate[r * ld_gate] : 0.0f,
+                                       has_shared ? shared[i] : 0.0f);
 }
 
 __global__ void copy_rows_kernel(const float* src, int64_t ld, const int32_t* rows, int width, float* dst) {
@@ -322,12 +314,13 @@ void moe_combine(const float* weights, const float* slots, const int32_t* slot_o
                  const float* shared, const float* shared_gate, float* out, cudaStream_t stream,
                  int64_t ld_gate) {
   const unsigned blocks = blocks_for(int64_t{n_rows} * D, kThreads);
+  if (K < 1 || K > 32) throw ArgumentError("moe_combine: K must be 1..32 (got " + std::to_string(K) + ")");
   if (K <= 16)
     moe_combine_kernel<16><<<blocks, kThreads, 0, stream>>>(weights, slots, slot_of, n_rows, K, D, shared,
                                                             shared_gate, ld_gate, out);
   else
-    moe_combine_kernel<0><<<blocks, kThreads, 0, stream>>>(weights, slots, slot_of, n_rows, K, D, shared,
-                                                           shared_gate, ld_gate, out);
+    moe_combine_kernel<32><<<blocks, kThreads, 0, stream>>>(weights, slots, slot_of, n_rows, K, D, shared,
+                                                            shared_gate, ld_gate, out);
   check_launch("moe_combine");
 }
 

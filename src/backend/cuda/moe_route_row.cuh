@@ -1,0 +1,96 @@
+#pragma once
+// One row's MoE routing by one warp (moe_routing.h): softmax over the E router logits in fp32, the top k by a
+// fixed per-lane order then an xor butterfly over a total order, the weights in rank order. Shared by
+// moe_route's kernel and the router product that routes in its last warp (router_route.cu), so both give the
+// same bits.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "backend/cuda/wx_products.h"
+
+namespace ds::cuda::dev {
+
+// Where one routing writes: ids/weights [n_rows, k]; with up_pairs/down_pairs the grouped products' pairs
+// (moe_routing.h); shared_expert >= 0 adds the stacked shared expert's pair per row.
+struct RouteOutputs {
+  int E = 0, k = 0;
+  bool renormalise = false;
+  int32_t* ids = nullptr;
+  float* weights = nullptr;
+  ExpertRow* up_pairs = nullptr;
+  ExpertRow* down_pairs = nullptr;
+  int shared_expert = -1;
+};
+
+// (value, id) with the higher value first and, on equal values, the lower id: a total order on distinct ids.
+__device__ __forceinline__ bool route_better(float v, int id, float best, int best_id) {
+  return best_id < 0 || v > best || (v == best && id < best_id);
+}
+
+// Row `row` of n_rows from its logits l (read through L2: they may come from other blocks of this launch).
+// kSlots: experts per lane, 32 * kSlots >= E (the slots past E are skipped, so the bits do not depend on it).
+template <int kSlots>
+__device__ __forceinline__ void route_row(const float* l, int row, int n_rows, const RouteOutputs& o) {
+  constexpr int kW = 32;
+  const int lane = threadIdx.x % kW, E = o.E, k = o.k;
+  float v[kSlots];
+  float mx = -INFINITY;
+#pragma unroll
+  for (int i = 0; i < kSlots; ++i) {
+    const int e = lane + i * kW;
+    v[i] = e < E ? __ldcg(l + e) : -INFINITY;
+    if (e < E) mx = fmaxf(mx, v[i]);
+  }
+  for (int m = 16; m >= 1; m >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, m));
+  float sum = 0.0f;
+#pragma unroll
+  for (int i = 0; i < kSlots; ++i)
+    if (lane + i * kW < E) sum = __fadd_rn(sum, expf(__fsub_rn(v[i], mx)));
+  for (int m = 16; m >= 1; m >>= 1) sum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, m));
+
+  uint32_t taken = 0;
+  int my_id = -1;
+  float my_p = 0.0f;
+  for (int r = 0; r < k; ++r) {
+    float best = -INFINITY;
+    int best_id = -1;
+#pragma unroll
+    for (int i = 0; i < kSlots; ++i) {
+      const int e = lane + i * kW;
+      if (e < E && !(taken >> i & 1u) && route_better(v[i], e, best, best_id)) {
+        best = v[i];
+        best_id = e;
+      }
+    }
+    for (int m = 16; m >= 1; m >>= 1) {
+      const float ob = __shfl_xor_sync(0xffffffffu, best, m);
+      const int oid = __shfl_xor_sync(0xffffffffu, best_id, m);
+      if (oid >= 0 && route_better(ob, oid, best, best_id)) {
+        best = ob;
+        best_id = oid;
+      }
+    }
+    if (best_id % kW == lane) taken |= 1u << (best_id / kW);
+    if (lane == r) {
+      my_id = best_id;
+      my_p = expf(__fsub_rn(best, mx));
+    }
+  }
+  float top = 0.0f;  // in rank order
+  for (int r = 0; r < k; ++r) top = __fadd_rn(top, __shfl_sync(0xffffffffu, my_p, r));
+  if (lane < k) {
+    o.ids[int64_t{row} * k + lane] = my_id;
+    o.weights[int64_t{row} * k + lane] = __fdiv_rn(my_p, o.renormalise ? top : sum);
+    if (o.up_pairs != nullptr) {
+      o.up_pairs[int64_t{row} * k + lane] = ExpertRow{my_id, row};
+      o.down_pairs[int64_t{row} * k + lane] = ExpertRow{my_id, row * k + lane};
+      if (o.shared_expert >= 0 && lane == 0) {
+        o.up_pairs[int64_t{n_rows} * k + row] = ExpertRow{o.shared_expert, row};
+        o.down_pairs[int64_t{n_rows} * k + row] = ExpertRow{o.shared_expert, n_rows * k + row};
+      }
+    }
+  }
+}
+
+}  // namespace ds::cuda::dev
