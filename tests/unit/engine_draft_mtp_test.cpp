@@ -6,7 +6,7 @@
 #include <mutex>
 
 #include "engine_test_support.h"
-#include "runtime/mtp_drafter.h"
+#include "head_only_drafter.h"
 
 namespace ds {
 namespace {
@@ -16,22 +16,7 @@ using test::expect_same;
 using test::Reply;
 using test::run_plain;
 
-// The head alone (n-gram copies never match), recording every proposal so tests can see what it drafted.
-class HeadOnly final : public DraftSource {
- public:
-  explicit HeadOnly(const Model& m) : head_(m, NgramOptions{1000, 1000, 4096}) {}
-  void propose(std::span<DraftAsk> asks) override {
-    head_.propose(asks);
-    std::lock_guard lock(mutex_);
-    for (const DraftAsk& a : asks) proposals.push_back(a.drafts);
-  }
-  bool uses_hidden() const override { return true; }
-  std::vector<std::vector<int32_t>> proposals;
-
- private:
-  MtpDrafter head_;
-  std::mutex mutex_;
-};
+using test::HeadOnly;
 
 class EngineMtpDrafts : public ::testing::TestWithParam<std::string> {
  protected:

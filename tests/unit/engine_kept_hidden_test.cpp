@@ -10,7 +10,7 @@
 
 #include "core/error.h"
 #include "engine_test_support.h"
-#include "runtime/mtp_drafter.h"
+#include "head_only_drafter.h"
 
 namespace ds {
 namespace {
@@ -116,23 +116,6 @@ class KeptRowsBackend final : public ModelBackend {
   CpuBackend cpu_;
 };
 
-// The MTP head alone (no n-gram copies), recording what it proposes.
-class RecordingHead final : public DraftSource {
- public:
-  explicit RecordingHead(const ModelBackend& b) : head_(b, NgramOptions{1000, 1000, 4096}) {}
-  void propose(std::span<DraftAsk> asks) override {
-    head_.propose(asks);
-    std::lock_guard lock(mutex_);
-    for (const DraftAsk& a : asks) proposals.push_back(a.drafts);
-  }
-  bool uses_hidden() const override { return true; }
-  std::vector<std::vector<int32_t>> proposals;
-
- private:
-  MtpDrafter head_;
-  std::mutex mutex_;
-};
-
 struct EngineRun {
   std::vector<Reply> replies;
   std::vector<std::vector<int32_t>> proposals;
@@ -142,7 +125,7 @@ struct EngineRun {
 // Each request alone, then a second turn that resumes from the first's warm-pass mark.
 EngineRun run_requests(const std::shared_ptr<const ModelBackend>& backend,
                        const std::vector<GenerationRequest>& rs, int depth) {
-  auto head = std::make_shared<RecordingHead>(*backend);
+  auto head = std::make_shared<test::HeadOnly>(*backend);
   EngineRun run;
   {
     EngineOptions o;
