@@ -126,9 +126,7 @@ int64_t CudaBackend::max_context() const {
 StreamState CudaBackend::new_state() const {
   auto s = std::make_unique<CudaEngineState>();
   s->model = model_.get();
-  s->current = model_->new_state();
-  // new_state() zeroes the buffer on the legacy stream; the model's stream does not wait for it by itself.
-  check(cudaStreamSynchronize(nullptr), "CudaBackend::new_state");
+  s->current = model_->new_state();  // zeroed on the model's stream, so before any forward that takes it
   StreamState state;
   state.backend = BackendStateSlot(std::move(s));
   return state;

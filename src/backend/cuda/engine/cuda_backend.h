@@ -13,8 +13,8 @@
 // output row there for the next chained draft; the head's cache lives in the device state, its length
 // follows StreamState::mtp_position (StreamState::truncate_mtp moves only that; the device side follows at
 // the next head call). Prompts run as decode windows (same bits as steps), or with `prompt_path` as CudaModel
-// prompt passes (CudaSegment::prompt; a mixed round is then two calls): off by default until the contract has
-// run with it on the H200.
+// prompt passes (CudaSegment::prompt; a mixed round is then two calls; the CLI's default since the contract
+// passed with them on the H200).
 #include <chrono>
 #include <map>
 #include <memory>

@@ -231,7 +231,7 @@ class CudaModel {
   void set_fused_moe(bool route, bool swiglu, bool combine) {
     opt_.fused_route = route, opt_.fused_swiglu = swiglu, opt_.fused_combine = combine;
   }
-  // For benches: a round's graphs are keyed by it, the MTP head's are not (set it before the head runs).
+  // For benches: the round's and the MTP head's graphs are keyed by it, so a change re-captures them.
   void set_decode_products(DecodeProducts p, bool tall_only = false) {
     opt_.decode_products = p, opt_.tensor_tall_only = tall_only;
   }

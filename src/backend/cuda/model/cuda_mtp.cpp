@@ -198,6 +198,7 @@ int64_t CudaModel::mtp_run(std::span<const CudaMtpSegment> segments) {
                      opt_.time_ops ? 1 : 0,
                      opt_.programmatic_launch ? 1 : 0,
                      opt_.fused_hc ? 1 : 0,
+                     (opt_.fused_route ? 1 : 0) + (opt_.fused_swiglu ? 2 : 0) + (opt_.fused_combine ? 4 : 0),
                      static_cast<int64_t>(opt_.decode_products),
                      opt_.tensor_tall_only ? 1 : 0};
   launch(head_graphs_, key, opt_.graphs, enqueue, false);
