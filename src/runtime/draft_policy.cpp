@@ -34,14 +34,16 @@ double LandingRates::expected_tokens(int depth) const {
 }
 
 void RoundCosts::calibrate(int64_t max_rows, const std::function<double(int64_t)>& time_ms, int passes) {
-  ms_.assign(std::max<int64_t>(max_rows, 2), 0.0);
+  // Built aside and kept only when every timing returned: a call that throws leaves the table uncalibrated.
+  std::vector<double> ms(static_cast<size_t>(std::max<int64_t>(max_rows, 2)), 0.0);
   for (int pass = 0; pass < std::max(passes, 1); ++pass)
-    for (int64_t r = 1; r <= static_cast<int64_t>(ms_.size()); ++r) {
-      const double ms = time_ms(r);
-      ms_[r - 1] = pass == 0 ? ms : std::min(ms_[r - 1], ms);
+    for (int64_t r = 1; r <= static_cast<int64_t>(ms.size()); ++r) {
+      const double t = time_ms(r);
+      ms[r - 1] = pass == 0 ? t : std::min(ms[r - 1], t);
     }
   // Costs never fall with more rows; timing noise must not make a wider window look cheaper.
-  for (size_t i = 1; i < ms_.size(); ++i) ms_[i] = std::max(ms_[i], ms_[i - 1]);
+  for (size_t i = 1; i < ms.size(); ++i) ms[i] = std::max(ms[i], ms[i - 1]);
+  ms_ = std::move(ms);
 }
 
 void RoundCosts::observe(int64_t rows, double ms) {

@@ -66,7 +66,7 @@ Engine::Impl::Impl(std::shared_ptr<const ModelBackend> b, const EngineOptions& o
   const bool head_follows = o.drafts && o.max_drafts > 0 && drafter->uses_hidden();
   memory = stream_memory(m, o.drafts ? o.max_drafts : 0, head_follows, kMaxIdleHeadRows);
   // Timed at load, so the first drafted reply does not pay for it.
-  if (o.drafts && o.max_drafts > 0 && o.draft_depth == 0) calibrate_costs();
+  if (o.drafts && o.max_drafts > 0 && o.draft_depth == 0) try_calibrate_costs();
   cache.set_capacity(cache_budget());
 }
 

@@ -115,6 +115,19 @@ void Engine::Impl::calibrate_costs() {
   note_calibration(ms_since(calibration_start));
 }
 
+bool Engine::Impl::try_calibrate_costs() {
+  try {
+    calibrate_costs();
+    return true;
+  } catch (const std::exception&) {
+    // A calibration that fails (its scratch state or a timed call failing on the device) costs only drafts:
+    // the windows stay one row, and it runs again at the next round that could draft.
+    round_costs = RoundCosts{};
+    head_costs = HeadCosts{};
+    return false;
+  }
+}
+
 void Engine::Impl::note_calibration(double ms) {
   std::lock_guard lock(mutex);
   stats.draft_calibration_ms += ms;
@@ -155,7 +168,7 @@ void Engine::Impl::plan_windows() {
     asks.push_back({s->request.prompt, s->generated, &s->state, max, 0, {}});
   }
   if (asks.empty()) return;
-  if (options.draft_depth == 0 && !round_costs.calibrated()) calibrate_costs();
+  if (options.draft_depth == 0 && !round_costs.calibrated() && !try_calibrate_costs()) return;
   // Drafting that measured slower than plain rounds rests: no head calls, no windows (DraftGuard).
   const bool rest = options.draft_guard && options.draft_depth == 0 && draft_guard.resting();
   // Plain streams' rows are in the round too: they make drafting rows relatively cheaper.

@@ -114,6 +114,7 @@ struct Engine::Impl {
   void plan_windows();
   void verify(Stream& s, const RoundRows& out, size_t first, int64_t rows);
   void calibrate_costs();
+  bool try_calibrate_costs();        // false (tables left uncalibrated) when a call of the calibration threw
   void note_calibration(double ms);  // adds to stats.draft_calibration_ms
   bool captures_hidden(const StreamState& state) const;
   void follow_prompt_rows(std::span<HeadRows> items);

@@ -3,6 +3,7 @@
 // new_state ends only its request; the optional parts (prompt-cache snapshots, drafts) cost only themselves.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <stdexcept>
 
@@ -31,8 +32,9 @@ class CopyableUntil final : public BackendState {
   std::atomic<int>* copies_;
 };
 
-// The CPU backend failing where a test arms it: the next `forward_fails` forward calls, every new_state while
-// `new_state_fails`, every state copy while `copies_fail` (every copy counted in `copies`).
+// The CPU backend failing where a test arms it: the next `forward_fails` forward calls, every call holding a
+// draft window while `windows_fail`, every new_state while `new_state_fails`, every state copy while
+// `copies_fail` (every copy counted in `copies`).
 class FailingBackend final : public test::WrappedCpuBackend {
  public:
   explicit FailingBackend(const Model& m) : WrappedCpuBackend(m, "failing") {}
@@ -44,6 +46,11 @@ class FailingBackend final : public test::WrappedCpuBackend {
     return s;
   }
   std::vector<float> forward(std::span<const ForwardSegment> segments) const override {
+    if (windows_fail && std::any_of(segments.begin(), segments.end(),
+                                    [](const ForwardSegment& s) { return s.record != nullptr; })) {
+      ++windows_failed;
+      throw std::runtime_error("injected: cudaErrorMemoryAllocation (a draft window)");
+    }
     if (forward_fails.load() > 0) {
       --forward_fails;
       throw std::runtime_error("injected: cudaErrorIllegalAddress (an illegal memory access)");
@@ -52,6 +59,8 @@ class FailingBackend final : public test::WrappedCpuBackend {
   }
 
   mutable std::atomic<int> forward_fails{0};
+  std::atomic<bool> windows_fail{false};  // every call with a draft window (a WindowRecord) in it
+  mutable std::atomic<int> windows_failed{0};
   std::atomic<bool> new_state_fails{false}, copies_fail{false};
   mutable std::atomic<int> copies{0};
 };
@@ -200,6 +209,27 @@ TEST_F(EngineFailure, FailedDraftSourceCostsOnlyTheDrafts) {
   test::expect_same(got2, test::run_plain(*model_, r2), "second");
   EXPECT_EQ(got1.final.drafted_tokens + got2.final.drafted_tokens, 0);
   EXPECT_GT(drafter->calls.load(), 0);
+}
+
+// The depth policy's calibration failing (its windows fail on the device) costs only the drafts: the replies
+// are the plain ones, nothing is drafted, and the engine tries the calibration again at later rounds.
+TEST_F(EngineFailure, FailedCalibrationCostsOnlyTheDrafts) {
+  auto backend = std::make_shared<FailingBackend>(*model_);
+  backend->windows_fail = true;
+  EngineOptions o = plain_options(2);
+  o.drafts = true;
+  o.draft_depth = 0;  // the depth policy: calibrated when the engine starts, else at a round that could draft
+  Engine engine(backend, o);
+  const GenerationRequest r1 = request(10, 16, 8), r2 = request(14, 16, 9);
+  Collector a, b;
+  engine.submit(r1, a.callback());
+  engine.submit(r2, b.callback());
+  const test::Reply got1 = a.wait(), got2 = b.wait();
+  test::expect_same(got1, test::run_plain(*model_, r1), "first");
+  test::expect_same(got2, test::run_plain(*model_, r2), "second");
+  EXPECT_EQ(got1.final.drafted_tokens + got2.final.drafted_tokens, 0);
+  EXPECT_GT(backend->windows_failed.load(), 1) << "calibration tried again after its first failure";
+  EXPECT_EQ(engine.stats().draft_calibration_ms, 0.0);
 }
 
 }  // namespace
