@@ -67,10 +67,12 @@ void PromptCache::insert(std::span<const int32_t> prefix, const StreamState& sta
   }
   const int64_t bytes = static_cast<int64_t>(state.bytes() + prefix.size() * sizeof(int32_t));
   if (bytes > capacity_) return;  // would evict everything and still not fit
+  // Room first, then the copy: the same entries go as evicting after, but the states held never exceed the
+  // capacity (on a GPU a copy is device memory).
+  evict_to(capacity_ - bytes);
   lru_.push_front(Entry{key, std::vector<int32_t>(prefix.begin(), prefix.end()), state, bytes});
   index_[key] = lru_.begin();
   bytes_ += bytes;
-  evict_to(capacity_);
 }
 
 void PromptCache::evict_to(int64_t limit) {
