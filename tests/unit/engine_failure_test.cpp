@@ -90,6 +90,17 @@ class EngineFailure : public ::testing::Test {
     o.drafts = false;
     return o;
   }
+  // Two requests at once on `engine`: each reply equals plain decoding and nothing was drafted.
+  static void expect_two_plain_replies_undrafted(Engine& engine) {
+    const GenerationRequest r1 = request(10, 16, 8), r2 = request(14, 16, 9);
+    Collector a, b;
+    engine.submit(r1, a.callback());
+    engine.submit(r2, b.callback());
+    const test::Reply got1 = a.wait(), got2 = b.wait();
+    test::expect_same(got1, test::run_plain(*model_, r1), "first");
+    test::expect_same(got2, test::run_plain(*model_, r2), "second");
+    EXPECT_EQ(got1.final.drafted_tokens + got2.final.drafted_tokens, 0);
+  }
   static std::unique_ptr<Model> model_;
 };
 std::unique_ptr<Model> EngineFailure::model_;
@@ -200,14 +211,7 @@ TEST_F(EngineFailure, FailedDraftSourceCostsOnlyTheDrafts) {
   o.draft_depth = 4;  // no calibration: every decode round asks the source
   o.draft_source = drafter;
   Engine engine(backend, o);
-  const GenerationRequest r1 = request(10, 16, 8), r2 = request(14, 16, 9);
-  Collector a, b;
-  engine.submit(r1, a.callback());
-  engine.submit(r2, b.callback());
-  const test::Reply got1 = a.wait(), got2 = b.wait();
-  test::expect_same(got1, test::run_plain(*model_, r1), "first");
-  test::expect_same(got2, test::run_plain(*model_, r2), "second");
-  EXPECT_EQ(got1.final.drafted_tokens + got2.final.drafted_tokens, 0);
+  expect_two_plain_replies_undrafted(engine);
   EXPECT_GT(drafter->calls.load(), 0);
 }
 
@@ -220,14 +224,7 @@ TEST_F(EngineFailure, FailedCalibrationCostsOnlyTheDrafts) {
   o.drafts = true;
   o.draft_depth = 0;  // the depth policy: calibrated when the engine starts, else at a round that could draft
   Engine engine(backend, o);
-  const GenerationRequest r1 = request(10, 16, 8), r2 = request(14, 16, 9);
-  Collector a, b;
-  engine.submit(r1, a.callback());
-  engine.submit(r2, b.callback());
-  const test::Reply got1 = a.wait(), got2 = b.wait();
-  test::expect_same(got1, test::run_plain(*model_, r1), "first");
-  test::expect_same(got2, test::run_plain(*model_, r2), "second");
-  EXPECT_EQ(got1.final.drafted_tokens + got2.final.drafted_tokens, 0);
+  expect_two_plain_replies_undrafted(engine);
   EXPECT_GT(backend->windows_failed.load(), 1) << "calibration tried again after its first failure";
   EXPECT_EQ(engine.stats().draft_calibration_ms, 0.0);
 }
