@@ -32,8 +32,8 @@ LoadedBackend load_cuda(const std::string& dir, int64_t context, bool prompt_pat
       context > 0 ? context : (max_pos > 0 ? std::min(max_pos, kCudaDefaultContext) : kCudaDefaultContext);
   cuda::CudaModelOptions opt;
   opt.max_context = b.context;
-  if (!products.empty()) cuda::set_decode_products(opt, products, "--cuda-products");
-  b.products = products.empty() ? std::string("DS_CUDA_DECODE_PRODUCTS") : products;
+  cuda::set_decode_products(opt, products, "--cuda-products");
+  b.products = products;
   try {
     b.backend = std::make_shared<cuda::CudaBackend>(
         std::make_unique<cuda::CudaModel>(b.host->config(), b.host->weights(), opt,
@@ -70,7 +70,7 @@ void add_backend_options(CLI::App& cmd, std::string& backend, bool& cuda_prompt_
 
 std::string cuda_products_for(const std::string& choice, int parallel) {
   if (choice != "auto") return choice;
-  if (const char* env = std::getenv("DS_CUDA_DECODE_PRODUCTS"); env != nullptr && *env != '\0') return "";
+  if (const char* env = std::getenv("DS_CUDA_DECODE_PRODUCTS"); env != nullptr && *env != '\0') return env;
   return parallel >= kTensorParallel ? "tensor" : "fma";
 }
 
