@@ -161,7 +161,7 @@ void register_run_command(CLI::App& app) {
   add_backend_options(*cmd, o->backend, o->cuda_prompt_passes, o->cuda_drafts, o->cuda_products);
   cmd->add_option("--context", o->context,
                   "positions per stream, prompt + reply (default: the model's maximum; cuda: at most 8192)");
-  cmd->callback([o, cmd] { run(*o); });
+  cmd->callback([o] { run(*o); });
 }
 
 }  // namespace ds::cli

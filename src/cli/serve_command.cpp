@@ -140,7 +140,7 @@ void register_serve_command(CLI::App& app) {
   add_backend_options(*cmd, o->backend, o->cuda_prompt_passes, o->cuda_drafts, o->cuda_products);
   cmd->add_flag("--reference", o->reference,
                 "serve with the serial reference decode instead of the batched engine");
-  cmd->callback([o, cmd] { serve(*o); });
+  cmd->callback([o] { serve(*o); });
 }
 
 }  // namespace ds::cli

@@ -50,10 +50,10 @@ class ModelBackend {
   // the spacing of prompt-cache marks (a multiple of the 64 grid; a piece ends at the next mark, so the
   // spacing bounds a piece). A backend whose prompt passes pay per call (the GPU's) takes longer pieces.
   virtual int64_t prompt_rows_per_round() const { return 256; }
+  virtual int64_t cache_mark_interval() const { return 64; }
   // A failure after which every later call fails too (a GPU whose context is lost): its message; empty while
   // the backend works. Thread-safe (the server's /health asks it), so a supervisor can restart the process.
   virtual std::string failure() const { return {}; }
-  virtual int64_t cache_mark_interval() const { return 64; }
 
   // The MTP head (Model::mtp_forward's contract); has_mtp() false: the engine drafts by n-gram copies.
   virtual bool has_mtp() const = 0;
