@@ -477,24 +477,17 @@ int64_t CudaModel::run(std::span<const CudaSegment> segments) {
     wx(lm_head_, s.xs, D, n_out, s.logits, V, st);
   };
   const bool use_graph = opt_.graphs && !prompt_pass_;  // prompt passes vary in shape: launched directly
-  const std::vector<int64_t> key{
-      n,
-      nw,
-      max_count,
-      n_out,
-      static_cast<int64_t>(stage.bytes.size()),
-      reinterpret_cast<int64_t>(dev),
-      reinterpret_cast<int64_t>(s.pinned),
-      reinterpret_cast<int64_t>(s.arena.data()),
-      opt_.time_ops ? 1 : 0,
-      opt_.expert_windows ? 1 : 0,
-      opt_.programmatic_launch ? 1 : 0,
-      opt_.fused_hc ? 1 : 0,
-      (opt_.fused_route ? 1 : 0) + (opt_.fused_swiglu ? 2 : 0) + (opt_.fused_combine ? 4 : 0),
-      static_cast<int64_t>(opt_.decode_products),
-      opt_.tensor_tall_only ? 1 : 0,
-      s.any_selecting ? 1 : 0,
-      any_hidden ? 1 : 0};
+  GraphKey key{n,
+               nw,
+               max_count,
+               n_out,
+               static_cast<int64_t>(stage.bytes.size()),
+               reinterpret_cast<int64_t>(dev),
+               reinterpret_cast<int64_t>(s.pinned),
+               reinterpret_cast<int64_t>(s.arena.data()),
+               s.any_selecting ? 1 : 0,
+               any_hidden ? 1 : 0};
+  append_option_key(key);
   launch(round_graphs_, key, use_graph, enqueue, true);
   for (const CudaSegment& sg : segments) {
     if (sg.keep_hidden) {

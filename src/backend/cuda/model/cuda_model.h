@@ -279,6 +279,9 @@ class CudaModel {
   // shape's first call) launched directly; then with time_ops its ops' times added to op_times.
   void launch(GraphCache& cache, const GraphKey& key, bool use_graph, const std::function<void()>& enqueue,
               bool round);
+  // Appends to a call's graph key every option a captured call's launches depend on (the rounds' and the
+  // head's keys both take them, so a setter can never replay a graph laid out under another setting).
+  void append_option_key(GraphKey& key) const;
   // Drops the parked graphs whose keys carry `address`, once the stream is idle: called before a buffer the
   // graph keys name (a scratch arena, a staging buffer) is replaced, so a later buffer at a reused address
   // never replays a graph laid out for the old one.

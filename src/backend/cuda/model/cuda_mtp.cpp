@@ -185,22 +185,16 @@ int64_t CudaModel::mtp_run(std::span<const CudaMtpSegment> segments) {
   };
   // The head's graphs are parked apart from the rounds' (the two alternate every drafted round); with
   // time_ops its ops are timed into op_times like a round's (reset them between the two to read either).
-  const GraphKey key{n,
-                     static_cast<int64_t>(segments.size()),
-                     max_count,
-                     n_out,
-                     static_cast<int64_t>(stage.bytes.size()),
-                     reinterpret_cast<int64_t>(dev),
-                     reinterpret_cast<int64_t>(h.pinned),
-                     reinterpret_cast<int64_t>(s.arena.data()),
-                     opt_.expert_windows ? 1 : 0,
-                     any_out ? 1 : 0,
-                     opt_.time_ops ? 1 : 0,
-                     opt_.programmatic_launch ? 1 : 0,
-                     opt_.fused_hc ? 1 : 0,
-                     (opt_.fused_route ? 1 : 0) + (opt_.fused_swiglu ? 2 : 0) + (opt_.fused_combine ? 4 : 0),
-                     static_cast<int64_t>(opt_.decode_products),
-                     opt_.tensor_tall_only ? 1 : 0};
+  GraphKey key{n,
+               static_cast<int64_t>(segments.size()),
+               max_count,
+               n_out,
+               static_cast<int64_t>(stage.bytes.size()),
+               reinterpret_cast<int64_t>(dev),
+               reinterpret_cast<int64_t>(h.pinned),
+               reinterpret_cast<int64_t>(s.arena.data()),
+               any_out ? 1 : 0};
+  append_option_key(key);
   launch(head_graphs_, key, opt_.graphs, enqueue, false);
   for (const CudaMtpSegment& sg : segments)
     sg.state->mtp_position += static_cast<int64_t>(sg.next_tokens.size());
