@@ -283,6 +283,10 @@ bool hc_fused_takes(const AffineWeight& down_inject, const AffineWeight& up, int
   return unsliced;
 }
 
+int hc_head_outputs_for_rows(int n) {
+  return n == 1 ? 1 : 2;
+}
+
 int64_t hc_partial_floats(const AffineWeight& down_inject, int S, int n) {
   return int64_t{n} * S * down_inject.rows;
 }

@@ -33,6 +33,11 @@ void hc_head(const AffineWeight& down_inject, const float* H, const float* pendi
              const float* norm_w, int S, int D, float eps, float* normed, float* partial, int n,
              cudaStream_t stream, int outputs_per_warp = 2);
 
+// hc_head's outputs a warp for a call of n rows: 1 at one row (twice the blocks: on the H200 a batch-1
+// round 0.6% faster at 4-bit, 1.4% at 6-bit), 2 from two rows (1 cost 1.4% at 8 streams);
+// docs/receipts/cuda-decode.md, "hcfast". Either gives the same bits.
+int hc_head_outputs_for_rows(int n);
+
 // Per row r < n: joint[o] = (p0[o] + p1[o]) + (p2[o] + p3[o]) over hc_head's partials (rows ld_partial),
 // low = silu(joint[0..R) * inv_s), mix = up low (affine_wx's chain and butterfly, each output's on a lane
 // group of R / 32 lanes), x[r, d] = (sum_k sigmoid(mix[k D + d]) *
