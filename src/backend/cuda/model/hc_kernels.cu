@@ -18,7 +18,7 @@ namespace {
 
 using dev::kNormThreads;
 
-constexpr int kStreams = 4;  // the tail's warps are the streams; its partial sum is ((p0 + p1) + (p2 + p3))
+constexpr int kStreams = 4;  // the tail gives each stream 2 warps; its partial sum is ((p0 + p1) + (p2 + p3))
 // Head: one block of rms_norm_rows' 256 threads per (output tile, stream, row); each warp 1 or 2 outputs
 // (hc_head's outputs_per_warp: each output's chain is the same either way), its lanes holding up to
 // kLaneUnits 32-column units of the stream each (D <= 3072); at most 128 registers a thread, so two blocks
