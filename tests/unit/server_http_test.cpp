@@ -445,6 +445,13 @@ TEST_F(ServerHttp, EngineErrorMidStreamIsAnErrorEvent) {
   json e = json::parse(events[events.size() - 2]);
   EXPECT_EQ(e["error"]["message"], "out of state memory");
   EXPECT_EQ(e["error"]["type"], "server_error");
+  // Not streaming: the first token committed the 200, so the error is its body (docs/server.md, "Errors").
+  auto whole = post("/v1/completions", {{"prompt", "x"}});
+  ASSERT_EQ(whole->status, 200);
+  json body = json::parse(whole->body);
+  EXPECT_EQ(body["error"]["message"], "out of state memory");
+  EXPECT_EQ(body["error"]["code"], "engine_error");
+  EXPECT_FALSE(body.contains("choices"));
 }
 
 TEST_F(ServerHttp, EngineErrorBeforeTheFirstTokenIsA500) {
