@@ -251,7 +251,8 @@ TEST_F(EngineFailure, FailedDraftSourceCostsOnlyTheDrafts) {
 }
 
 // The depth policy's calibration failing (its windows fail on the device) costs only the drafts: the replies
-// are the plain ones, nothing is drafted, and the engine tries the calibration again at later rounds.
+// are the plain ones, nothing is drafted, and the engine tries the calibration again at later rounds, after
+// 1, 2, 4 ... rounds (at most 5 tries here, where a try at every round that could draft made 19).
 TEST_F(EngineFailure, FailedCalibrationCostsOnlyTheDrafts) {
   auto backend = std::make_shared<FailingBackend>(*model_);
   backend->windows_fail = true;
@@ -261,6 +262,7 @@ TEST_F(EngineFailure, FailedCalibrationCostsOnlyTheDrafts) {
   Engine engine(backend, o);
   expect_two_plain_replies_undrafted(engine);
   EXPECT_GT(backend->windows_failed.load(), 1) << "calibration tried again after its first failure";
+  EXPECT_LE(backend->windows_failed.load(), 5) << "a failing calibration backs off";
   EXPECT_EQ(engine.stats().draft_calibration_ms, 0.0);
 }
 
