@@ -1,9 +1,8 @@
-// The hyper-connection mix kernels (hc_kernels.h) at the real shape (S 4, D 2560, R 320) against a float64
-// reference within a stated bound, with a negative control; a row alone == the same row among others (bit for
-// bit); the normed rows and the stored inject == add_rms_norm_rows' (bit for bit); hc_head with 1 output a
-// warp
-// == with 2, and hc_tail == affine_wx_hc_tail (the separate ops' one-row tail) on the same joint values (bit
-// for bit).
+// The hyper-connection mix kernels (hc_kernels.h) at the real shape (S 4, D 2560, R 320; and R 32, 128, 1024
+// for the tail's other lane groups) against a float64 reference within a stated bound, with a negative
+// control; a row alone == the same row among others, the normed rows and the stored inject ==
+// add_rms_norm_rows', hc_head with 1 output a warp == with 2, and hc_tail == affine_wx_hc_tail (the separate
+// ops' one-row tail) on the same joint values: each bit for bit.
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -23,7 +22,7 @@ namespace {
 using wxcheck::HostAffine;
 using wxcheck::RefWeight;
 
-constexpr int kS = 4, kD = 2560, kR = 320;
+constexpr int kS = 4, kD = 2560, kR = 320;  // the real shape; other ranks R as cases below
 constexpr float kEps = 1e-6f;
 const double kUlp = std::ldexp(1.0, -24);
 
@@ -102,8 +101,9 @@ Outputs run_split(const DeviceAffine& di, const DeviceAffine& up, const Inputs& 
   const float* ii = with_pending ? iota_in.as<float>() : nullptr;
   hc_head(di.w, H.as<float>(), p, ii, norm_w.as<float>(), kS, kD, kEps, normed.as<float>(),
           partial.as<float>(), n, nullptr, head_outputs);
-  hc_tail(up.w, partial.as<float>(), di.w.rows, kR, 1.0f / kS, normed.as<float>(), kS, kD, H.as<float>(), p,
-          ii, x.as<float>(), with_pending ? iota_out.as<float>() : nullptr, n, nullptr);
+  hc_tail(up.w, partial.as<float>(), di.w.rows, static_cast<int>(up.w.cols), 1.0f / kS, normed.as<float>(),
+          kS, kD, H.as<float>(), p, ii, x.as<float>(), with_pending ? iota_out.as<float>() : nullptr, n,
+          nullptr);
   check(cudaDeviceSynchronize(), "hc mix check");
   // The joint values as the tail forms them, (p0 + p1) + (p2 + p3) in f32 (-ffp-contract=off: the same bits).
   const int64_t rows = di.w.rows;
@@ -140,7 +140,7 @@ Outputs run_one_row_tails(const DeviceAffine& up, const Outputs& split, int n, i
                iota(size_t(n) * kS * 4);
   x.fill_bytes(0xFF), iota.fill_bytes(0xFF);
   for (int r = 0; r < n; ++r)
-    if (!affine_wx_hc_tail(up.w, joint.as<float>() + r * ld_joint, kR, 1.0f / kS,
+    if (!affine_wx_hc_tail(up.w, joint.as<float>() + r * ld_joint, static_cast<int>(up.w.cols), 1.0f / kS,
                            normed.as<float>() + int64_t{r} * kS * kD, kD, x.as<float>() + int64_t{r} * kD,
                            with_pending ? iota.as<float>() + r * kS : nullptr, nullptr))
       throw ArgumentError("hc mix check: affine_wx_hc_tail refuses the real shape");
@@ -183,8 +183,9 @@ double worst_ratio(const HostAffine& di, const HostAffine& up, double scale, con
     const wxcheck::RefValue v = wxcheck::reference(wd, nv.data(), o);
     worst = std::max(worst, std::fabs(joint[o] - v.y) / (joint_factor * v.abs_sum + 1e-30));
   }
-  std::vector<double> low(kR), dlow(kR);
-  for (int j = 0; j < kR; ++j) {
+  const int R = static_cast<int>(up.cols);
+  std::vector<double> low(R), dlow(R);
+  for (int j = 0; j < R; ++j) {
     const double z = double(joint[j]) / kS;
     low[j] = z * sigmoid(z);
     dlow[j] = 8 * kUlp * std::fabs(low[j]);
@@ -196,8 +197,8 @@ double worst_ratio(const HostAffine& di, const HostAffine& up, double scale, con
       const int64_t o = int64_t{k} * kD + d;
       const wxcheck::RefValue m = wxcheck::reference(wu, low.data(), o);
       double prop = 0;
-      for (int j = 0; j < kR; ++j) prop += std::fabs(wu.at(o, j)) * dlow[j];
-      const double dmix = wxcheck::bound_factor(kR, 32) * m.abs_sum + prop;
+      for (int j = 0; j < R; ++j) prop += std::fabs(wu.at(o, j)) * dlow[j];
+      const double dmix = wxcheck::bound_factor(R, 32) * m.abs_sum + prop;
       const double s = sigmoid(m.y), n = normed[o];
       x += s * n;
       dx += 0.25 * dmix * std::fabs(n) + 8 * kUlp * std::fabs(s * n);
@@ -207,7 +208,7 @@ double worst_ratio(const HostAffine& di, const HostAffine& up, double scale, con
   }
   if (with_pending)
     for (int k = 0; k < kS; ++k) {
-      const double want = 2 * sigmoid(double(joint[kR + k]) / kS);
+      const double want = 2 * sigmoid(double(joint[R + k]) / kS);
       worst = std::max(worst, std::fabs(got.iota[size_t(r) * kS + k] - want) / (8 * kUlp * want + 1e-30));
     }
   return worst;
@@ -224,19 +225,22 @@ void run_hc_checks(Tally& tally) {
   struct Case {
     int bits, group;
     bool with_pending;  // false: the final mixer's form (down rows R, no inject, no iota out)
+    int R = kR;         // other ranks: hc_tail's lane groups of R / 32 lanes, 32 / (R / 32) outputs a warp
   };
   // Groups of 128 do not divide up's R = 320 columns (hc_fused_takes refuses them: the separate ops run).
-  for (const Case c : {Case{4, 32, true}, Case{6, 64, true}, Case{8, 64, false}, Case{2, 32, true},
-                       Case{3, 64, true}, Case{5, 32, true}}) {
-    std::mt19937_64 rng(1000 + c.bits * 7 + c.group);
+  for (const Case c :
+       {Case{4, 32, true}, Case{6, 64, true}, Case{8, 64, false}, Case{2, 32, true}, Case{3, 64, true},
+        Case{5, 32, true}, Case{4, 32, true, 32}, Case{4, 32, true, 128}, Case{4, 64, true, 1024}}) {
+    std::mt19937_64 rng(1000 + c.bits * 7 + c.group + (c.R == kR ? 0 : c.R));
     const HostAffine di =
-        wxcheck::random_affine(c.with_pending ? kR + kS : kR, int64_t{kS} * kD, c.bits, c.group, rng);
-    const HostAffine up = wxcheck::random_affine(int64_t{kS} * kD, kR, c.bits, c.group, rng);
+        wxcheck::random_affine(c.with_pending ? c.R + kS : c.R, int64_t{kS} * kD, c.bits, c.group, rng);
+    const HostAffine up = wxcheck::random_affine(int64_t{kS} * kD, c.R, c.bits, c.group, rng);
     const DeviceAffine ddi = upload(di), dup = upload(up);
     const std::string name = "hc mix " + std::to_string(c.bits) + "-bit g" + std::to_string(c.group) +
+                             (c.R != kR ? ", R " + std::to_string(c.R) : "") +
                              (c.with_pending ? "" : " (mixer form)");
-    if (!hc_fused_takes(ddi.w, dup.w, kS, kD, kR)) {
-      tally.expect(false, name + ": hc_fused_takes refuses the real shape");
+    if (!hc_fused_takes(ddi.w, dup.w, kS, kD, c.R)) {
+      tally.expect(false, name + ": hc_fused_takes refuses the shape");
       continue;
     }
     const int n = 5;
