@@ -40,10 +40,10 @@ int hc_head_outputs_for_rows(int n);
 
 // Per row r < n: joint[o] = (p0[o] + p1[o]) + (p2[o] + p3[o]) over hc_head's partials (rows ld_partial),
 // low = silu(joint[0..R) * inv_s), mix = up low (affine_wx's chain and butterfly, each output's on a lane
-// group of R / 32 lanes), x[r, d] = (sum_k sigmoid(mix[k D + d]) *
-// normed[r, k D + d]) * (1/S), k in order; with iota_out set iota_out[r, k] = 2 sigmoid(joint[R + k] *
-// inv_s); with pending set H[r, k, d] += iota_in[r, k] * pending[r, d] (the inject hc_head added for its
-// norm, now stored). iota_in and iota_out must differ.
+// group of R / 32 lanes), x[r, d] = (sum_k sigmoid(mix[k D + d]) * normed[r, k D + d]) * (1/S), k in order;
+// with iota_out set iota_out[r, k] = 2 sigmoid(joint[R + k] * inv_s); with pending set H[r, k, d] +=
+// iota_in[r, k] * pending[r, d] (the inject hc_head added for its norm, now stored). iota_in and iota_out
+// must differ.
 void hc_tail(const AffineWeight& up, const float* partial, int64_t ld_partial, int R, float inv_s,
              const float* normed, int S, int D, float* H, const float* pending, const float* iota_in,
              float* x, float* iota_out, int n, cudaStream_t stream);
