@@ -9,6 +9,7 @@
 
 #include "backend/cuda/model/cuda_bench.h"
 #include "backend/cuda/model/cuda_model.h"
+#include "backend/cuda/model/hc_kernels.h"
 #include "core/error.h"
 #include "model_checks.h"
 
@@ -180,6 +181,16 @@ void run_bench(const std::string& config_path, int bits, int group, const std::v
       std::printf(")\n");
     }
     m.set_fused_moe(was.fused_route, was.fused_swiglu, was.fused_combine);
+    // The split mix's head with the other count of outputs a warp (the same bits), at every stream count.
+    if (m.options().fused_hc) {
+      const int outputs = m.options().hc_head_outputs;
+      const int other = 3 - (outputs > 0 ? outputs : hc_head_outputs_for_rows(n));
+      m.set_hc_head_outputs(other);
+      const DecodeRate v = bench_decode_rounds(m, n, rounds, 1);
+      m.set_hc_head_outputs(outputs);
+      std::printf("%8d %10d %12.3f %12.1f  (split hc mix, hc_head with %d output(s) a warp)\n", n, rounds,
+                  v.ms_per_round, v.tokens_per_s, other);
+    }
     std::fflush(stdout);
     if (lean) continue;
     // The other hyper-connection mix (split by stream / separate ops), at every stream count.
@@ -214,19 +225,26 @@ void run_bench(const std::string& config_path, int bits, int group, const std::v
     const int timed = 8;
     struct Table {
       bool fused_hc, fused_moe;
+      int head_outputs;
     };
     const bool hc = m.options().fused_hc;
-    for (const Table t : {Table{hc, true}, Table{hc, false}, Table{!hc, true}}) {
-      m.set_fused_hc(t.fused_hc);
+    // The tables are of one row: hc_head's outputs a warp as the default takes them there, and the other.
+    const int outs = m.options().hc_head_outputs, one_row = outs > 0 ? outs : hc_head_outputs_for_rows(1);
+    for (const Table t : {Table{hc, true, outs}, Table{hc, false, outs}, Table{!hc, true, outs},
+                          Table{hc, true, 3 - one_row}}) {
+      if (t.head_outputs != outs && !hc) continue;
+      m.set_fused_hc(t.fused_hc), m.set_hc_head_outputs(t.head_outputs);
       if (!t.fused_moe) m.set_fused_moe(false, false, false);
       const auto ops = op_breakdown(m, timed);
-      m.set_fused_hc(hc), m.set_fused_moe(was.fused_route, was.fused_swiglu, was.fused_combine);
+      m.set_fused_hc(hc), m.set_hc_head_outputs(outs);
+      m.set_fused_moe(was.fused_route, was.fused_swiglu, was.fused_combine);
       double total = 0;
       for (const auto& o : ops) total += o.second;
       std::printf(
-          "  per-op GPU time of one batch-1 round, %s, %s (graph replay, CUDA events as graph nodes; mean of "
-          "%d):\n",
+          "  per-op GPU time of one batch-1 round, %s (hc_head %d output(s) a warp), %s (graph replay, CUDA "
+          "events as graph nodes; mean of %d):\n",
           t.fused_hc ? "split hc mix" : "hc mix as separate ops",
+          t.head_outputs > 0 ? t.head_outputs : one_row,
           t.fused_moe ? "MoE glue as the default" : "MoE glue as separate ops", timed);
       for (const auto& [k, us] : ops)
         std::printf("    %-20s %9.1f us %5.1f%%\n", k.c_str(), us, 100 * us / total);

@@ -1,6 +1,8 @@
-// The hyper-connection mix kernels (hc_kernels.h) at the real shape (S 4, D 2560, R 320) against a float64
-// reference within a stated bound, with a negative control; a row alone == the same row among others (bit for
-// bit); the normed rows and the stored inject == add_rms_norm_rows' (bit for bit).
+// The hyper-connection mix kernels (hc_kernels.h) at the real shape (S 4, D 2560, R 320; and R 32, 128, 1024
+// for the tail's other lane groups) against a float64 reference within a stated bound, with a negative
+// control; a row alone == the same row among others, the normed rows and the stored inject ==
+// add_rms_norm_rows', hc_head with 1 output a warp == with 2, and hc_tail == affine_wx_hc_tail (the separate
+// ops' one-row tail) on the same joint values: each bit for bit.
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -10,6 +12,7 @@
 #include "backend/cuda/device_buffer.h"
 #include "backend/cuda/model/glue_kernels.h"
 #include "backend/cuda/model/hc_kernels.h"
+#include "backend/cuda/wx_products.h"
 #include "model_checks.h"
 
 namespace ds::cuda::modelcheck {
@@ -19,7 +22,7 @@ namespace {
 using wxcheck::HostAffine;
 using wxcheck::RefWeight;
 
-constexpr int kS = 4, kD = 2560, kR = 320;
+constexpr int kS = 4, kD = 2560, kR = 320;  // the real shape; other ranks R as cases below
 constexpr float kEps = 1e-6f;
 const double kUlp = std::ldexp(1.0, -24);
 
@@ -86,7 +89,8 @@ struct Outputs {
 };
 
 // hc_head + hc_tail on the device; with_pending false: no inject (the final mixer's form), no iota out.
-Outputs run_split(const DeviceAffine& di, const DeviceAffine& up, const Inputs& in, bool with_pending) {
+Outputs run_split(const DeviceAffine& di, const DeviceAffine& up, const Inputs& in, bool with_pending,
+                  int head_outputs = 2) {
   const int n = in.n;
   DeviceBuffer H = to_device(in.H), pending = to_device(in.pending), iota_in = to_device(in.iota_in),
                norm_w = to_device(in.norm_w);
@@ -96,9 +100,10 @@ Outputs run_split(const DeviceAffine& di, const DeviceAffine& up, const Inputs& 
   const float* p = with_pending ? pending.as<float>() : nullptr;
   const float* ii = with_pending ? iota_in.as<float>() : nullptr;
   hc_head(di.w, H.as<float>(), p, ii, norm_w.as<float>(), kS, kD, kEps, normed.as<float>(),
-          partial.as<float>(), n, nullptr);
-  hc_tail(up.w, partial.as<float>(), di.w.rows, kR, 1.0f / kS, normed.as<float>(), kS, kD, H.as<float>(), p,
-          ii, x.as<float>(), with_pending ? iota_out.as<float>() : nullptr, n, nullptr);
+          partial.as<float>(), n, nullptr, head_outputs);
+  hc_tail(up.w, partial.as<float>(), di.w.rows, static_cast<int>(up.w.cols), 1.0f / kS, normed.as<float>(),
+          kS, kD, H.as<float>(), p, ii, x.as<float>(), with_pending ? iota_out.as<float>() : nullptr, n,
+          nullptr);
   check(cudaDeviceSynchronize(), "hc mix check");
   // The joint values as the tail forms them, (p0 + p1) + (p2 + p3) in f32 (-ffp-contract=off: the same bits).
   const int64_t rows = di.w.rows;
@@ -125,6 +130,22 @@ Outputs run_norm(const Inputs& in, bool with_pending) {
                   nullptr);
   check(cudaDeviceSynchronize(), "hc norm check");
   return {{}, {}, to_host<float>(H, in.H.size()), to_host<float>(normed, in.H.size()), {}};
+}
+
+// affine_wx_hc_tail (hc_activations + affine_wx + hc_combine's bits, one row a launch) on the joint values
+// and normed rows hc_head/hc_tail gave: the x and iota hc_tail must give, bit for bit.
+Outputs run_one_row_tails(const DeviceAffine& up, const Outputs& split, int n, int64_t ld_joint,
+                          bool with_pending) {
+  DeviceBuffer joint = to_device(split.joint), normed = to_device(split.normed), x(size_t(n) * kD * 4),
+               iota(size_t(n) * kS * 4);
+  x.fill_bytes(0xFF), iota.fill_bytes(0xFF);
+  for (int r = 0; r < n; ++r)
+    if (!affine_wx_hc_tail(up.w, joint.as<float>() + r * ld_joint, static_cast<int>(up.w.cols), 1.0f / kS,
+                           normed.as<float>() + int64_t{r} * kS * kD, kD, x.as<float>() + int64_t{r} * kD,
+                           with_pending ? iota.as<float>() + r * kS : nullptr, nullptr))
+      throw ArgumentError("hc mix check: affine_wx_hc_tail refuses the real shape");
+  check(cudaDeviceSynchronize(), "hc one-row tail check");
+  return {to_host<float>(x, size_t(n) * kD), to_host<float>(iota, size_t(n) * kS), {}, {}, {}};
 }
 
 double sigmoid(double z) {
@@ -162,8 +183,9 @@ double worst_ratio(const HostAffine& di, const HostAffine& up, double scale, con
     const wxcheck::RefValue v = wxcheck::reference(wd, nv.data(), o);
     worst = std::max(worst, std::fabs(joint[o] - v.y) / (joint_factor * v.abs_sum + 1e-30));
   }
-  std::vector<double> low(kR), dlow(kR);
-  for (int j = 0; j < kR; ++j) {
+  const int R = static_cast<int>(up.cols);
+  std::vector<double> low(R), dlow(R);
+  for (int j = 0; j < R; ++j) {
     const double z = double(joint[j]) / kS;
     low[j] = z * sigmoid(z);
     dlow[j] = 8 * kUlp * std::fabs(low[j]);
@@ -175,8 +197,8 @@ double worst_ratio(const HostAffine& di, const HostAffine& up, double scale, con
       const int64_t o = int64_t{k} * kD + d;
       const wxcheck::RefValue m = wxcheck::reference(wu, low.data(), o);
       double prop = 0;
-      for (int j = 0; j < kR; ++j) prop += std::fabs(wu.at(o, j)) * dlow[j];
-      const double dmix = wxcheck::bound_factor(kR, 32) * m.abs_sum + prop;
+      for (int j = 0; j < R; ++j) prop += std::fabs(wu.at(o, j)) * dlow[j];
+      const double dmix = wxcheck::bound_factor(R, 32) * m.abs_sum + prop;
       const double s = sigmoid(m.y), n = normed[o];
       x += s * n;
       dx += 0.25 * dmix * std::fabs(n) + 8 * kUlp * std::fabs(s * n);
@@ -186,7 +208,7 @@ double worst_ratio(const HostAffine& di, const HostAffine& up, double scale, con
   }
   if (with_pending)
     for (int k = 0; k < kS; ++k) {
-      const double want = 2 * sigmoid(double(joint[kR + k]) / kS);
+      const double want = 2 * sigmoid(double(joint[R + k]) / kS);
       worst = std::max(worst, std::fabs(got.iota[size_t(r) * kS + k] - want) / (8 * kUlp * want + 1e-30));
     }
   return worst;
@@ -203,19 +225,22 @@ void run_hc_checks(Tally& tally) {
   struct Case {
     int bits, group;
     bool with_pending;  // false: the final mixer's form (down rows R, no inject, no iota out)
+    int R = kR;         // other ranks: hc_tail's lane groups of R / 32 lanes, 32 / (R / 32) outputs a warp
   };
   // Groups of 128 do not divide up's R = 320 columns (hc_fused_takes refuses them: the separate ops run).
-  for (const Case c : {Case{4, 32, true}, Case{6, 64, true}, Case{8, 64, false}, Case{2, 32, true},
-                       Case{3, 64, true}, Case{5, 32, true}}) {
-    std::mt19937_64 rng(1000 + c.bits * 7 + c.group);
+  for (const Case c :
+       {Case{4, 32, true}, Case{6, 64, true}, Case{8, 64, false}, Case{2, 32, true}, Case{3, 64, true},
+        Case{5, 32, true}, Case{4, 32, true, 32}, Case{4, 32, true, 128}, Case{4, 64, true, 1024}}) {
+    std::mt19937_64 rng(1000 + c.bits * 7 + c.group + (c.R == kR ? 0 : c.R));
     const HostAffine di =
-        wxcheck::random_affine(c.with_pending ? kR + kS : kR, int64_t{kS} * kD, c.bits, c.group, rng);
-    const HostAffine up = wxcheck::random_affine(int64_t{kS} * kD, kR, c.bits, c.group, rng);
+        wxcheck::random_affine(c.with_pending ? c.R + kS : c.R, int64_t{kS} * kD, c.bits, c.group, rng);
+    const HostAffine up = wxcheck::random_affine(int64_t{kS} * kD, c.R, c.bits, c.group, rng);
     const DeviceAffine ddi = upload(di), dup = upload(up);
     const std::string name = "hc mix " + std::to_string(c.bits) + "-bit g" + std::to_string(c.group) +
+                             (c.R != kR ? ", R " + std::to_string(c.R) : "") +
                              (c.with_pending ? "" : " (mixer form)");
-    if (!hc_fused_takes(ddi.w, dup.w, kS, kD, kR)) {
-      tally.expect(false, name + ": hc_fused_takes refuses the real shape");
+    if (!hc_fused_takes(ddi.w, dup.w, kS, kD, c.R)) {
+      tally.expect(false, name + ": hc_fused_takes refuses the shape");
       continue;
     }
     const int n = 5;
@@ -238,6 +263,13 @@ void run_hc_checks(Tally& tally) {
     }
     const Outputs norm = run_norm(all, c.with_pending);
     const bool norm_same = norm.normed == together.normed && norm.H == together.H;
+    // One output a warp in the head: the same bits everywhere; the tail == the separate ops' one-row tail.
+    const Outputs narrow = run_split(ddi, dup, all, c.with_pending, 1);
+    const bool narrow_same = narrow.joint == together.joint && narrow.normed == together.normed &&
+                             narrow.x == together.x && narrow.H == together.H &&
+                             (!c.with_pending || narrow.iota == together.iota);
+    const Outputs one_row = run_one_row_tails(dup, together, n, di.rows, c.with_pending);
+    const bool tail_same = one_row.x == together.x && (!c.with_pending || one_row.iota == together.iota);
     double worst = 0, off = 0;
     for (int r = 0; r < 2; ++r) {
       worst = std::max(worst, worst_ratio(di, up, 1.0, all, r, c.with_pending, together));
@@ -245,13 +277,17 @@ void run_hc_checks(Tally& tally) {
     }
     std::printf(
         "  %s: down|inject, x%s vs float64 %.3f of the bound (scales 1%% off: %.0fx); rows alone == 5 "
-        "together: %s; normed rows and stored inject == add_rms_norm_rows: %s\n",
+        "together: %s; normed rows and stored inject == add_rms_norm_rows: %s; head 1 == 2 outputs a warp: "
+        "%s; tail == affine_wx_hc_tail: %s\n",
         name.c_str(), c.with_pending ? ", iota" : "", worst, off, alone_same ? "bit-identical" : "DIFFERENT",
-        norm_same ? "bit-identical" : "DIFFERENT");
+        norm_same ? "bit-identical" : "DIFFERENT", narrow_same ? "bit-identical" : "DIFFERENT",
+        tail_same ? "bit-identical" : "DIFFERENT");
     tally.expect(worst <= 1.0, name + ": within the float64 bound");
     tally.expect(off > 1.0, name + ": negative control exceeds the bound");
     tally.expect(alone_same, name + ": a row alone == among others");
     tally.expect(norm_same, name + ": normed and inject == add_rms_norm_rows");
+    tally.expect(narrow_same, name + ": head with 1 output a warp == 2");
+    tally.expect(tail_same, name + ": tail == affine_wx_hc_tail");
   }
 }
 

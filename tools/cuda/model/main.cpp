@@ -2,8 +2,9 @@
 // (docs/backend-cuda.md, docs/receipts/cuda-decode.md). Exit 1 when a check fails.
 // Usage: cuda_model_check ROOT [--no-checks] [--mtp-only] [--small-config JSON] [--bench CONFIG] [--encoding
 // BITS:GROUP]... [--streams 1,8,32,64] [--rounds N] [--mtp-reps N] [--lean-bench] [--prompt 2048,8192,32768]
-// [--op-streams 8,64]
+// [--op-streams 8,64] [--hc-only]
 // --mtp-only: only the MTP head's checks and (with --bench) its real-shape cost.
+// --hc-only: of the checks, only the hyper-connection mix kernels' ("hc mix").
 // --prompt: the prompt bench at these lengths (the decode bench then only with --encoding).
 #include <cstdlib>
 #include <exception>
@@ -36,7 +37,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   const std::string root = argv[1];
-  bool checks = true, mtp_only = false, lean = false;
+  bool checks = true, mtp_only = false, lean = false, hc_only = false;
   int mtp_reps = 20;
   std::string bench_config, small_config = root + "/tests/cuda/flashnext-small-real-heads.json";
   std::vector<std::pair<int, int>> encodings;
@@ -48,6 +49,8 @@ int main(int argc, char** argv) {
     auto next = [&] { return i + 1 < argc ? std::string(argv[++i]) : std::string(); };
     if (a == "--lean-bench") {  // the decode rounds and the MoE glue variants only
       lean = true;
+    } else if (a == "--hc-only") {
+      hc_only = true;
     } else if (a == "--no-checks") {
       checks = false;
     } else if (a == "--mtp-only") {
@@ -80,7 +83,10 @@ int main(int argc, char** argv) {
   }
   namespace mc = ds::cuda::modelcheck;
   mc::Tally tally;
-  if (checks) {
+  if (checks && hc_only) {
+    section(tally, "hc mix", [&] { mc::run_hc_checks(tally); });
+    std::printf("checks: %d passed, %d failed\n", tally.passed, tally.failed);
+  } else if (checks) {
     if (!mtp_only) {
       section(tally, "fixtures", [&] {
         mc::run_fixture_checks(

@@ -75,6 +75,10 @@ struct CudaModelOptions {
   // folded into the down|inject product split by stream, the partials summed by the tail); off: the separate
   // ops. Other down|inject sums (checked within the float64 bounds); docs/receipts/cuda-decode.md, "hcchain".
   bool fused_hc = true;
+  // Outputs a warp of the split mix's hc_head computes (1 or 2; 0: hc_head_outputs_for_rows, 1 at one row):
+  // how many blocks share the down|inject product; the same bits either way (docs/receipts/cuda-decode.md,
+  // "hcfast").
+  int hc_head_outputs = 0;
   // A decode call's MoE glue folded into the FMA expert products, each bit-identical to the separate ops
   // (checked): SwiGLU into the gate|up products' epilogue (on: 1-1.2% faster at 1-64 streams); the routing
   // into the router product at one row (its last warp) and the combine into the down products (the block
@@ -228,6 +232,7 @@ class CudaModel {
   void set_expert_windows(bool on) { opt_.expert_windows = on; }
   void set_programmatic_launch(bool on) { opt_.programmatic_launch = on; }
   void set_fused_hc(bool on) { opt_.fused_hc = on; }
+  void set_hc_head_outputs(int outputs) { opt_.hc_head_outputs = outputs; }
   void set_fused_moe(bool route, bool swiglu, bool combine) {
     opt_.fused_route = route, opt_.fused_swiglu = swiglu, opt_.fused_combine = combine;
   }

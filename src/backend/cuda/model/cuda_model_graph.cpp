@@ -129,7 +129,7 @@ void CudaModel::forget_graphs(const void* address) {
 void CudaModel::append_option_key(GraphKey& key) const {
   key.insert(key.end(),
              {opt_.time_ops ? 1 : 0, opt_.expert_windows ? 1 : 0, opt_.programmatic_launch ? 1 : 0,
-              opt_.fused_hc ? 1 : 0,
+              opt_.fused_hc ? 1 : 0, opt_.hc_head_outputs,
               (opt_.fused_route ? 1 : 0) + (opt_.fused_swiglu ? 2 : 0) + (opt_.fused_combine ? 4 : 0),
               static_cast<int64_t>(opt_.decode_products), opt_.tensor_tall_only ? 1 : 0});
 }

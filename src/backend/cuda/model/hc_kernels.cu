@@ -16,23 +16,58 @@ namespace ds::cuda {
 
 namespace {
 
-using detail::kOutputsPerWarp;
-using detail::kWarpsPerBlock;
 using dev::kNormThreads;
 
-constexpr int kStreams = 4;  // the tail's warps are the streams; its partial sum is ((p0 + p1) + (p2 + p3))
-// Head: one block of rms_norm_rows' 256 threads per (output tile, stream, row); each warp kHeadOutputs
-// outputs, its lanes holding up to kLaneUnits 32-column units of the stream each (D <= 3072); at most 128
-// registers a thread, so two blocks fit an SM beside the previous kernel's.
+constexpr int kStreams = 4;  // the tail gives each stream 2 warps; its partial sum is ((p0 + p1) + (p2 + p3))
+// Head: one block of rms_norm_rows' 256 threads per (output tile, stream, row); each warp 1 or 2 outputs
+// (hc_head's outputs_per_warp: each output's chain is the same either way), its lanes holding up to
+// kLaneUnits 32-column units of the stream each (D <= 3072); at most 128 registers a thread, so two blocks
+// fit an SM beside the previous kernel's.
 constexpr int kHeadWarps = kNormThreads / 32;
-constexpr int kHeadOutputs = 2;
-constexpr int kHeadTile = kHeadWarps * kHeadOutputs;
 constexpr int kLaneUnits = 3;
 constexpr int kNormItems = 12;  // values of the stream a thread holds: kNormItems * 256 = 3072 >= D
 constexpr int kMaxStreamWidth = 3072;
 constexpr int kMaxRank = 1024;
-constexpr int kTailThreads = kWarpsPerBlock * 32;
+// Tail: 8 warps, two a stream; a warp's lanes in groups of U = R / 32 (one unit each), a group per output.
+constexpr int kTailWarps = 8;
+constexpr int kTailThreads = kTailWarps * 32;
+constexpr int kTailHalves = kTailWarps / kStreams;
+constexpr int kTailMaxOutputs = 32 * kTailHalves;  // d values a block owns at most (R = 32: one lane each)
 static_assert(kNormItems * kNormThreads == kMaxStreamWidth && kLaneUnits * 32 * 32 == kMaxStreamWidth);
+static_assert(kStreams * kTailMaxOutputs <= kTailThreads, "a thread per stored inject value");
+
+// The sum of a lane group's values at its lane u == 0 (the group: lanes base .. base + U - 1, u = lane -
+// base): the 32-lane xor butterfly's value with lanes >= U holding 0 (no lane of the chains gives -0, so +0
+// adds nothing): at each mask m, lane u < m adds lane u + m where that lane is in the group. The bits of the
+// butterfly over a warp whose lanes 0 .. U - 1 hold the values.
+__device__ __forceinline__ float group_sum(float v, int u, int U) {
+#pragma unroll
+  for (int m = 16; m > 0; m >>= 1) {
+    const float other = __shfl_down_sync(0xFFFFFFFFu, v, m);
+    if (u < m && u + m < U) v = __fadd_rn(v, other);
+  }
+  return v;
+}
+
+// Activations staged in shared memory with kUnitPad floats after each 32-column unit: the lanes of a warp
+// read different units' float4s at the same chunk, and unpadded every unit starts in bank 0 (ncu in the
+// round: 86% of the shared wavefronts excess, the FMA chains stalled on them); padded, the 8 lanes of a
+// wavefront fall in 8 different bank quads. The same values are read, so the bits do not change.
+constexpr int kUnitPad = 4;
+__host__ __device__ constexpr int padded_col(int col) {
+  return col + (col >> 5) * kUnitPad;
+}
+
+struct PaddedRows {
+  const float* p;
+  __device__ __forceinline__ void load8(int64_t, int64_t col, float (&out)[8]) const {
+    const float4* q = reinterpret_cast<const float4*>(p + padded_col(static_cast<int>(col)));
+    const float4 a = q[0];
+    const float4 b = q[1];
+    out[0] = a.x, out[1] = a.y, out[2] = a.z, out[3] = a.w;
+    out[4] = b.x, out[5] = b.y, out[6] = b.z, out[7] = b.w;
+  }
+};
 
 template <int Bits>
 using Matrix = typename detail::AffineUnit<Bits>::Matrix;
@@ -42,13 +77,12 @@ using Matrix = typename detail::AffineUnit<Bits>::Matrix;
 // order (thread t sums values t, t + 256, ... in double; block_inv_rms), the normed stream in shared memory
 // (and, by tile 0, in normed), then each output's partial over the stream: lane l's chain over units l,
 // l + 32, ... (unit_product, columns in order), the xor butterfly.
-template <int Bits>
+template <int Bits, int NO>
 __global__ void __launch_bounds__(kNormThreads, 2)
     hc_head_kernel(Matrix<Bits> m, int64_t n_out, const float* H, const float* pending, const float* iota_in,
                    const float* norm_w, int D, float eps, float* normed, float* partial) {
   using Unit = detail::AffineUnit<Bits>;
-  constexpr int NO = kHeadOutputs;
-  __shared__ __align__(16) float xs[kMaxStreamWidth];
+  __shared__ __align__(16) float xs[padded_col(kMaxStreamWidth)];
   const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
   const int g = blockIdx.y, r = blockIdx.z, S = gridDim.y;
   const int64_t o0 = (int64_t{blockIdx.x} * kHeadWarps + warp) * NO;
@@ -99,7 +133,7 @@ __global__ void __launch_bounds__(kNormThreads, 2)
     const int i = threadIdx.x + k * kNormThreads;
     if (i < D) {
       const float y = __fmul_rn(__fmul_rn(v[k], inv), mv[k]);
-      xs[i] = y;
+      xs[padded_col(i)] = y;
       if (blockIdx.x == 0) nr[i] = y;  // for the tail's combine
     }
   }
@@ -111,8 +145,7 @@ __global__ void __launch_bounds__(kNormThreads, 2)
 #pragma unroll
   for (int j = 0; j < kLaneUnits; ++j)
     if (lane + 32 * j < units)
-      detail::unit_product<Unit, detail::F32Rows, 1, NO>(cur[j], lane + 32 * j, detail::F32Rows{xs, 0}, 0, 1,
-                                                         acc);
+      detail::unit_product<Unit, PaddedRows, 1, NO>(cur[j], lane + 32 * j, PaddedRows{xs}, 0, 1, acc);
 #pragma unroll
   for (int o = 0; o < NO; ++o)
 #pragma unroll
@@ -124,88 +157,90 @@ __global__ void __launch_bounds__(kNormThreads, 2)
     if (lane == o && o0 + o < n_out) pr[o0 + o] = acc[0][o];
 }
 
-// Block (b, r) owns d = 4b .. 4b+3 of row r: the joint values summed from the head's partials, warp k
-// computes the up outputs k*D + d (stream k) with slice_product's chain (affine_wx's: up is not sliced), over
-// silu(joint * inv_s) staged in shared memory; then hc_combine's sum, streams in order. It stores the inject
-// hc_head folded into its norm for these d.
+// Block (b, r) owns P = 32 / U values d (U = R / 32 units, P = 3 at R = 320) per half h of its range of
+// kTailHalves * P: warp w computes the up outputs k D + d of stream k = w / kTailHalves for its half h = w %
+// kTailHalves, lane group q = lane / U (q < P) output d = d0 + h P + q, lane u = lane % U unit u. Each lane's
+// chain is slice_product's for unit u (affine_wx's: up is not sliced), and the group's sum is the 32-lane
+// xor butterfly's at lane 0 with lanes >= U holding 0 (group_sum): so every output has the bits it had with
+// one warp of 4 outputs and 10 busy lanes, now with 30 of 32 lanes busy. Every load of the block goes out
+// right after the wait (the partials, the inject's inputs, the combine's normed values: one L2 round trip);
+// then the activations in shared memory, the products, hc_combine's sum (streams in order), the new iota, and
+// the stores of the inject hc_head folded into its norm.
 template <int Bits>
 __global__ void __launch_bounds__(kTailThreads)
     hc_tail_kernel(Matrix<Bits> m, const float* partial, int64_t ld_partial, int R, float inv_s,
                    const float* normed, int D, float* H, const float* pending, const float* iota_in, float* x,
                    float* iota_out) {
-  __shared__ __align__(16) float low[kMaxRank];
-  __shared__ float mix[kWarpsPerBlock][kOutputsPerWarp];
+  __shared__ __align__(16) float low[padded_col(kMaxRank)];
+  __shared__ float mix[kStreams][kTailMaxOutputs];
   using Unit = detail::AffineUnit<Bits>;
-  constexpr int NO = kOutputsPerWarp;
   const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
-  const int64_t d0 = int64_t{blockIdx.x} * NO, o0 = warp * int64_t{D} + d0;
-  // R <= 1024 columns are at most 32 units: slice_product (one slice) gives lane l unit l alone, so the
-  // lane's weights are loaded here, before waiting (they never change during a round), and its chain below
-  // is slice_product's: one unit_product from zero, then the butterfly.
-  const bool has_unit = lane < m.cols / Unit::kCols;
-  Unit cur[NO];
-  if (has_unit) {
-#pragma unroll
-    for (int o = 0; o < NO; ++o) cur[o].load(m, o0 + o, lane);
-  }
+  const int U = R / Unit::kCols, P = 32 / U, span = kTailHalves * P;
+  const int k_w = warp / kTailHalves, q = lane / U, u = lane % U, dd_w = warp % kTailHalves * P + q;
+  const int64_t d0 = int64_t{blockIdx.x} * span;
+  const bool has_unit = q < P && d0 + dd_w < D;
+  // The lane's weights, before waiting (never written during a round).
+  Unit cur[1];
+  if (has_unit) cur[0].load(m, int64_t{k_w} * D + d0 + dd_w, u);
   dev::grid_dependency_wait();
   const int r = blockIdx.y;
   const int64_t SD = int64_t{kStreams} * D;
   const float* pr = partial + int64_t{r} * kStreams * ld_partial;
-  // The stream partials' fixed-order sum (hc_kernels.h).
-  auto joint = [&](int j) {
-    return __fadd_rn(__fadd_rn(pr[j], pr[ld_partial + j]),
-                     __fadd_rn(pr[2 * ld_partial + j], pr[3 * ld_partial + j]));
-  };
-  {
-    float v[kMaxRank / kTailThreads];  // every load in flight at once
+  // Every load first: the stream partials of this thread's joint values (and of the iota's, block 0) ...
+  constexpr int kJ = kMaxRank / kTailThreads;
+  float p4[kJ][kStreams];
 #pragma unroll
-    for (int k = 0; k < kMaxRank / kTailThreads; ++k)
-      if (k * kTailThreads + threadIdx.x < R) v[k] = joint(k * kTailThreads + threadIdx.x);
+  for (int j = 0; j < kJ; ++j) {
+    const int c = j * kTailThreads + threadIdx.x;
+    if (c < R)
 #pragma unroll
-    for (int k = 0; k < kMaxRank / kTailThreads; ++k)
-      if (k * kTailThreads + threadIdx.x < R)
-        low[k * kTailThreads + threadIdx.x] = dev::silu(__fmul_rn(v[k], inv_s));
+      for (int g = 0; g < kStreams; ++g) p4[j][g] = pr[g * ld_partial + c];
   }
-  if (iota_out != nullptr && blockIdx.x == 0 && threadIdx.x < kStreams)
-    iota_out[int64_t{r} * kStreams + threadIdx.x] =
-        __fmul_rn(2.0f, dev::sigmoid(__fmul_rn(joint(R + threadIdx.x), inv_s)));
-  // The inject's inputs load now; the sum is stored at the end, off the product's path.
-  const bool injects = pending != nullptr && threadIdx.x < kStreams * kOutputsPerWarp;
-  float* h = H + r * SD + threadIdx.x / kOutputsPerWarp * int64_t{D} + d0 + threadIdx.x % kOutputsPerWarp;
+  const bool iotas = iota_out != nullptr && blockIdx.x == 0 && threadIdx.x < kStreams;
+  float pi[kStreams] = {};
+  if (iotas) {
+#pragma unroll
+    for (int g = 0; g < kStreams; ++g) pi[g] = pr[g * ld_partial + R + threadIdx.x];
+  }
+  // ... the inject's inputs (thread t: stream t / span, value d0 + t % span) ...
+  const int k_t = threadIdx.x / span, dd_t = threadIdx.x % span;
+  const bool injects = pending != nullptr && k_t < kStreams && d0 + dd_t < D;
+  float* h = H + r * SD + k_t * int64_t{D} + d0 + dd_t;
   float h_old = 0, h_scale = 0, h_add = 0;
   if (injects) {
     h_old = *h;
-    h_scale = iota_in[int64_t{r} * kStreams + threadIdx.x / kOutputsPerWarp];
-    h_add = pending[int64_t{r} * D + d0 + threadIdx.x % kOutputsPerWarp];
+    h_scale = iota_in[int64_t{r} * kStreams + k_t];
+    h_add = pending[int64_t{r} * D + d0 + dd_t];
   }
-  // The combine's normed values, loaded before the product too.
+  // ... and the combine's normed values (thread t < span: value d0 + t).
+  const bool combines = threadIdx.x < span && d0 + threadIdx.x < D;
   float nv[kStreams] = {};
-  if (threadIdx.x < kOutputsPerWarp)
+  if (combines) {
 #pragma unroll
-    for (int k = 0; k < kStreams; ++k) nv[k] = normed[r * SD + k * int64_t{D} + d0 + threadIdx.x];
-  __syncthreads();
-  float acc[1][NO];
-#pragma unroll
-  for (int o = 0; o < NO; ++o) acc[0][o] = 0.0f;
-  if (has_unit)
-    detail::unit_product<Unit, detail::F32Rows, 1, NO>(cur, lane, detail::F32Rows{low, 0}, 0, 1, acc);
-#pragma unroll
-  for (int o = 0; o < NO; ++o)
-#pragma unroll
-    for (int mask = 16; mask > 0; mask >>= 1)
-      acc[0][o] = __fadd_rn(acc[0][o], __shfl_xor_sync(0xFFFFFFFFu, acc[0][o], mask));
-  if (lane == 0) {
-#pragma unroll
-    for (int o = 0; o < kOutputsPerWarp; ++o) mix[warp][o] = acc[0][o];
+    for (int g = 0; g < kStreams; ++g) nv[g] = normed[r * SD + g * int64_t{D} + d0 + threadIdx.x];
   }
+  // The stream partials' fixed-order sum (hc_kernels.h), then the activations.
+#pragma unroll
+  for (int j = 0; j < kJ; ++j) {
+    const int c = j * kTailThreads + threadIdx.x;
+    if (c < R)
+      low[padded_col(c)] = dev::silu(
+          __fmul_rn(__fadd_rn(__fadd_rn(p4[j][0], p4[j][1]), __fadd_rn(p4[j][2], p4[j][3])), inv_s));
+  }
+  if (iotas)
+    iota_out[int64_t{r} * kStreams + threadIdx.x] = __fmul_rn(
+        2.0f, dev::sigmoid(__fmul_rn(__fadd_rn(__fadd_rn(pi[0], pi[1]), __fadd_rn(pi[2], pi[3])), inv_s)));
   __syncthreads();
-  if (threadIdx.x < kOutputsPerWarp) {
-    const int64_t d = d0 + threadIdx.x;
+  float acc[1][1] = {{0.0f}};
+  if (has_unit) detail::unit_product<Unit, PaddedRows, 1, 1>(cur, u, PaddedRows{low}, 0, 1, acc);
+  const float sum = group_sum(acc[0][0], u, U);
+  if (has_unit && u == 0) mix[k_w][dd_w] = sum;
+  __syncthreads();
+  if (combines) {
     float s = 0.0f;
 #pragma unroll
-    for (int k = 0; k < kStreams; ++k) s = __fadd_rn(s, __fmul_rn(dev::sigmoid(mix[k][threadIdx.x]), nv[k]));
-    x[int64_t{r} * D + d] = __fmul_rn(s, __fdiv_rn(1.0f, static_cast<float>(kStreams)));
+    for (int g = 0; g < kStreams; ++g) s = __fadd_rn(s, __fmul_rn(dev::sigmoid(mix[g][threadIdx.x]), nv[g]));
+    x[int64_t{r} * D + d0 + threadIdx.x] = __fmul_rn(s, __fdiv_rn(1.0f, static_cast<float>(kStreams)));
   }
   if (injects) *h = __fadd_rn(h_old, __fmul_rn(h_scale, h_add));
 }
@@ -236,7 +271,7 @@ bool affine_ok(const AffineWeight& w) {
 }  // namespace
 
 bool hc_fused_takes(const AffineWeight& down_inject, const AffineWeight& up, int S, int D, int R) {
-  if (S != kStreams || D % 32 != 0 || D > kMaxStreamWidth || R % 8 != 0 || R > kMaxRank) return false;
+  if (S != kStreams || D % 32 != 0 || D > kMaxStreamWidth || R % 32 != 0 || R > kMaxRank) return false;
   if (!affine_ok(down_inject) || !affine_ok(up)) return false;
   if (down_inject.cols != int64_t{S} * D || (down_inject.rows != R && down_inject.rows != R + S))
     return false;
@@ -248,24 +283,33 @@ bool hc_fused_takes(const AffineWeight& down_inject, const AffineWeight& up, int
   return unsliced;
 }
 
+int hc_head_outputs_for_rows(int n) {
+  return n == 1 ? 1 : 2;
+}
+
 int64_t hc_partial_floats(const AffineWeight& down_inject, int S, int n) {
   return int64_t{n} * S * down_inject.rows;
 }
 
 void hc_head(const AffineWeight& down_inject, const float* H, const float* pending, const float* iota_in,
              const float* norm_w, int S, int D, float eps, float* normed, float* partial, int n,
-             cudaStream_t stream) {
+             cudaStream_t stream, int outputs_per_warp) {
   constexpr const char* op = "hc_head";
+  if (outputs_per_warp != 1 && outputs_per_warp != 2)
+    throw ArgumentError(std::string(op) + ": outputs_per_warp must be 1 or 2, got " +
+                        std::to_string(outputs_per_warp));
   if (S != kStreams || n < 1 || n > 65535 || D % 32 != 0 || D > kMaxStreamWidth ||
       down_inject.cols != int64_t{S} * D || (pending != nullptr && iota_in == nullptr))
     throw ArgumentError(std::string(op) + ": shape not taken (check hc_fused_takes first): S " +
                         std::to_string(S) + ", D " + std::to_string(D) + ", rows " + std::to_string(n));
   with_bits(down_inject.bits, [&](auto bits) {
     constexpr int B = decltype(bits)::value;
-    const dim3 grid(static_cast<unsigned>((down_inject.rows + kHeadTile - 1) / kHeadTile),
-                    static_cast<unsigned>(S), static_cast<unsigned>(n));
-    hc_head_kernel<B><<<grid, kNormThreads, 0, stream>>>(matrix_of<B>(down_inject), down_inject.rows, H,
-                                                         pending, iota_in, norm_w, D, eps, normed, partial);
+    const int tile = kHeadWarps * outputs_per_warp;
+    const dim3 grid(static_cast<unsigned>((down_inject.rows + tile - 1) / tile), static_cast<unsigned>(S),
+                    static_cast<unsigned>(n));
+    auto kernel = outputs_per_warp == 1 ? hc_head_kernel<B, 1> : hc_head_kernel<B, 2>;
+    kernel<<<grid, kNormThreads, 0, stream>>>(matrix_of<B>(down_inject), down_inject.rows, H, pending,
+                                              iota_in, norm_w, D, eps, normed, partial);
   });
   check_launch(op);
 }
@@ -274,8 +318,8 @@ void hc_tail(const AffineWeight& up, const float* partial, int64_t ld_partial, i
              const float* normed, int S, int D, float* H, const float* pending, const float* iota_in,
              float* x, float* iota_out, int n, cudaStream_t stream) {
   constexpr const char* op = "hc_tail";
-  if (S != kStreams || n < 1 || n > 65535 || R > kMaxRank || up.cols != R || up.rows != int64_t{S} * D ||
-      ld_partial < R + (iota_out != nullptr ? S : 0))
+  if (S != kStreams || n < 1 || n > 65535 || R < 32 || R % 32 != 0 || R > kMaxRank || up.cols != R ||
+      up.rows != int64_t{S} * D || ld_partial < R + (iota_out != nullptr ? S : 0))
     throw ArgumentError(std::string(op) + ": shape not taken (check hc_fused_takes first): S " +
                         std::to_string(S) + ", D " + std::to_string(D) + ", R " + std::to_string(R));
   if (pending != nullptr && iota_in == iota_out)
@@ -283,7 +327,8 @@ void hc_tail(const AffineWeight& up, const float* partial, int64_t ld_partial, i
                         ": iota_in and iota_out must differ (blocks read the one and write the other)");
   with_bits(up.bits, [&](auto bits) {
     constexpr int B = decltype(bits)::value;
-    const dim3 grid(static_cast<unsigned>(D / kOutputsPerWarp), static_cast<unsigned>(n));
+    const int span = kTailHalves * (32 / (R / 32));
+    const dim3 grid(static_cast<unsigned>((D + span - 1) / span), static_cast<unsigned>(n));
     hc_tail_kernel<B><<<grid, kTailThreads, 0, stream>>>(matrix_of<B>(up), partial, ld_partial, R, inv_s,
                                                          normed, D, H, pending, iota_in, x, iota_out);
   });

@@ -16,7 +16,7 @@
 namespace ds::cuda {
 
 // Whether hc_head/hc_tail take the mix: MLX affine down|inject [R (+ S), S*D] and up [S*D, R] of one encoding
-// each, S == 4 streams, D % 32 == 0, D <= 3072, R % 8 == 0, R <= 1024, up not split into column slices.
+// each, S == 4 streams, D % 32 == 0, D <= 3072, R % 32 == 0, R <= 1024, up not split into column slices.
 // False: run the separate ops.
 bool hc_fused_takes(const AffineWeight& down_inject, const AffineWeight& up, int S, int D, int R);
 
@@ -27,15 +27,23 @@ int64_t hc_partial_floats(const AffineWeight& down_inject, int S, int n);
 // written), normed[r, g] = v / rms(v) * norm_w[g] (add_rms_norm_rows' bits); partial[(r S + g) rows + o] =
 // down_inject[o, g D .. g D + D) . normed[r, g] for every output o: lane l of the output's warp takes the
 // stream's 32-column units l, l + 32, ... in order (a fused-multiply-add chain), then the xor butterfly.
+// outputs_per_warp (1 or 2) sets only how many blocks share the work (2: 16 outputs a block, 1: 8, twice
+// the blocks, each norming its stream again); every output's bits are the same either way.
 void hc_head(const AffineWeight& down_inject, const float* H, const float* pending, const float* iota_in,
              const float* norm_w, int S, int D, float eps, float* normed, float* partial, int n,
-             cudaStream_t stream);
+             cudaStream_t stream, int outputs_per_warp = 2);
+
+// hc_head's outputs a warp for a call of n rows: 1 at one row (twice the blocks: on the H200 a batch-1
+// round 0.6% faster at 4-bit, 1.4% at 6-bit), 2 from two rows (1 cost 1.4% at 8 streams);
+// docs/receipts/cuda-decode.md, "hcfast". Either gives the same bits.
+int hc_head_outputs_for_rows(int n);
 
 // Per row r < n: joint[o] = (p0[o] + p1[o]) + (p2[o] + p3[o]) over hc_head's partials (rows ld_partial),
-// low = silu(joint[0..R) * inv_s), mix = up low (affine_wx's chain), x[r, d] = (sum_k sigmoid(mix[k D + d]) *
-// normed[r, k D + d]) * (1/S), k in order; with iota_out set iota_out[r, k] = 2 sigmoid(joint[R + k] *
-// inv_s); with pending set H[r, k, d] += iota_in[r, k] * pending[r, d] (the inject hc_head added for its
-// norm, now stored). iota_in and iota_out must differ.
+// low = silu(joint[0..R) * inv_s), mix = up low (affine_wx's chain and butterfly, each output's on a lane
+// group of R / 32 lanes), x[r, d] = (sum_k sigmoid(mix[k D + d]) * normed[r, k D + d]) * (1/S), k in order;
+// with iota_out set iota_out[r, k] = 2 sigmoid(joint[R + k] * inv_s); with pending set H[r, k, d] +=
+// iota_in[r, k] * pending[r, d] (the inject hc_head added for its norm, now stored). iota_in and iota_out
+// must differ.
 void hc_tail(const AffineWeight& up, const float* partial, int64_t ld_partial, int R, float inv_s,
              const float* normed, int S, int D, float* H, const float* pending, const float* iota_in,
              float* x, float* iota_out, int n, cudaStream_t stream);
