@@ -65,6 +65,9 @@ int main(int argc, char** argv) {
   std::fflush(stdout);
   if (bench) {
     section(tally, "weight product bench", [&] { wx::run_bench(reps, only); });
+    // --only weight or --only row: every shape of the one-row table; another name filters its shapes.
+    section(tally, "one-row kernel bench",
+            [&] { wx::run_row_bench(reps, only == "weight" || only == "row" ? std::string() : only); });
     if (wanted("deltanet")) section(tally, "deltanet bench", [&] { wx::run_deltanet_bench(reps); });
     if (wanted("attention")) section(tally, "attention bench", [&] { wx::run_attention_bench(reps); });
     if (wanted("routing")) section(tally, "routing bench", [&] { wx::run_routing_bench(reps); });
