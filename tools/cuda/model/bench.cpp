@@ -9,6 +9,7 @@
 
 #include "backend/cuda/model/cuda_bench.h"
 #include "backend/cuda/model/cuda_model.h"
+#include "backend/cuda/wx_products.h"
 #include "core/error.h"
 #include "model_checks.h"
 
@@ -155,6 +156,18 @@ void run_bench(const std::string& config_path, int bits, int group, const std::v
       std::printf("  nodes of a batch-1 round by kind:\n");
       for (const auto& [c, k] : kinds) std::printf("    %5d  %s\n", c, k.c_str());
     }
+    std::fflush(stdout);
+    // The other one-row kernels (the same bits, docs/backend-cuda.md "Kernels"), against the default line.
+    const RowKernel row_kernel = one_row_kernel();
+    for (RowKernel k :
+         {RowKernel::Lockstep, RowKernel::LockstepExact, RowKernel::Paired, RowKernel::PairedStaged}) {
+      if (k == row_kernel) continue;
+      set_one_row_kernel(k);
+      const DecodeRate v = bench_decode_rounds(m, n, rounds, 1);
+      std::printf("%8d %10d %12.3f %12.1f  (one-row kernel %s)\n", n, rounds, v.ms_per_round, v.tokens_per_s,
+                  one_row_kernel_name(k));
+    }
+    set_one_row_kernel(row_kernel);
     std::fflush(stdout);
     // The MoE glue fusions one by one (the same bits every way), against the default line above: at one row
     // every combination; at 2-8 rows the routing is never folded; past 8 rows the separate ops and SwiGLU
