@@ -13,6 +13,7 @@
 #include "backend/cuda/wx_launch.cuh"
 #include "backend/cuda/wx_products.h"
 #include "backend/cuda/wx_row.cuh"
+#include "backend/cuda/wx_row_choice.h"
 
 namespace ds::cuda {
 namespace {
@@ -385,14 +386,18 @@ void launch_grouped(const char* op, const AffineWeight& w, const ExpertRow* pair
   const dim3 block(kWarpsPerBlock * 32);
   // The two-halves kernel with a paired one-row kernel (the combine's tiles are the lockstep kernel's).
   const RowKernel k = one_row_kernel();
-  const bool paired =
-      !std::is_same_v<Out, detail::CombineOut> && (k == RowKernel::Paired || k == RowKernel::PairedStaged);
   with_bits(w.bits, [&](auto bits) {
     constexpr int B = decltype(bits)::value;
     using Unit = detail::AffineUnit<B>;
-    const int64_t per_task = int64_t(kWarpsPerBlock / detail::column_slices<Unit>(w.rows, w.cols)) *
-                             (paired ? detail::kPairedOutputsPerWarp : kOutputsPerWarp);
-    const int64_t tasks = (w.rows + per_task - 1) / per_task * n_pairs;
+    const int64_t warps = kWarpsPerBlock / detail::column_slices<Unit>(w.rows, w.cols);
+    auto tasks_of = [&](int64_t per_warp) {
+      return (w.rows + warps * per_warp - 1) / (warps * per_warp) * n_pairs;
+    };
+    // paired_min_tasks(): wx_row_choice.h.
+    const bool paired = !std::is_same_v<Out, detail::CombineOut> && paired_grouped() &&
+                        (k == RowKernel::Paired || k == RowKernel::PairedStaged) &&
+                        tasks_of(detail::kPairedOutputsPerWarp) >= paired_min_tasks();
+    const int64_t tasks = tasks_of(paired ? detail::kPairedOutputsPerWarp : kOutputsPerWarp);
     const auto m = affine_matrix<B>(w, shift);
     auto launch = [&](auto kernel_constant, const auto& rows) {
       constexpr auto kernel = decltype(kernel_constant)::value;

@@ -13,6 +13,7 @@
 #include "backend/cuda/wx_launch.cuh"
 #include "backend/cuda/wx_products.h"
 #include "backend/cuda/wx_row.cuh"
+#include "backend/cuda/wx_row_choice.h"
 
 namespace ds::cuda {
 namespace {
@@ -28,9 +29,38 @@ RowKernel one_row_kernel_from_env() {
       "')");
 }
 
-std::atomic<int> chosen{-1};  // -1: not read from the environment yet
+std::atomic<int> chosen{-1};         // -1: not read from the environment yet
+std::atomic<int64_t> min_tasks{-1};  // -1: 2 x the SMs
 
 }  // namespace
+
+std::atomic<bool> grouped_on{true};
+
+void set_paired_grouped(bool on) {
+  grouped_on = on;
+}
+
+bool paired_grouped() {
+  return grouped_on.load();
+}
+
+void set_paired_min_tasks(int64_t n) {
+  min_tasks = n;
+}
+
+int64_t paired_min_tasks() {
+  const int64_t n = min_tasks.load();
+  if (n >= 0) return n;
+  static const int64_t twice_sms = [] {
+    if (const char* v = std::getenv("DS_CUDA_PAIRED_MIN_TASKS"); v != nullptr && *v != '\0')
+      return static_cast<int64_t>(std::atoll(v));
+    int device = 0, sms = 0;
+    check(cudaGetDevice(&device), "cudaGetDevice");
+    check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "cudaDeviceGetAttribute");
+    return int64_t{2} * sms;
+  }();
+  return twice_sms;
+}
 
 const char* one_row_kernel_name(RowKernel k) {
   switch (k) {
@@ -129,6 +159,10 @@ void launch_row(const typename Unit::Matrix& m, int64_t n_out, const Rows& rows,
   const dim3 block(kWarpsPerBlock * 32);
   RowKernel k = one_row_kernel();
   if (k == RowKernel::PairedStaged && staged_row_bytes(m.cols) > kMaxStagedBytes) k = RowKernel::Paired;
+  const int64_t paired_per_block = int64_t(kWarpsPerBlock / slices) * kPairedOutputsPerWarp;
+  if ((k == RowKernel::Paired || k == RowKernel::PairedStaged) &&
+      (n_out + paired_per_block - 1) / paired_per_block < paired_min_tasks())
+    k = RowKernel::LockstepExact;
   if (k == RowKernel::Lockstep || k == RowKernel::LockstepExact) {
     const int64_t per_block = int64_t(kWarpsPerBlock / slices) * kOutputsPerWarp;
     const int64_t tasks = (n_out + per_block - 1) / per_block;
