@@ -10,6 +10,7 @@
 #include "backend/cuda/device_buffer.h"
 #include "backend/cuda/stream.h"
 #include "backend/cuda/wx_products.h"
+#include "backend/cuda/wx_row_choice.h"
 #include "checks.h"
 #include "host_reference.h"
 
@@ -50,11 +51,70 @@ double median_us(const Launch& launch, int n_copies, int reps, const Stream& str
   return t[t.size() / 2];
 }
 
+// The grouped expert products of a decode step (11 pairs: top-10 and the shared expert, 512 experts, one
+// row), x f32, lockstep against paired (every shape) and the default with its rule.
+void run_grouped_row_bench(int reps, std::mt19937_64& rng, DeviceBuffer& x, DeviceBuffer& y,
+                           const Stream& stream) {
+  const RowKernel chosen = one_row_kernel();
+  const int64_t min_tasks = paired_min_tasks();
+  std::printf("\ngrouped, 11 of 512 experts, one row each (us): lockstep, paired, rule\n");
+  const Shape shapes[] = {{"expert gate|up", 1280, 2560}, {"expert down", 2560, 640}};
+  for (const Shape& s : shapes) {
+    for (const auto& f : kFormats) {
+      const int bits = f[0], group = f[1];
+      const int64_t n_experts = 512;
+      const size_t codes = size_t(s.rows * s.cols / 32 * bits * 4),
+                   scales = size_t(s.rows * (s.cols / group) * 2);
+      DeviceBuffer d_codes(codes * n_experts), d_scales(scales * n_experts), d_biases(scales * n_experts);
+      std::vector<uint32_t> fill(d_codes.bytes() / 4);
+      for (auto& v : fill) v = static_cast<uint32_t>(rng());
+      d_codes.upload(fill.data(), d_codes.bytes());
+      std::vector<uint16_t> sb(d_scales.bytes() / 2);
+      for (auto& v : sb) v = uint16_t(0x3C00 | (rng() & 0x807F));
+      d_scales.upload(sb.data(), d_scales.bytes());
+      d_biases.upload(sb.data(), d_biases.bytes());
+      const int lists = 64;
+      std::vector<ExpertRow> pairs;
+      for (int k = 0; k < lists; ++k) {
+        std::vector<int32_t> ids(n_experts);
+        for (int e = 0; e < n_experts; ++e) ids[e] = e;
+        std::shuffle(ids.begin(), ids.end(), rng);
+        for (int j = 0; j < 11; ++j) pairs.push_back({ids[j], 0});
+      }
+      DeviceBuffer d_pairs(pairs.size() * sizeof(ExpertRow));
+      d_pairs.upload(pairs.data(), d_pairs.bytes());
+      const AffineWeight w{d_codes.as<uint32_t>(),
+                           d_scales.as<uint16_t>(),
+                           d_biases.as<uint16_t>(),
+                           s.rows,
+                           s.cols,
+                           bits,
+                           group,
+                           n_experts};
+      std::printf("%-19s %d-bit g%-4d %8.2f MB", s.name, bits, group, 11.0 * (codes + 2 * scales) / 1e6);
+      for (int v = 0; v < 3; ++v) {
+        set_one_row_kernel(v == 0 ? RowKernel::Lockstep : v == 1 ? RowKernel::PairedStaged : chosen);
+        set_paired_min_tasks(v < 2 ? 0 : min_tasks);
+        auto launch = [&](int k) {
+          affine_wx_grouped(w, d_pairs.as<ExpertRow>() + 11 * k, 11,
+                            Activations{x.data(), ActType::F32, s.cols}, 1, y.as<float>(), s.rows,
+                            stream.get());
+        };
+        std::printf(" %9.2f", median_us(launch, lists, reps, stream));
+      }
+      std::printf("\n");
+    }
+  }
+  set_one_row_kernel(chosen);
+  set_paired_min_tasks(min_tasks);
+}
+
 }  // namespace
 
 void run_row_bench(int reps, const std::string& only) {
   Stream stream;
   const RowKernel chosen = one_row_kernel();
+  const int64_t min_tasks = paired_min_tasks();
   std::mt19937_64 rng(11);
   const std::vector<float> xh = random_normal(6144, 1.0f, rng);
   DeviceBuffer x(xh.size() * 4), y(size_t(248320) * 4);
@@ -86,8 +146,9 @@ void run_row_bench(int reps, const std::string& only) {
       const double mb = (codes + 2 * scales) / 1e6;
       std::printf("%-19s %d-bit g%-4d %8.2f", s.name, bits, group, mb);
       double first = 0, last = 0;
-      for (RowKernel k : kKernels) {
-        set_one_row_kernel(k);
+      for (int v = 0; v <= 4; ++v) {  // each kernel on every shape, then the default with the shape rule
+        set_one_row_kernel(v < 4 ? kKernels[v] : chosen);
+        set_paired_min_tasks(v < 4 ? 0 : min_tasks);
         auto launch = [&](int c) {
           const char* base = arena.as<char>() + size_t(c) * one;
           const AffineWeight w{reinterpret_cast<const uint32_t*>(base),
@@ -103,13 +164,15 @@ void run_row_bench(int reps, const std::string& only) {
         };
         last = median_us(launch, n_copies, reps, stream);
         if (first == 0) first = last;
-        std::printf(" %15.2f", last);
+        std::printf(v < 4 ? " %15.2f" : " %9.2f", last);
       }
       const double gbs = mb * 1e6 / (last * 1e-6) / 1e9;
       std::printf(" %7.0f %4.0f %5.2f\n", gbs, 100.0 * gbs / kRoofGBs, first / last);
     }
   }
   set_one_row_kernel(chosen);
+  set_paired_min_tasks(min_tasks);
+  run_grouped_row_bench(reps, rng, x, y, stream);
 }
 
 }  // namespace ds::cuda::wxcheck
