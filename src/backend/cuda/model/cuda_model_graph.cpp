@@ -14,6 +14,7 @@
 #include "backend/cuda/model/cuda_model.h"
 #include "backend/cuda/model/programmatic_graph.h"
 #include "backend/cuda/wx_products.h"
+#include "backend/cuda/wx_row_choice.h"
 #include "core/error.h"
 
 namespace ds::cuda {
@@ -133,7 +134,8 @@ void CudaModel::append_option_key(GraphKey& key) const {
               opt_.fused_hc ? 1 : 0,
               (opt_.fused_route ? 1 : 0) + (opt_.fused_swiglu ? 2 : 0) + (opt_.fused_combine ? 4 : 0),
               static_cast<int64_t>(opt_.decode_products), opt_.tensor_tall_only ? 1 : 0,
-              static_cast<int64_t>(one_row_kernel())});  // process-wide (wx_products.h): the same bits
+              static_cast<int64_t>(one_row_kernel()), paired_min_tasks(),
+              paired_grouped() ? 1 : 0});  // process-wide: the same bits
 }
 
 void CudaModel::launch(GraphCache& cache, const GraphKey& key, bool use_graph,
