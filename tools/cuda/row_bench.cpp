@@ -120,11 +120,11 @@ void run_row_bench(int reps, const std::string& only) {
   DeviceBuffer x(xh.size() * 4), y(size_t(248320) * 4);
   x.upload(xh.data(), x.bytes());
   std::printf(
-      "\none-row products, x f32 (us; weight GB/s and %% of 4.3 TB/s for the last kernel; x = first / "
-      "last)\n");
+      "\none-row products, x f32 (us: each kernel on every shape, then the default with its shape rule; "
+      "weight GB/s and %% of 4.3 TB/s of the rule; x = lockstep / rule)\n");
   std::printf("%-19s %-10s %8s", "shape", "format", "MB");
   for (RowKernel k : kKernels) std::printf(" %15s", one_row_kernel_name(k));
-  std::printf("    GB/s    %%     x\n");
+  std::printf(" %9s    GB/s    %%     x\n", "rule");
   for (const Shape& s : kShapes) {
     if (!only.empty() && std::string(s.name).find(only) == std::string::npos) continue;
     for (const auto& f : kFormats) {
