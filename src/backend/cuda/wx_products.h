@@ -55,7 +55,8 @@ void dense_wx(const DenseBf16Weight& w, const Activations& x, int n_rows, float*
 
 // The kernel that runs one-row products (n_rows == 1) of affine_wx and dense_wx; every choice gives the same
 // bits (docs/backend-cuda.md "Kernels"). Process-wide; the default is DS_CUDA_ROW_KERNEL when set (its name,
-// below), else PairedStaged. For benches and checks.
+// below), else PairedStaged; Paired and PairedStaged run lockstep-exact on shapes with too few tasks for them
+// (wx_row_choice.h). For benches and checks.
 enum class RowKernel {
   Lockstep,       // v3: 4 outputs a warp, lanes in lockstep, folded scales (main before fmarow)
   LockstepExact,  // v3's loop with the per-offset decode (no folded scales)
