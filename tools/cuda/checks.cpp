@@ -248,6 +248,72 @@ void check_grouped(Tally& tally, std::mt19937_64& rng, const Stream& stream) {
   }
 }
 
+// Every one-row kernel == the lockstep kernel of v3 (folded scales: main before fmarow), bit for bit: 80-unit
+// rows on one slice (over 1024 rows) and on four, unit counts not a multiple of 16, a row too wide to stage.
+void check_row_kernels(Tally& tally, bool quick, std::mt19937_64& rng, const Stream& stream) {
+  const RowKernel chosen = one_row_kernel();
+  const int64_t shapes[][2] = {{37, 640}, {70, 1792}, {40, 4736}, {1100, 2560}, {300, 2560}, {24, 12288}};
+  auto run_all = [&](auto&& product, int64_t rows, const XRows& x, ActType t) {
+    std::vector<std::vector<float>> y;
+    for (RowKernel k :
+         {RowKernel::Lockstep, RowKernel::LockstepExact, RowKernel::Paired, RowKernel::PairedStaged}) {
+      set_one_row_kernel(k);
+      y.push_back(run_product(product, x, t, 3, 1, rows, stream));
+    }
+    set_one_row_kernel(chosen);
+    bool same = true;
+    for (size_t k = 1; k < y.size(); ++k) same = same && std::memcmp(y[0].data(), y[k].data(), rows * 4) == 0;
+    return same;
+  };
+  int n = 0, same = 0;
+  for (int bits : {2, 3, 4, 5, 6, 8}) {
+    for (int group : {32, 64, 128}) {
+      for (const auto& shape : shapes) {
+        if (shape[1] == 12288 && (bits != 4 || group != 64)) continue;
+        if (quick && group == 128 && shape[0] == 1100) continue;
+        const HostAffine h = random_affine(shape[0], shape[1], bits, group, rng);
+        DeviceBuffer codes = to_device(h.codes), scales = to_device(h.scales), biases = to_device(h.biases);
+        const AffineWeight w{codes.as<uint32_t>(),
+                             scales.as<uint16_t>(),
+                             biases.as<uint16_t>(),
+                             h.rows,
+                             h.cols,
+                             bits,
+                             group,
+                             1};
+        const XRows x(h.cols, rng);
+        for (ActType t : {ActType::F32, ActType::BF16}) {
+          auto product = [&](const Activations& xv, int nr, float* y, int64_t ldy) {
+            affine_wx(w, xv, nr, y, ldy, stream.get());
+          };
+          const bool ok = run_all(product, h.rows, x, t);
+          ++n, same += ok;
+          tally.expect(ok, "one-row kernels == lockstep: affine " + std::to_string(bits) + "-bit g" +
+                               std::to_string(group) + " " + std::to_string(h.rows) + "x" +
+                               std::to_string(h.cols) + " x " + act_name(t));
+        }
+      }
+    }
+  }
+  for (const auto& shape : shapes) {
+    const std::vector<uint16_t> values = random_bf16(shape[0] * shape[1], 0.05f, rng);
+    DeviceBuffer d = to_device(values);
+    const DenseBf16Weight w{d.as<uint16_t>(), shape[0], shape[1]};
+    const XRows x(shape[1], rng);
+    for (ActType t : {ActType::F32, ActType::BF16}) {
+      auto product = [&](const Activations& xv, int nr, float* y, int64_t ldy) {
+        dense_wx(w, xv, nr, y, ldy, stream.get());
+      };
+      const bool ok = run_all(product, shape[0], x, t);
+      ++n, same += ok;
+      tally.expect(ok, "one-row kernels == lockstep: dense " + std::to_string(shape[0]) + "x" +
+                           std::to_string(shape[1]) + " x " + act_name(t));
+    }
+  }
+  std::printf("one-row kernels (lockstep-exact, paired, paired-staged) == lockstep: %d of %d products\n",
+              same, n);
+}
+
 template <class Fn>
 void expect_argument_error(Tally& tally, const std::string& name, const std::string& needle, Fn&& fn) {
   try {
@@ -310,6 +376,7 @@ void run_checks(Tally& tally, bool quick) {
   Stream stream;
   check_arguments(tally, stream);
   check_affine(tally, quick, rng, stream);
+  check_row_kernels(tally, quick, rng, stream);
   check_dense(tally, rng, stream);
   check_grouped(tally, rng, stream);
 }

@@ -39,6 +39,8 @@ void run_checks(Tally& tally, bool quick);
 // Timings on the Flash Next shapes; prints a table. `only`: the shapes whose name contains it (all if empty;
 // the grouped table only when empty).
 void run_bench(int reps, const std::string& only);
+// One-row products on each RowKernel (row_bench.cpp); `only` filters the shapes by name (empty: all).
+void run_row_bench(int reps, const std::string& only);
 
 // The DeltaNet decode step (deltanet_checks.cpp): bound, negative control, streams alone == together, a
 // window

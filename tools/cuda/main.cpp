@@ -7,6 +7,7 @@
 #include <exception>
 #include <string>
 
+#include "backend/cuda/wx_row_choice.h"
 #include "checks.h"
 
 namespace {
@@ -51,6 +52,10 @@ int main(int argc, char** argv) {
   namespace wx = ds::cuda::wxcheck;
   wx::Tally tally;
   auto wanted = [&](const std::string& name) { return only.empty() || name.find(only) != std::string::npos; };
+  // The checks take the paired one-row and grouped kernels on every shape, not only those the rule gives
+  // them.
+  const int64_t min_tasks = ds::cuda::paired_min_tasks();
+  ds::cuda::set_paired_min_tasks(0);
   if (checks) {
     if (wanted("weight")) section(tally, "weight product checks", [&] { wx::run_checks(tally, quick); });
     if (wanted("deltanet")) section(tally, "deltanet checks", [&] { wx::run_deltanet_checks(tally); });
@@ -61,10 +66,14 @@ int main(int argc, char** argv) {
     if (wanted("decode-tc")) section(tally, "decode tc checks", [&] { wx::run_tc_decode_checks(tally); });
     if (wanted("errors")) section(tally, "error checks", [&] { wx::run_error_checks(tally); });
   }
+  ds::cuda::set_paired_min_tasks(min_tasks);
   std::printf("checks: %d passed, %d failed\n", tally.passed, tally.failed);
   std::fflush(stdout);
   if (bench) {
     section(tally, "weight product bench", [&] { wx::run_bench(reps, only); });
+    // --only weight or --only row: every shape of the one-row table; another name filters its shapes.
+    section(tally, "one-row kernel bench",
+            [&] { wx::run_row_bench(reps, only == "weight" || only == "row" ? std::string() : only); });
     if (wanted("deltanet")) section(tally, "deltanet bench", [&] { wx::run_deltanet_bench(reps); });
     if (wanted("attention")) section(tally, "attention bench", [&] { wx::run_attention_bench(reps); });
     if (wanted("routing")) section(tally, "routing bench", [&] { wx::run_routing_bench(reps); });

@@ -69,30 +69,37 @@ __device__ __forceinline__ void static_for(F&& f) {
   static_for_each(f, std::make_integer_sequence<int, N>{});
 }
 
+// An MLX affine matrix as the kernels see it (one expert).
+struct AffineMatrix {
+  const uint32_t* codes;
+  const uint16_t* scales;
+  const uint16_t* biases;
+  int64_t cols;
+  int group_shift;          // log2(group)
+  uint32_t words_per_row;   // cols / 32 * Bits
+  uint32_t groups_per_row;  // cols / group
+};
+
 // MLX affine: a unit is 32 codes = Bits words, always inside one group (groups are 32, 64 or 128 wide).
 //
 // Decoding with the code masked in place: a *view* is 32 bits of the unit's bit stream starting at bit S; a
-// code at offset k of its view with k + Bits <= 23 becomes the float 2^23 + q*2^k with one LOP3
-// ((view & (mask << k)) | 0x4B000000), minus 2^23 is q*2^k exactly, and fma(scale*2^-k, q*2^k, bias) is
-// fma(scale, q, bias) bit for bit (scale*2^-k is exact for |scale| >= 2^-122: every bf16 scale a model has).
-// The views of a chunk of 8 codes are fixed at compile time, so a chunk costs 1-3 shifts instead of one per
-// code.
-template <int Bits>
+// code at offset k of its view with k + Bits <= 23 becomes, with one LOP3 ((view & (mask << k)) | magic_k),
+// the float 2^(23-k) + q: its bits are the mantissa of a float whose exponent is 23 - k. Minus 2^(23-k) (an
+// FADD with an immediate) it is q exactly, and w = fma(scale, q, bias). The views of a chunk of 8 codes are
+// fixed at compile time, so a chunk costs 1-3 shifts instead of one per code.
+//
+// kFoldedScales (v3, main until fmarow; kept for the one-row kernel of RowKernel::Lockstep, which checks and
+// benches compare against): one magic 2^23 for every offset, so the FADD gives q * 2^k and the scale is
+// folded instead, fma(scale * 2^-k, q * 2^k, bias), one FMUL per offset and unit; bit for bit the same w
+// (both FMAs round the same exact scale * q + bias) while |scale| >= 2^-122, as every bf16 scale of a real
+// model is.
+template <int Bits, bool kFoldedScales = false>
 struct AffineUnit {
   static constexpr int kCols = 32;
   static constexpr int kChunks = 4;             // chunks of 8 columns
   static constexpr int kMaxOffset = 23 - Bits;  // largest in-view offset whose code stays below 2^23
   static constexpr uint32_t kMask = (1u << Bits) - 1u;
-  static constexpr uint32_t kMagic = 0x4B000000u;  // the exponent of 2^23
-  struct Matrix {
-    const uint32_t* codes;
-    const uint16_t* scales;
-    const uint16_t* biases;
-    int64_t cols;
-    int group_shift;          // log2(group)
-    uint32_t words_per_row;   // cols / 32 * Bits
-    uint32_t groups_per_row;  // cols / group
-  };
+  using Matrix = AffineMatrix;
 
   // A chunk of 8 codes is read from kViews views (as few as fit: at most kFit codes each), kPer codes apiece,
   // so the in-view offsets are k = i*Bits for i < kPer: 4-bit {0, 4, 8, 12} from 2 views, 6-bit {0, 6, 12}
@@ -105,9 +112,9 @@ struct AffineUnit {
   float scale;
   float bias;
 
-  // scale * 2^-k for each offset k, computed once per unit (exact: a power-of-two factor).
+  // kFoldedScales: scale * 2^-k for each offset k, computed once per unit (exact: a power-of-two factor).
   struct Folded {
-    float s[kPer];
+    float s[kFoldedScales ? kPer : 1];
   };
 
   // 32-bit offsets (the launch checks that one matrix has fewer than 2^32 words and groups): one IMAD and one
@@ -123,8 +130,11 @@ struct AffineUnit {
   __device__ __forceinline__ Folded fold() const {
     Folded f;
     f.s[0] = scale;
+    if constexpr (kFoldedScales) {
 #pragma unroll
-    for (int i = 1; i < kPer; ++i) f.s[i] = __fmul_rn(scale, __uint_as_float(uint32_t(127 - i * Bits) << 23));
+      for (int i = 1; i < kPer; ++i)
+        f.s[i] = __fmul_rn(scale, __uint_as_float(uint32_t(127 - i * Bits) << 23));
+    }
     return f;
   }
 
@@ -150,8 +160,16 @@ struct AffineUnit {
     });
     static_for<8>([&](auto tc) {
       constexpr int t = decltype(tc)::value, i = t % kPer, k = i * Bits;
-      const float qk = __fsub_rn(__uint_as_float(and_or<(kMask << k)>(v[t / kPer], kMagic)), 8388608.0f);
-      out[t] = __fmaf_rn(f.s[i], qk, bias);  // q * 2^k times scale * 2^-k
+      if constexpr (kFoldedScales) {
+        const float qk =
+            __fsub_rn(__uint_as_float(and_or<(kMask << k)>(v[t / kPer], 0x4B000000u)), 8388608.0f);
+        out[t] = __fmaf_rn(f.s[i], qk, bias);  // q * 2^k times scale * 2^-k
+      } else {
+        constexpr uint32_t kMagic = uint32_t(150 - k) << 23;  // the exponent of 2^(23-k)
+        constexpr float kBase = float(1u << (23 - k));
+        const float q = __fsub_rn(__uint_as_float(and_or<(kMask << k)>(v[t / kPer], kMagic)), kBase);
+        out[t] = __fmaf_rn(scale, q, bias);
+      }
     });
   }
 };

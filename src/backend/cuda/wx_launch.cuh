@@ -64,4 +64,10 @@ int64_t resident_blocks(int64_t tasks) {
   return std::min(tasks, fit);
 }
 
+// One-row products on the kernel one_row_kernel() picks (wx_row_products.cu; Unit: AffineUnit<2..8> or
+// DenseBf16Unit, Rows: F32Rows or Bf16Rows).
+template <class Unit, class Rows>
+void launch_row(const typename Unit::Matrix& m, int64_t n_out, const Rows& rows, float* y,
+                cudaStream_t stream);
+
 }  // namespace ds::cuda::detail

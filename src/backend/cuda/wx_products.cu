@@ -12,6 +12,8 @@
 #include "backend/cuda/wx_kernels.cuh"
 #include "backend/cuda/wx_launch.cuh"
 #include "backend/cuda/wx_products.h"
+#include "backend/cuda/wx_row.cuh"
+#include "backend/cuda/wx_row_choice.h"
 
 namespace ds::cuda {
 namespace {
@@ -28,13 +30,6 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
     window_kernel(typename Unit::Matrix m, int64_t n_out, Rows rows, int n_rows, float* y, int64_t ldy) {
   dev::grid_dependency_wait();
   detail::block_product<Unit, Rows, R>(m, n_out, rows, 0, n_rows, y, ldy);
-}
-
-// At most 128 registers: 4 blocks (16 warps) per SM.
-template <class Unit, class Rows>
-__global__ void __launch_bounds__(kWarpsPerBlock * 32, 4)
-    row_kernel(typename Unit::Matrix m, int64_t n_out, Rows rows, float* y) {
-  detail::persistent_row_product<Unit, Rows>(m, n_out, rows, y);
 }
 
 // Grouped products on persistent blocks: a task is (pair, the outputs a block of block_product would own);
@@ -140,6 +135,16 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32, 4)
     task = next_task;
     cur_t = next_t;
   }
+}
+
+// grouped_row_kernel's products on the two-halves layout (wx_row.cuh; PlainOut and SwigluOut only).
+template <int Bits, class Rows, class Out>
+__global__ void __launch_bounds__(kWarpsPerBlock * 32, 4)
+    paired_grouped_row_kernel(detail::AffineMatrix m, int64_t n_out, int64_t n_experts, int64_t n_x_rows,
+                              const ExpertRow* pairs, int n_pairs, Rows rows, float* y, int64_t ldy,
+                              Out out) {
+  detail::paired_grouped_product<Bits, Rows, Out>(m, n_out, n_experts, n_x_rows, pairs, n_pairs, rows, y, ldy,
+                                                  out);
 }
 
 // Blocks stride over the windows (blockIdx.y, then every gridDim.y-th); a window's rows run in the tier of
@@ -314,9 +319,7 @@ void launch_window(const typename Unit::Matrix& m, int64_t n_out, const Rows& ro
   const dim3 grid(static_cast<unsigned>(blocks_for<Unit>(n_out, m.cols)));
   const dim3 block(kWarpsPerBlock * 32);
   if (n_rows <= 1)
-    row_kernel<Unit, Rows>
-        <<<dim3(static_cast<unsigned>(resident_blocks<row_kernel<Unit, Rows>>(grid.x))), block, 0, stream>>>(
-            m, n_out, rows, y);
+    detail::launch_row<Unit, Rows>(m, n_out, rows, y, stream);
   else if (n_rows <= 2)
     window_kernel<Unit, Rows, 2><<<grid, block, 0, stream>>>(m, n_out, rows, n_rows, y, ldy);
   else if (n_rows <= 4)
@@ -381,20 +384,46 @@ void launch_grouped(const char* op, const AffineWeight& w, const ExpertRow* pair
   if (!kPlain && x.type != ActType::F32) bad_arg(op, "x must be f32 rows");
   if (n_pairs == 0) return;
   const dim3 block(kWarpsPerBlock * 32);
+  // The two-halves kernel with a paired one-row kernel (the combine's tiles are the lockstep kernel's).
+  const RowKernel k = one_row_kernel();
   with_bits(w.bits, [&](auto bits) {
     constexpr int B = decltype(bits)::value;
-    const int64_t tasks = blocks_for<detail::AffineUnit<B>>(w.rows, w.cols) * n_pairs;
+    using Unit = detail::AffineUnit<B>;
+    const int64_t warps = kWarpsPerBlock / detail::column_slices<Unit>(w.rows, w.cols);
+    auto tasks_of = [&](int64_t per_warp) {
+      return (w.rows + warps * per_warp - 1) / (warps * per_warp) * n_pairs;
+    };
+    // paired_min_tasks(): wx_row_choice.h.
+    const bool paired = !std::is_same_v<Out, detail::CombineOut> && paired_grouped() &&
+                        (k == RowKernel::Paired || k == RowKernel::PairedStaged) &&
+                        tasks_of(detail::kPairedOutputsPerWarp) >= paired_min_tasks();
+    const int64_t tasks = tasks_of(paired ? detail::kPairedOutputsPerWarp : kOutputsPerWarp);
     const auto m = affine_matrix<B>(w, shift);
+    auto launch = [&](auto kernel_constant, const auto& rows) {
+      constexpr auto kernel = decltype(kernel_constant)::value;
+      kernel<<<static_cast<unsigned>(resident_blocks<kernel>(tasks)), block, 0, stream>>>(
+          m, w.rows, w.n_experts, n_x_rows, pairs, n_pairs, rows, y, ldy, out);
+    };
+    const detail::F32Rows f32{static_cast<const float*>(x.data), x.ld};
     if (x.type == ActType::F32) {
-      constexpr auto kernel = grouped_row_kernel<B, detail::F32Rows, Out>;
-      kernel<<<static_cast<unsigned>(resident_blocks<kernel>(tasks)), block, 0, stream>>>(
-          m, w.rows, w.n_experts, n_x_rows, pairs, n_pairs,
-          detail::F32Rows{static_cast<const float*>(x.data), x.ld}, y, ldy, out);
+      if (paired)
+        launch(std::integral_constant<decltype(&paired_grouped_row_kernel<B, detail::F32Rows, Out>),
+                                      paired_grouped_row_kernel<B, detail::F32Rows, Out>>{},
+               f32);
+      else
+        launch(std::integral_constant<decltype(&grouped_row_kernel<B, detail::F32Rows, Out>),
+                                      grouped_row_kernel<B, detail::F32Rows, Out>>{},
+               f32);
     } else if constexpr (kPlain) {
-      constexpr auto kernel = grouped_row_kernel<B, detail::Bf16Rows>;
-      kernel<<<static_cast<unsigned>(resident_blocks<kernel>(tasks)), block, 0, stream>>>(
-          m, w.rows, w.n_experts, n_x_rows, pairs, n_pairs,
-          detail::Bf16Rows{static_cast<const uint16_t*>(x.data), x.ld}, y, ldy, out);
+      const detail::Bf16Rows bf16{static_cast<const uint16_t*>(x.data), x.ld};
+      if (paired)
+        launch(std::integral_constant<decltype(&paired_grouped_row_kernel<B, detail::Bf16Rows, Out>),
+                                      paired_grouped_row_kernel<B, detail::Bf16Rows, Out>>{},
+               bf16);
+      else
+        launch(std::integral_constant<decltype(&grouped_row_kernel<B, detail::Bf16Rows, Out>),
+                                      grouped_row_kernel<B, detail::Bf16Rows, Out>>{},
+               bf16);
     }
   });
   check_launch(op);

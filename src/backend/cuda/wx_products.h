@@ -53,6 +53,20 @@ void affine_wx(const AffineWeight& w, const Activations& x, int n_rows, float* y
 void dense_wx(const DenseBf16Weight& w, const Activations& x, int n_rows, float* y, int64_t ldy,
               cudaStream_t stream);
 
+// The kernel that runs one-row products (n_rows == 1) of affine_wx and dense_wx; every choice gives the same
+// bits (docs/backend-cuda.md "Kernels"). Process-wide; the default is DS_CUDA_ROW_KERNEL when set (its name,
+// below), else PairedStaged; Paired and PairedStaged run lockstep-exact on shapes with too few tasks for them
+// (wx_row_choice.h). For benches and checks.
+enum class RowKernel {
+  Lockstep,       // v3: 4 outputs a warp, lanes in lockstep, folded scales (main before fmarow)
+  LockstepExact,  // v3's loop with the per-offset decode (no folded scales)
+  Paired,         // 8 outputs a warp in two halves, lanes p and p ^ 16 on the same units; x through L1
+  PairedStaged,   // Paired with x staged once per block in shared memory (rows up to 10,912 columns)
+};
+void set_one_row_kernel(RowKernel k);
+RowKernel one_row_kernel();                    // throws ArgumentError for a bad DS_CUDA_ROW_KERNEL
+const char* one_row_kernel_name(RowKernel k);  // lockstep, lockstep-exact, paired, paired-staged
+
 // Grouped expert products in one launch: for each p < n_pairs, y[p*ldy + o] = sum_i W_e[o,i] * x[row*ld + i]
 // with (e, row) = pairs[p] (`pairs` in device memory, row < n_x_rows). Each result equals affine_wx of that
 // expert on that row alone, bit for bit. A pair out of range (checked on the device) yields NaN outputs.

@@ -10,6 +10,8 @@
 #include "backend/cuda/model/cuda_bench.h"
 #include "backend/cuda/model/cuda_model.h"
 #include "backend/cuda/model/hc_kernels.h"
+#include "backend/cuda/wx_products.h"
+#include "backend/cuda/wx_row_choice.h"
 #include "core/error.h"
 #include "model_checks.h"
 
@@ -156,6 +158,29 @@ void run_bench(const std::string& config_path, int bits, int group, const std::v
       std::printf("  nodes of a batch-1 round by kind:\n");
       for (const auto& [c, k] : kinds) std::printf("    %5d  %s\n", c, k.c_str());
     }
+    std::fflush(stdout);
+    // The other one-row kernels (the same bits, docs/backend-cuda.md "Kernels"), against the default line.
+    const RowKernel row_kernel = one_row_kernel();
+    for (RowKernel k :
+         {RowKernel::Lockstep, RowKernel::LockstepExact, RowKernel::Paired, RowKernel::PairedStaged}) {
+      if (k == row_kernel) continue;
+      set_one_row_kernel(k);
+      const DecodeRate v = bench_decode_rounds(m, n, rounds, 1);
+      std::printf("%8d %10d %12.3f %12.1f  (one-row kernel %s)\n", n, rounds, v.ms_per_round, v.tokens_per_s,
+                  one_row_kernel_name(k));
+    }
+    set_one_row_kernel(row_kernel);
+    const int64_t min_tasks = paired_min_tasks();  // the paired kernels on every shape, however few tasks
+    set_paired_min_tasks(0);
+    const DecodeRate every = bench_decode_rounds(m, n, rounds, 1);
+    set_paired_min_tasks(min_tasks);
+    std::printf("%8d %10d %12.3f %12.1f  (one-row kernel %s on every shape)\n", n, rounds, every.ms_per_round,
+                every.tokens_per_s, one_row_kernel_name(row_kernel));
+    set_paired_grouped(false);
+    const DecodeRate lock_grouped = bench_decode_rounds(m, n, rounds, 1);
+    set_paired_grouped(true);
+    std::printf("%8d %10d %12.3f %12.1f  (one-row kernel %s, grouped products on lockstep)\n", n, rounds,
+                lock_grouped.ms_per_round, lock_grouped.tokens_per_s, one_row_kernel_name(row_kernel));
     std::fflush(stdout);
     // The MoE glue fusions one by one (the same bits every way), against the default line above: at one row
     // every combination; at 2-8 rows the routing is never folded; past 8 rows the separate ops and SwiGLU

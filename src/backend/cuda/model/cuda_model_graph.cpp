@@ -13,6 +13,8 @@
 #include "backend/cuda/cuda_error.h"
 #include "backend/cuda/model/cuda_model.h"
 #include "backend/cuda/model/programmatic_graph.h"
+#include "backend/cuda/wx_products.h"
+#include "backend/cuda/wx_row_choice.h"
 #include "core/error.h"
 
 namespace ds::cuda {
@@ -131,7 +133,9 @@ void CudaModel::append_option_key(GraphKey& key) const {
              {opt_.time_ops ? 1 : 0, opt_.expert_windows ? 1 : 0, opt_.programmatic_launch ? 1 : 0,
               opt_.fused_hc ? 1 : 0, opt_.hc_head_outputs,
               (opt_.fused_route ? 1 : 0) + (opt_.fused_swiglu ? 2 : 0) + (opt_.fused_combine ? 4 : 0),
-              static_cast<int64_t>(opt_.decode_products), opt_.tensor_tall_only ? 1 : 0});
+              static_cast<int64_t>(opt_.decode_products), opt_.tensor_tall_only ? 1 : 0,
+              static_cast<int64_t>(one_row_kernel()), paired_min_tasks(),
+              paired_grouped() ? 1 : 0});  // process-wide: the same bits
 }
 
 void CudaModel::launch(GraphCache& cache, const GraphKey& key, bool use_graph,
