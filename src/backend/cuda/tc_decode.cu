@@ -15,7 +15,9 @@
 // (learned from Marlin's dequantizers, IST-DASLab/marlin, ideas only: (q | 0x4300) is the bf16 128 + q,
 // exact for q < 128; minus 128 in one bf16x2 FMA); 8-bit codes go through fp32 (2^23 + q) instead.
 #include <algorithm>
+#include <cstdlib>
 #include <string>
+#include <type_traits>
 
 #include "backend/cuda/code_bits.h"
 #include "backend/cuda/cuda_error.h"
@@ -30,12 +32,14 @@ namespace {
 
 using namespace tcd;
 
-template <int Bits, int NF>
+template <int Bits, int NF, bool PC>
 __global__ void __launch_bounds__(kThreads)
     decode_kernel(DecodeWeight W, Slicing sl, const ExpertWindow* tiles, int n_rows, const int32_t* row_ids,
                   DecodeX X, float* y, int64_t ldy, int64_t n_experts) {
   using L = Stage<Bits>;
-  static_assert(kStages * L::kWords >= NF * 4 * 32, "the slices' merge fits in a warp's ring");
+  // Accumulators a lane: chained, 4 per fragment of 8 rows; plane columns, 1 per fragment of 2 rows.
+  constexpr int kFrags = PC ? NF * 8 / kPcRows : NF, kAcc = PC ? kFrags : NF * 4;
+  static_assert(kStages * L::kWords >= kAcc * 32, "the slices' merge fits in a warp's ring");
   extern __shared__ __align__(16) uint32_t smem[];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int slice = warp % sl.slices;
@@ -66,25 +70,43 @@ __global__ void __launch_bounds__(kThreads)
     issue_stage<Bits>(W, o0, s_begin + s, s_end, ring + s * L::kWords, lane);
   if (tiles == nullptr) dev::grid_dependency_wait();
 
-  // x rows of this lane's B column (tile row 8f + g) and of its C columns (8f + 2t, 8f + 2t + 1); -1: none.
+  // The x row of tile row r; -1: none.
   auto x_row = [&](int r) -> int64_t {
     return r < count ? (row_ids != nullptr ? int64_t{row_ids[first + r]} : first + r) : -1;
   };
-  int64_t xb[NF], xc[NF][2];
+  // Per fragment the x rows of this lane's B column (xb) and of its C columns (xc): chained, B column g is
+  // tile row 8f + g and C columns 8f + 2t, 8f + 2t + 1; plane columns, B column g is a plane of row
+  // 2f + (g >> 2) and the lane's d is row 2f + (t >> 1)'s. Held in registers for the light tiers; the
+  // plane-column tiers of 16+ fragments look them up per unit (first + r without row_ids).
+  constexpr int kHeld = PC ? (kFrags <= 8 ? kFrags : 1) : NF;
+  int64_t xb[kHeld], xc[kHeld][PC ? 1 : 2];
 #pragma unroll
-  for (int f = 0; f < NF; ++f) {
-    xb[f] = x_row(8 * f + g);
-    xc[f][0] = x_row(8 * f + 2 * t);
-    xc[f][1] = x_row(8 * f + 2 * t + 1);
+  for (int f = 0; f < kHeld; ++f) {
+    if constexpr (PC) {
+      xb[f] = x_row(kPcRows * f + (g >> 2));
+      xc[f][0] = x_row(kPcRows * f + (t >> 1));
+    } else {
+      xb[f] = x_row(8 * f + g);
+      xc[f][0] = x_row(8 * f + 2 * t);
+      xc[f][1] = x_row(8 * f + 2 * t + 1);
+    }
   }
-  float acc[NF][4];
+  auto b_row = [&](int f) -> int64_t {
+    if constexpr (PC && kFrags > 8) return x_row(kPcRows * f + (g >> 2));
+    else return xb[f];
+  };
+  auto c_row = [&](int f, int k) -> int64_t {
+    if constexpr (PC && kFrags > 8) return x_row(kPcRows * f + (t >> 1));
+    else return xc[f][k];
+  };
+  float acc[kAcc];
 #pragma unroll
-  for (int f = 0; f < NF; ++f)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) acc[f][e] = 0.0f;
+  for (int i = 0; i < kAcc; ++i) acc[i] = 0.0f;
   const int64_t og[2] = {min(o0 + g, W.rows - 1), min(o0 + g + 8, W.rows - 1)};
+  const int pc_h = t & 1;  // plane columns: this lane's output is o0 + g + 8 pc_h
+  const int64_t pc_o = min(o0 + g + 8 * pc_h, W.rows - 1);
 
-  // One unit of 32 columns of stage st (its first unit t0): decode, MMAs per 8 rows, epilogue in order.
+  // One unit of 32 columns of stage st (its first unit t0): decode, MMAs per fragment, epilogue in order.
   auto unit_step = [&](const uint32_t* st, int64_t t0, int u) {
     const int64_t unit = t0 + u;
     uint32_t P[2][4];
@@ -92,42 +114,70 @@ __global__ void __launch_bounds__(kThreads)
     for (int h = 0; h < 2; ++h)
       unit_pairs<Bits>(st + (g + 8 * h) * L::kRowWords + u * (Bits == 0 ? 16 : Bits), t, P[h]);
     const uint32_t a[2][4] = {{P[0][0], P[1][0], P[0][1], P[1][1]}, {P[0][2], P[1][2], P[0][3], P[1][3]}};
+    // The scale and bias of output row r (0..15) of the warp's 16, output o_r (clamped to the matrix).
+    auto scale_bias = [&](int r, int64_t o_r, float& scale, float& bias) {
+      const int64_t base = W.sb_base + o_r * W.groups_per_row;
+      const int64_t w_lo = (base + ((t0 * 32) >> W.group_shift)) >> 1;
+      const int64_t li = base + ((unit * 32) >> W.group_shift) - 2 * w_lo;
+      const uint16_t* sb = reinterpret_cast<const uint16_t*>(st + r * L::kRowWords + L::kCodeWords);
+      scale = from_bf16(sb[li]);
+      bias = from_bf16(sb[8 + li]);
+    };
     float scale[2] = {0.0f, 0.0f}, bias[2] = {0.0f, 0.0f};
     if constexpr (Bits != 0) {
+      if constexpr (PC) {
+        scale_bias(g + 8 * pc_h, pc_o, scale[0], bias[0]);  // this lane's one output
+      } else {
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int64_t base = W.sb_base + og[h] * W.groups_per_row;
-        const int64_t w_lo = (base + ((t0 * 32) >> W.group_shift)) >> 1;
-        const int64_t li = base + ((unit * 32) >> W.group_shift) - 2 * w_lo;
-        const uint16_t* sb =
-            reinterpret_cast<const uint16_t*>(st + (g + 8 * h) * L::kRowWords + L::kCodeWords);
-        scale[h] = from_bf16(sb[li]);
-        bias[h] = from_bf16(sb[8 + li]);
+        for (int h = 0; h < 2; ++h) scale_bias(g + 8 * h, og[h], scale[h], bias[h]);
       }
     }
+    if constexpr (PC) {
+      const int term = pc_term(g);
 #pragma unroll
-    for (int f = 0; f < NF; ++f) {
-      if (8 * f >= count) break;  // uniform over the block
-      uint4 b[kTerms];
+      for (int f = 0; f < kFrags; ++f) {
+        if (kPcRows * f >= count) break;  // uniform over the block
+        const int64_t rb = b_row(f);
+        const uint4 b = rb >= 0 && term >= 0
+                            ? __ldg(X.planes + ((term * X.n_x + rb) * X.cols + unit * 32) / 8 + t)
+                            : make_uint4(0, 0, 0, 0);
+        float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        pc_mma(c, a, b);
+        const float d = pc_combine(c, t);
+        if constexpr (Bits != 0) {
+          const int64_t rc = c_row(f, 0);
+          const float sx = rc >= 0 ? __ldg(X.sums + rc * T + unit) : 0.0f;
+          acc[f] = __fmaf_rn(bias[0], sx, __fmaf_rn(scale[0], d, acc[f]));
+        } else {
+          acc[f] = __fadd_rn(acc[f], d);
+        }
+      }
+    } else {
+      float(&acc4)[NF][4] = reinterpret_cast<float(&)[NF][4]>(acc);  // [fragment][D element]
 #pragma unroll
-      for (int j = 0; j < kTerms; ++j)
-        b[j] = xb[f] >= 0 ? __ldg(X.planes + ((j * X.n_x + xb[f]) * X.cols + unit * 32) / 8 + t)
-                          : make_uint4(0, 0, 0, 0);
-      float part[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-      float(&target)[4] = Bits == 0 ? acc[f] : part;
-      // Per k step the smallest term first: the prompt products' order.
+      for (int f = 0; f < NF; ++f) {
+        if (8 * f >= count) break;  // uniform over the block
+        uint4 b[kTerms];
 #pragma unroll
-      for (int ks = 0; ks < 2; ++ks)
+        for (int j = 0; j < kTerms; ++j)
+          b[j] = xb[f] >= 0 ? __ldg(X.planes + ((j * X.n_x + xb[f]) * X.cols + unit * 32) / 8 + t)
+                            : make_uint4(0, 0, 0, 0);
+        float part[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        float(&target)[4] = Bits == 0 ? acc4[f] : part;
+        // Per k step the smallest term first: the prompt products' order.
 #pragma unroll
-        for (int j = kTerms - 1; j >= 0; --j)
-          mma_bf16(target, a[ks], ks == 0 ? b[j].x : b[j].z, ks == 0 ? b[j].y : b[j].w);
-      if constexpr (Bits != 0) {
-        const float sx[2] = {xc[f][0] >= 0 ? __ldg(X.sums + xc[f][0] * T + unit) : 0.0f,
-                             xc[f][1] >= 0 ? __ldg(X.sums + xc[f][1] * T + unit) : 0.0f};
+        for (int ks = 0; ks < 2; ++ks)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          acc[f][e] = __fmaf_rn(scale[e >> 1], part[e], acc[f][e]);
-          acc[f][e] = __fmaf_rn(bias[e >> 1], sx[e & 1], acc[f][e]);
+          for (int j = kTerms - 1; j >= 0; --j)
+            mma_bf16(target, a[ks], ks == 0 ? b[j].x : b[j].z, ks == 0 ? b[j].y : b[j].w);
+        if constexpr (Bits != 0) {
+          const float sx[2] = {xc[f][0] >= 0 ? __ldg(X.sums + xc[f][0] * T + unit) : 0.0f,
+                               xc[f][1] >= 0 ? __ldg(X.sums + xc[f][1] * T + unit) : 0.0f};
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            acc4[f][e] = __fmaf_rn(scale[e >> 1], part[e], acc4[f][e]);
+            acc4[f][e] = __fmaf_rn(bias[e >> 1], sx[e & 1], acc4[f][e]);
+          }
         }
       }
     }
@@ -143,16 +193,14 @@ __global__ void __launch_bounds__(kThreads)
     stage_units(static_cast<int>(min(int64_t{kUnitsPerStage}, T - t0)), [&](int u) { unit_step(st, t0, u); });
     __syncwarp();  // every lane is done with stage s before its slot is refilled
   }
-  float(&flat)[NF * 4] = reinterpret_cast<float(&)[NF * 4]>(acc);
-  if (!merge_slices(sl, flat, ring, kStages * L::kWords, warp, lane)) return;
+  if (!merge_slices(sl, acc, ring, kStages * L::kWords, warp, lane)) return;
 #pragma unroll
-  for (int f = 0; f < NF; ++f)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int row = 8 * f + 2 * t + (e & 1);
-      const int64_t o = o0 + g + 8 * (e >> 1);
-      if (row < count && o < W.rows) y[(first + row) * ldy + o] = acc[f][e];
-    }
+  for (int i = 0; i < kAcc; ++i) {
+    // Chained: fragment i / 4, D element i % 4; plane columns: fragment i, row 2i + (t >> 1).
+    const int row = PC ? kPcRows * i + (t >> 1) : 8 * (i / 4) + 2 * t + (i & 1);
+    const int64_t o = o0 + g + 8 * (PC ? pc_h : (i & 3) >> 1);
+    if (row < count && o < W.rows) y[(first + row) * ldy + o] = acc[i];
+  }
 }
 
 // One thread per (row, 32-column tile): the three bf16 planes in fragment order and the tile's sum (the
@@ -218,11 +266,11 @@ DecodeWeight decode_weight(const TiledWeight& w) {
   return d;
 }
 
-template <int Bits, int NF>
+template <int Bits, int NF, bool PC>
 void launch_nf(const DecodeWeight& W, Slicing sl, dim3 grid, const ExpertWindow* tiles, int n_rows,
                const int32_t* row_ids, const DecodeX& X, float* y, int64_t ldy, int64_t n_experts,
                cudaStream_t stream) {
-  constexpr auto kernel = decode_kernel<Bits, NF>;
+  constexpr auto kernel = decode_kernel<Bits, NF, PC>;
   static const bool ready = [] {
     check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                static_cast<int>(Stage<Bits>::kBlockBytes)),
@@ -235,8 +283,24 @@ void launch_nf(const DecodeWeight& W, Slicing sl, dim3 grid, const ExpertWindow*
 }
 
 bool small_windows = true;     // tc_decode_small_windows
+int planes = -1;               // tc_decode_set_planes (a TcPlanes; -1: not yet read from the environment)
 bool one_row_in_block = true;  // tc_decode_one_row_in_block
 int forced_slices = 0;         // tc_decode_force_column_slices (0: the shape's rule)
+
+// The layout, from DS_CUDA_TC_PLANES (columns | chained) on first use when no caller has set it.
+TcPlanes planes_now() {
+  if (planes < 0) {
+    const char* v = std::getenv("DS_CUDA_TC_PLANES");
+    const std::string name = v != nullptr ? v : "";
+    if (name.empty())
+      planes = static_cast<int>(kDefaultTcPlanes);
+    else if (name == "columns" || name == "chained")
+      planes = static_cast<int>(name == "columns" ? TcPlanes::Columns : TcPlanes::Chained);
+    else
+      bad("DS_CUDA_TC_PLANES", "must be columns or chained (got '" + name + "')");
+  }
+  return static_cast<TcPlanes>(planes);
+}
 
 // Whether a launch takes the small-window kernel, and whether its one row is split in the block (no split
 // launch): affine weights (dense keeps the general kernel), windows of up to 8 rows, expert tiles of one slot
@@ -248,21 +312,21 @@ bool takes_in_block(const TiledWeight& w, int tier_rows, bool tiles) {
   return takes_small(w, tier_rows, tiles) && tier_rows <= 1 && one_row_in_block && w.cols <= kInBlockMaxCols;
 }
 
-template <int Bits>
+template <int Bits, bool PC>
 void launch_bits(const DecodeWeight& W, Slicing sl, dim3 grid, int tier_rows, bool small, bool in_block,
                  const ExpertWindow* tiles, int n_rows, const int32_t* row_ids, const DecodeX& X, float* y,
                  int64_t ldy, int64_t n_experts, cudaStream_t stream) {
   if (Bits != 0 && small)
-    launch_small<Bits>(W, sl, grid, tier_rows, in_block, tiles, n_rows, row_ids, X, y, ldy, n_experts,
-                       stream);
+    launch_small<Bits, PC>(W, sl, grid, tier_rows, in_block, tiles, n_rows, row_ids, X, y, ldy, n_experts,
+                           stream);
   else if (tier_rows <= 8)
-    launch_nf<Bits, 1>(W, sl, grid, tiles, n_rows, row_ids, X, y, ldy, n_experts, stream);
+    launch_nf<Bits, 1, PC>(W, sl, grid, tiles, n_rows, row_ids, X, y, ldy, n_experts, stream);
   else if (tier_rows <= 16)
-    launch_nf<Bits, 2>(W, sl, grid, tiles, n_rows, row_ids, X, y, ldy, n_experts, stream);
+    launch_nf<Bits, 2, PC>(W, sl, grid, tiles, n_rows, row_ids, X, y, ldy, n_experts, stream);
   else if (tier_rows <= 32)
-    launch_nf<Bits, 4>(W, sl, grid, tiles, n_rows, row_ids, X, y, ldy, n_experts, stream);
+    launch_nf<Bits, 4, PC>(W, sl, grid, tiles, n_rows, row_ids, X, y, ldy, n_experts, stream);
   else
-    launch_nf<Bits, 8>(W, sl, grid, tiles, n_rows, row_ids, X, y, ldy, n_experts, stream);
+    launch_nf<Bits, 8, PC>(W, sl, grid, tiles, n_rows, row_ids, X, y, ldy, n_experts, stream);
 }
 
 // Splits x into scratch, then runs the products over grid (output blocks, row tiles or expert tiles).
@@ -299,14 +363,21 @@ void dispatch(const char* op, const TiledWeight& w, unsigned grid_y, int tier_ro
   const DecodeX X{reinterpret_cast<const uint4*>(planes), sums, n_x, w.cols, x, ldx};
   const Slicing sl{tc_decode_column_slices(w.rows, w.cols)};
   const dim3 grid(static_cast<unsigned>((w.rows + sl.block_outputs() - 1) / sl.block_outputs()), grid_y);
-  if (w.dense != nullptr)
-    launch_bits<0>(W, sl, grid, tier_rows, false, false, tiles, n_rows, row_ids, X, y, ldy, w.n_experts,
-                   stream);
+  auto with_layout = [&](auto pc) {
+    constexpr bool PC = decltype(pc)::value;
+    if (w.dense != nullptr)
+      launch_bits<0, PC>(W, sl, grid, tier_rows, false, false, tiles, n_rows, row_ids, X, y, ldy, w.n_experts,
+                         stream);
+    else
+      with_bits(w.affine.bits, [&](auto bits) {
+        launch_bits<decltype(bits)::value, PC>(W, sl, grid, tier_rows, small, in_block, tiles, n_rows, row_ids,
+                                               X, y, ldy, w.n_experts, stream);
+      });
+  };
+  if (planes_now() == TcPlanes::Columns)
+    with_layout(std::true_type{});
   else
-    with_bits(w.affine.bits, [&](auto bits) {
-      launch_bits<decltype(bits)::value>(W, sl, grid, tier_rows, small, in_block, tiles, n_rows, row_ids, X,
-                                         y, ldy, w.n_experts, stream);
-    });
+    with_layout(std::false_type{});
   check_launch(op);
 }
 
@@ -314,6 +385,18 @@ void dispatch(const char* op, const TiledWeight& w, unsigned grid_y, int tier_ro
 
 void tc_decode_small_windows(bool on) {
   small_windows = on;
+}
+
+void tc_decode_set_planes(TcPlanes p) {
+  planes = static_cast<int>(p);
+}
+
+TcPlanes tc_decode_planes() {
+  return planes_now();
+}
+
+const char* tc_planes_name(TcPlanes p) {
+  return p == TcPlanes::Columns ? "columns" : "chained";
 }
 
 void tc_decode_one_row_in_block(bool on) {

@@ -57,6 +57,21 @@ int tc_decode_column_slices(int64_t rows, int64_t cols);
 // bench's before/after only (a process-wide switch; the bits change with it). Throws on other values.
 void tc_decode_force_column_slices(int slices);
 
+// Where a tile's three x planes meet (the family's arithmetic at every row count; process-wide, so no row's
+// bits depend on a call's rows). Chained: B column g of a fragment is row g, and per k step the three planes
+// run as three MMAs into one accumulator (6 dependent MMAs a unit; one row costs a fragment of 8 rows).
+// Columns: B columns 4j .. 4j+3 hold row j's planes (x2, x1, x0, 0), one MMA a k step for two rows, each
+// plane its own accumulator column, then per tile d = (d2 + d1) + d0 (a 2-MMA chain a unit; 8 rows cost 4
+// MMAs a k step instead of 3, and 3 D values a (row, output) to combine instead of 1).
+enum class TcPlanes { Chained, Columns };
+constexpr TcPlanes kDefaultTcPlanes = TcPlanes::Columns;
+// Sets the layout for every later launch (the bench's and checks' before/after; the bits change with it).
+// Without a call, the first launch reads DS_CUDA_TC_PLANES (columns | chained; other values throw naming it),
+// else kDefaultTcPlanes.
+void tc_decode_set_planes(TcPlanes p);
+TcPlanes tc_decode_planes();
+const char* tc_planes_name(TcPlanes p);
+
 // Scratch (device) for x split into bf16 planes: n_x rows of `cols` columns.
 size_t tc_decode_scratch_bytes(int64_t cols, int64_t n_x);
 

@@ -219,12 +219,37 @@ __device__ __forceinline__ void stage_units(int nu, Step&& step) {
   }
 }
 
+// Plane columns (tc_decode_planes() == TcPlanes::Columns): B column 4j + p of a fragment holds plane p of the
+// fragment's row j, in the order (x2, x1, x0, 0), so one MMA a k step serves two rows and each plane has its
+// own accumulator column (D[i][n] depends only on A's row i, B's column n and C[i][n]: a row's bits never
+// depend on the other row). Lane (g, t) feeds B column g: term pc_term(g) (< 0: the zero column) of the
+// fragment's row g >> 2. A fragment's 8 columns are 2 rows, so a tier of 8 NF rows has 4 NF fragments.
+constexpr int kPcRows = 2;  // rows of a plane-column fragment
+__device__ __forceinline__ int pc_term(int g) {
+  return kTerms - 1 - (g & 3);
+}
+// The unit's two k steps of one plane-column fragment into c (zeroed by the caller).
+__device__ __forceinline__ void pc_mma(float (&c)[4], const uint32_t (&a)[2][4], uint4 b) {
+  mma_bf16(c, a[0], b.x, b.y);
+  mma_bf16(c, a[1], b.z, b.w);
+}
+// The tile's d = (d2 + d1) + d0 of (row t >> 1, output g + 8 (t & 1)) from a plane-column fragment's D: lane
+// 2j holds (d2, d1) of outputs g and g + 8, lane 2j + 1 (d0, 0) of both; each sends the other the output it
+// does not keep (one shuffle). Both lanes add the same two values, so either order gives the same bits.
+__device__ __forceinline__ float pc_combine(const float (&c)[4], int t) {
+  const float s01 = __fadd_rn(c[0], c[1]), s23 = __fadd_rn(c[2], c[3]);
+  const bool odd = (t & 1) != 0;
+  const float send = odd ? s01 : s23, keep = odd ? s23 : s01;
+  return __fadd_rn(keep, __shfl_xor_sync(0xffffffffu, send, 1));
+}
+
 // The small-window product (tc_gemv.cu): windows (or expert tiles) of at most x_rows <= 8 rows, the bits of
 // decode_kernel<Bits, 1>; x and its tile sums ride in the weights' cp.async ring.
 // in_block: one row (x_rows 1, cols <= kInBlockMaxCols) split by each block from X.x into shared memory,
 // the planes and sums of the split launch bit for bit (tc::split3, the tile sum's order), so X.planes and
 // X.sums are not read and the split launch can be left out.
-template <int Bits>
+// PC: plane columns (tc_decode.h, TcPlanes::Columns), as decode_kernel's PC.
+template <int Bits, bool PC>
 void launch_small(const DecodeWeight& W, Slicing sl, dim3 grid, int x_rows, bool in_block,
                   const ExpertWindow* tiles, int n_rows, const int32_t* row_ids, const DecodeX& X, float* y,
                   int64_t ldy, int64_t n_experts, cudaStream_t stream);
