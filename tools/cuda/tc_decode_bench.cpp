@@ -1,7 +1,7 @@
 // Timings of the tensor-core decode products (tc_decode.h), both plane layouts, against the FMA products
-// (wx_products.h) on the Flash Next product shapes at 1, 8, 16 and 64 rows (x fp32, as the model passes it), and of the routed
-// experts (top-10 of 512) as expert tiles against the per-pair products. Weights rotate over copies that
-// together exceed the 60 MB L2; CUDA events over batches of launches.
+// (wx_products.h) on the Flash Next product shapes at 1, 8, 16 and 64 rows (x fp32, as the model passes it),
+// and of the routed experts (top-10 of 512) as expert tiles against the per-pair products. Weights rotate
+// over copies that together exceed the 60 MB L2; CUDA events over batches of launches.
 #include <algorithm>
 #include <cstdio>
 #include <random>
@@ -96,7 +96,8 @@ void run_tc_decode_bench(int reps) {
   // bytes over the time; x: chained over columns.
   const TcPlanes shipped = tc_decode_planes();
   std::printf(
-      "\ndecode products, FMA vs tensor cores (chained / columns: the planes' layout, the shape's S), x fp32: "
+      "\ndecode products, FMA vs tensor cores (chained / columns: the planes' layout, the shape's S), x "
+      "fp32: "
       "us, weight GB/s\n");
   std::printf("%-15s %-9s %7s %2s", "shape", "format", "MB", "S");
   for (int n : kRows) std::printf(" | %2d rows: fma   GB/s chained columns   GB/s     x", n);

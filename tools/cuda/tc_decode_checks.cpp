@@ -1,11 +1,13 @@
-// The tensor-core decode products (backend/cuda/tc_decode.h): float64 reference within the bound with a
-// negative control, for every bits x group and dense bf16; a row alone == the same row in every row count
-// 1..64 at every position (and in a 2-tile launch), bit for bit; expert tiles: every slot == its expert on
-// its row alone; bad shapes refused by name; whether decode rows equal the prompt products' rows (reported).
-// Then timings on the Flash Next shapes at 1/8/16/64 rows against the FMA products.
+// The tensor-core decode products (backend/cuda/tc_decode.h), under both layouts of x's planes (TcPlanes):
+// float64 reference within the bound with a negative control, for every bits x group and dense bf16; a row
+// alone == the same row in every row count 1..64 at every position (and in a 2-tile launch), bit for bit;
+// expert tiles: every slot == its expert on its row alone; bad shapes refused by name; whether decode rows
+// equal the prompt products' rows (reported). Then timings on the Flash Next shapes at 1/8/16/64 rows against
+// the FMA products.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <string>
@@ -116,11 +118,11 @@ void check_experts(Tally& tally, int bits, int n_rows, int k, int n_experts, std
   s.synchronize();
   const auto h_tiles = download<ExpertWindow>(tiles, max_tiles);
   const auto h_rows = download<int32_t>(row_ids, total);
-  const std::string name =
-      "decode tc expert tiles (" + std::to_string(n_rows) + " rows, top-" + std::to_string(k) + " of " +
-      std::to_string(n_experts) + (shared ? " + shared" : "") + (bits == 0 ? ", bf16" : ", affine") + ", " +
-      std::to_string(cols) + " columns, " + std::to_string(tc_decode_column_slices(rows, cols)) + " slices)" +
-      layout_tag();
+  const std::string name = "decode tc expert tiles (" + std::to_string(n_rows) + " rows, top-" +
+                           std::to_string(k) + " of " + std::to_string(n_experts) +
+                           (shared ? " + shared" : "") + (bits == 0 ? ", bf16" : ", affine") + ", " +
+                           std::to_string(cols) + " columns, " +
+                           std::to_string(tc_decode_column_slices(rows, cols)) + " slices)" + layout_tag();
   const std::vector<float> xh = random_normal(std::max(n_rows, total) * cols, 1.0f, rng);
   const DeviceBuffer x = upload(xh);
   DeviceBuffer y(total * rows * sizeof(float));
@@ -333,10 +335,14 @@ bool refused_naming(F&& f, const char* word) {
 void run_tc_decode_checks(Tally& tally) {
   std::mt19937_64 rng(91);
   Stream s;
-  // The arithmetic checks under both layouts of the planes (the shipped one first), then the grouping and
-  // the arguments once.
+  // The arithmetic checks under both layouts of the planes (the shipped one first; with
+  // DS_TC_CHECK_ONE_LAYOUT set, the shipped one alone: a short device call), then the grouping and the
+  // arguments once.
   const TcPlanes shipped = tc_decode_planes();
-  for (const TcPlanes planes : {shipped, shipped == TcPlanes::Columns ? TcPlanes::Chained : TcPlanes::Columns}) {
+  const bool one_layout = std::getenv("DS_TC_CHECK_ONE_LAYOUT") != nullptr;
+  for (const TcPlanes planes :
+       {shipped, shipped == TcPlanes::Columns ? TcPlanes::Chained : TcPlanes::Columns}) {
+    if (one_layout && planes != shipped) continue;
     tc_decode_set_planes(planes);
     double worst = 0, weakest = 1e300;
     int prompt_equal = 0, prompt_total = 0;

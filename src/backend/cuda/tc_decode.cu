@@ -3,7 +3,8 @@
 // 4 warps, each warp owns 16 outputs (one A fragment) and streams their weights through its own ring of
 // shared-memory stages by cp.async (4 stages of 4 units of 32 columns: three in flight while one is decoded);
 // each lane decodes its 8 codes per output row and unit straight into bf16 A fragments, reads the rows' x
-// fragments (L1) and runs 6 MMAs per 8 rows (2 k steps x 3 terms) into the tile's d, then y = fma(bias,
+// fragments (L1) and runs 6 MMAs per 8 rows (2 k steps x 3 terms) into the tile's d (chained: one
+// accumulator; columns: one per term, met as (d2 + d1) + d0, tc_decode_parts.cuh), then y = fma(bias,
 // sum(x), fma(scale, d, y)). Rows come in tiers of 8/16/32/64 (template NF); a tile row past the count is a
 // zero column of B, so the tier changes no bits.
 //
@@ -37,9 +38,7 @@ __global__ void __launch_bounds__(kThreads)
     decode_kernel(DecodeWeight W, Slicing sl, const ExpertWindow* tiles, int n_rows, const int32_t* row_ids,
                   DecodeX X, float* y, int64_t ldy, int64_t n_experts) {
   using L = Stage<Bits>;
-  // Accumulators a lane: chained, 4 per fragment of 8 rows; plane columns, 1 per fragment of 2 rows.
-  constexpr int kFrags = PC ? NF * 8 / kPcRows : NF, kAcc = PC ? kFrags : NF * 4;
-  static_assert(kStages * L::kWords >= kAcc * 32, "the slices' merge fits in a warp's ring");
+  static_assert(kStages * L::kWords >= NF * 4 * 32, "the slices' merge fits in a warp's ring");
   extern __shared__ __align__(16) uint32_t smem[];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int slice = warp % sl.slices;
@@ -70,41 +69,23 @@ __global__ void __launch_bounds__(kThreads)
     issue_stage<Bits>(W, o0, s_begin + s, s_end, ring + s * L::kWords, lane);
   if (tiles == nullptr) dev::grid_dependency_wait();
 
-  // The x row of tile row r; -1: none.
+  // x rows of this lane's B column (tile row 8f + g) and of its C columns (8f + 2t, 8f + 2t + 1); -1: none.
   auto x_row = [&](int r) -> int64_t {
     return r < count ? (row_ids != nullptr ? int64_t{row_ids[first + r]} : first + r) : -1;
   };
-  // Per fragment the x rows of this lane's B column (xb) and of its C columns (xc): chained, B column g is
-  // tile row 8f + g and C columns 8f + 2t, 8f + 2t + 1; plane columns, B column g is a plane of row
-  // 2f + (g >> 2) and the lane's d is row 2f + (t >> 1)'s. Held in registers for the light tiers; the
-  // plane-column tiers of 16+ fragments look them up per unit (first + r without row_ids).
-  constexpr int kHeld = PC ? (kFrags <= 8 ? kFrags : 1) : NF;
-  int64_t xb[kHeld], xc[kHeld][PC ? 1 : 2];
+  int64_t xb[NF], xc[NF][2];
 #pragma unroll
-  for (int f = 0; f < kHeld; ++f) {
-    if constexpr (PC) {
-      xb[f] = x_row(kPcRows * f + (g >> 2));
-      xc[f][0] = x_row(kPcRows * f + (t >> 1));
-    } else {
-      xb[f] = x_row(8 * f + g);
-      xc[f][0] = x_row(8 * f + 2 * t);
-      xc[f][1] = x_row(8 * f + 2 * t + 1);
-    }
+  for (int f = 0; f < NF; ++f) {
+    xb[f] = x_row(8 * f + g);
+    xc[f][0] = x_row(8 * f + 2 * t);
+    xc[f][1] = x_row(8 * f + 2 * t + 1);
   }
-  auto b_row = [&](int f) -> int64_t {
-    if constexpr (PC && kFrags > 8) return x_row(kPcRows * f + (g >> 2));
-    else return xb[f];
-  };
-  auto c_row = [&](int f, int k) -> int64_t {
-    if constexpr (PC && kFrags > 8) return x_row(kPcRows * f + (t >> 1));
-    else return xc[f][k];
-  };
-  float acc[kAcc];
+  float acc[NF][4];
 #pragma unroll
-  for (int i = 0; i < kAcc; ++i) acc[i] = 0.0f;
+  for (int f = 0; f < NF; ++f)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) acc[f][e] = 0.0f;
   const int64_t og[2] = {min(o0 + g, W.rows - 1), min(o0 + g + 8, W.rows - 1)};
-  const int pc_h = t & 1;  // plane columns: this lane's output is o0 + g + 8 pc_h
-  const int64_t pc_o = min(o0 + g + 8 * pc_h, W.rows - 1);
 
   // One unit of 32 columns of stage st (its first unit t0): decode, MMAs per fragment, epilogue in order.
   auto unit_step = [&](const uint32_t* st, int64_t t0, int u) {
@@ -125,45 +106,34 @@ __global__ void __launch_bounds__(kThreads)
     };
     float scale[2] = {0.0f, 0.0f}, bias[2] = {0.0f, 0.0f};
     if constexpr (Bits != 0) {
-      if constexpr (PC) {
-        scale_bias(g + 8 * pc_h, pc_o, scale[0], bias[0]);  // this lane's one output
-      } else {
 #pragma unroll
-        for (int h = 0; h < 2; ++h) scale_bias(g + 8 * h, og[h], scale[h], bias[h]);
-      }
+      for (int h = 0; h < 2; ++h) scale_bias(g + 8 * h, og[h], scale[h], bias[h]);
     }
-    if constexpr (PC) {
-      const int term = pc_term(g);
 #pragma unroll
-      for (int f = 0; f < kFrags; ++f) {
-        if (kPcRows * f >= count) break;  // uniform over the block
-        const int64_t rb = b_row(f);
-        const uint4 b = rb >= 0 && term >= 0
-                            ? __ldg(X.planes + ((term * X.n_x + rb) * X.cols + unit * 32) / 8 + t)
-                            : make_uint4(0, 0, 0, 0);
-        float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-        pc_mma(c, a, b);
-        const float d = pc_combine(c, t);
-        if constexpr (Bits != 0) {
-          const int64_t rc = c_row(f, 0);
-          const float sx = rc >= 0 ? __ldg(X.sums + rc * T + unit) : 0.0f;
-          acc[f] = __fmaf_rn(bias[0], sx, __fmaf_rn(scale[0], d, acc[f]));
-        } else {
-          acc[f] = __fadd_rn(acc[f], d);
-        }
+    for (int f = 0; f < NF; ++f) {
+      if (8 * f >= count) break;  // uniform over the block
+      uint4 b[kTerms];
+#pragma unroll
+      for (int j = 0; j < kTerms; ++j)
+        b[j] = xb[f] >= 0 ? __ldg(X.planes + ((j * X.n_x + xb[f]) * X.cols + unit * 32) / 8 + t)
+                          : make_uint4(0, 0, 0, 0);
+      float sx[2] = {0.0f, 0.0f};
+      if constexpr (Bits != 0) {
+        sx[0] = xc[f][0] >= 0 ? __ldg(X.sums + xc[f][0] * T + unit) : 0.0f;
+        sx[1] = xc[f][1] >= 0 ? __ldg(X.sums + xc[f][1] * T + unit) : 0.0f;
       }
-    } else {
-      float(&acc4)[NF][4] = reinterpret_cast<float(&)[NF][4]>(acc);  // [fragment][D element]
+      if constexpr (PC) {  // the columns arithmetic as plane accumulators
+        float c[kTerms][4] = {};
+        pr_mma(c, a, b);
 #pragma unroll
-      for (int f = 0; f < NF; ++f) {
-        if (8 * f >= count) break;  // uniform over the block
-        uint4 b[kTerms];
-#pragma unroll
-        for (int j = 0; j < kTerms; ++j)
-          b[j] = xb[f] >= 0 ? __ldg(X.planes + ((j * X.n_x + xb[f]) * X.cols + unit * 32) / 8 + t)
-                            : make_uint4(0, 0, 0, 0);
+        for (int e = 0; e < 4; ++e) {
+          const float d = pr_combine(c, e);
+          acc[f][e] = Bits == 0 ? __fadd_rn(acc[f][e], d)
+                                : __fmaf_rn(bias[e >> 1], sx[e & 1], __fmaf_rn(scale[e >> 1], d, acc[f][e]));
+        }
+      } else {
         float part[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-        float(&target)[4] = Bits == 0 ? acc4[f] : part;
+        float(&target)[4] = Bits == 0 ? acc[f] : part;
         // Per k step the smallest term first: the prompt products' order.
 #pragma unroll
         for (int ks = 0; ks < 2; ++ks)
@@ -171,12 +141,10 @@ __global__ void __launch_bounds__(kThreads)
           for (int j = kTerms - 1; j >= 0; --j)
             mma_bf16(target, a[ks], ks == 0 ? b[j].x : b[j].z, ks == 0 ? b[j].y : b[j].w);
         if constexpr (Bits != 0) {
-          const float sx[2] = {xc[f][0] >= 0 ? __ldg(X.sums + xc[f][0] * T + unit) : 0.0f,
-                               xc[f][1] >= 0 ? __ldg(X.sums + xc[f][1] * T + unit) : 0.0f};
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
-            acc4[f][e] = __fmaf_rn(scale[e >> 1], part[e], acc4[f][e]);
-            acc4[f][e] = __fmaf_rn(bias[e >> 1], sx[e & 1], acc4[f][e]);
+            acc[f][e] = __fmaf_rn(scale[e >> 1], part[e], acc[f][e]);
+            acc[f][e] = __fmaf_rn(bias[e >> 1], sx[e & 1], acc[f][e]);
           }
         }
       }
@@ -193,14 +161,16 @@ __global__ void __launch_bounds__(kThreads)
     stage_units(static_cast<int>(min(int64_t{kUnitsPerStage}, T - t0)), [&](int u) { unit_step(st, t0, u); });
     __syncwarp();  // every lane is done with stage s before its slot is refilled
   }
-  if (!merge_slices(sl, acc, ring, kStages * L::kWords, warp, lane)) return;
+  float(&flat)[NF * 4] = reinterpret_cast<float(&)[NF * 4]>(acc);
+  if (!merge_slices(sl, flat, ring, kStages * L::kWords, warp, lane)) return;
 #pragma unroll
-  for (int i = 0; i < kAcc; ++i) {
-    // Chained: fragment i / 4, D element i % 4; plane columns: fragment i, row 2i + (t >> 1).
-    const int row = PC ? kPcRows * i + (t >> 1) : 8 * (i / 4) + 2 * t + (i & 1);
-    const int64_t o = o0 + g + 8 * (PC ? pc_h : (i & 3) >> 1);
-    if (row < count && o < W.rows) y[(first + row) * ldy + o] = acc[i];
-  }
+  for (int f = 0; f < NF; ++f)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int row = 8 * f + 2 * t + (e & 1);
+      const int64_t o = o0 + g + 8 * (e >> 1);
+      if (row < count && o < W.rows) y[(first + row) * ldy + o] = acc[f][e];
+    }
 }
 
 // One thread per (row, 32-column tile): the three bf16 planes in fragment order and the tile's sum (the
@@ -370,8 +340,8 @@ void dispatch(const char* op, const TiledWeight& w, unsigned grid_y, int tier_ro
                          stream);
     else
       with_bits(w.affine.bits, [&](auto bits) {
-        launch_bits<decltype(bits)::value, PC>(W, sl, grid, tier_rows, small, in_block, tiles, n_rows, row_ids,
-                                               X, y, ldy, w.n_experts, stream);
+        launch_bits<decltype(bits)::value, PC>(W, sl, grid, tier_rows, small, in_block, tiles, n_rows,
+                                               row_ids, X, y, ldy, w.n_experts, stream);
       });
   };
   if (planes_now() == TcPlanes::Columns)

@@ -6,6 +6,8 @@
 // (at one row that latency, not the bytes, set its speed: one expert's gate|up 52 us, 80 units a warp), while
 // here the rows' plane chunks and sums ride in the warp's cp.async ring with the weights, stages ahead, and
 // the ring is deeper (6 stages at 1-2 rows); at one row the block splits the row itself (no split launch).
+// With TcPlanes::Columns, windows of 1-2 rows run the columns arithmetic as plane columns (one fragment of
+// two rows, 2 MMAs a unit instead of 6), 4-8 rows as decode_kernel's plane accumulators: the same bits.
 #include "backend/cuda/code_bits.h"
 #include "backend/cuda/cuda_error.h"
 #include "backend/cuda/grid_dependency.cuh"
@@ -102,9 +104,10 @@ __global__ void __launch_bounds__(kThreads)
   using SL = SmallStage<Bits, XR>;
   constexpr int KS = SL::kStages;
   constexpr int kStride = InBlock ? L::kWords : SL::kWords;  // the in-block kernel's ring holds weights only
-  // Accumulators a lane: chained, the 4 D elements of one fragment of 8 rows; plane columns, one per fragment
-  // of 2 rows.
-  constexpr int kFrags = PC ? (XR + kPcRows - 1) / kPcRows : 1, kAcc = PC ? kFrags : 4;
+  // The columns arithmetic as plane columns for 1-2 rows (one fragment of 2 rows, one accumulator a lane), as
+  // plane accumulators for 4-8 (decode_kernel's; the 4 D elements of one fragment of 8 rows, as chained).
+  constexpr bool kPlaneCols = PC && XR <= kPcRows;
+  constexpr int kAcc = kPlaneCols ? 1 : 4;
   static_assert(KS * kStride >= kAcc * 32, "the slices' merge fits in a warp's ring");
   extern __shared__ __align__(16) uint32_t smem[];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
@@ -162,7 +165,8 @@ __global__ void __launch_bounds__(kThreads)
   const int pc_h = t & 1;  // plane columns: this lane's output is o0 + g + 8 pc_h
   const int64_t pc_sb_row = W.sb_base + min(o0 + g + 8 * pc_h, W.rows - 1) * W.groups_per_row;
 
-  // decode_kernel's unit_step for the first XR rows, with B and the sums read from the stage.
+  // decode_kernel's unit_step for the first XR rows (plane columns at 1-2 rows), with B and the sums read
+  // from the stage.
   auto unit_step = [&](const uint32_t* st, int64_t t0, int u) {
     const int64_t unit = t0 + u;
     uint32_t P[2][4];
@@ -178,30 +182,26 @@ __global__ void __launch_bounds__(kThreads)
     };
     const uint32_t* xs = st + L::kWords;
     const float* sums = reinterpret_cast<const float*>(xs + SL::kXWords);
-    if constexpr (PC) {
+    if constexpr (kPlaneCols) {
       float scale, bias;
       scale_bias(g + 8 * pc_h, pc_sb_row, scale, bias);
-      const int term = pc_term(g);
-#pragma unroll
-      for (int f = 0; f < kFrags; ++f) {
-        const int rb = kPcRows * f + (g >> 2), rc = kPcRows * f + (t >> 1);  // B's row; this lane's d's row
-        uint4 b = make_uint4(0, 0, 0, 0);
-        if constexpr (InBlock) {
-          if (rb == 0 && term >= 0) b = xplanes[(term * T + unit) * 4 + t];
-        } else {
-          if (rb < XR && term >= 0)
-            b = *reinterpret_cast<const uint4*>(xs + 4 * (((term * XR + rb) * kUnitsPerStage + u) * 4 + t));
-        }
-        float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-        pc_mma(c, a, b);
-        const float d = pc_combine(c, t);
-        float sx;
-        if constexpr (InBlock)
-          sx = rc == 0 ? xsums[unit] : 0.0f;
-        else
-          sx = rc < XR ? sums[rc * kUnitsPerStage + u] : 0.0f;
-        acc[f] = __fmaf_rn(bias, sx, __fmaf_rn(scale, d, acc[f]));
+      const int term = pc_term(g), rb = g >> 2, rc = t >> 1;  // B's row; this lane's d's row
+      uint4 b = make_uint4(0, 0, 0, 0);
+      if constexpr (InBlock) {
+        if (rb == 0 && term >= 0) b = xplanes[(term * T + unit) * 4 + t];
+      } else {
+        if (rb < XR && term >= 0)
+          b = *reinterpret_cast<const uint4*>(xs + 4 * (((term * XR + rb) * kUnitsPerStage + u) * 4 + t));
       }
+      float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+      pc_mma(c, a, b);
+      const float d = pc_combine(c, t);
+      float sx;
+      if constexpr (InBlock)
+        sx = rc == 0 ? xsums[unit] : 0.0f;
+      else
+        sx = rc < XR ? sums[rc * kUnitsPerStage + u] : 0.0f;
+      acc[0] = __fmaf_rn(bias, sx, __fmaf_rn(scale, d, acc[0]));
     } else {
       float scale[2], bias[2];
 #pragma unroll
@@ -216,12 +216,6 @@ __global__ void __launch_bounds__(kThreads)
                      ? *reinterpret_cast<const uint4*>(xs + 4 * (((j * XR + g) * kUnitsPerStage + u) * 4 + t))
                      : make_uint4(0, 0, 0, 0);
       }
-      float part[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll
-      for (int ks = 0; ks < 2; ++ks)
-#pragma unroll
-        for (int j = kTerms - 1; j >= 0; --j)
-          mma_bf16(part, a[ks], ks == 0 ? b[j].x : b[j].z, ks == 0 ? b[j].y : b[j].w);
       float sx[2];
       if constexpr (InBlock) {
         sx[0] = t == 0 ? xsums[unit] : 0.0f;
@@ -230,10 +224,24 @@ __global__ void __launch_bounds__(kThreads)
         sx[0] = 2 * t < XR ? sums[(2 * t) * kUnitsPerStage + u] : 0.0f;
         sx[1] = 2 * t + 1 < XR ? sums[(2 * t + 1) * kUnitsPerStage + u] : 0.0f;
       }
+      if constexpr (PC) {  // plane accumulators
+        float c[kTerms][4] = {};
+        pr_mma(c, a, b);
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        acc[e] = __fmaf_rn(scale[e >> 1], part[e], acc[e]);
-        acc[e] = __fmaf_rn(bias[e >> 1], sx[e & 1], acc[e]);
+        for (int e = 0; e < 4; ++e)
+          acc[e] = __fmaf_rn(bias[e >> 1], sx[e & 1], __fmaf_rn(scale[e >> 1], pr_combine(c, e), acc[e]));
+      } else {
+        float part[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+        for (int ks = 0; ks < 2; ++ks)
+#pragma unroll
+          for (int j = kTerms - 1; j >= 0; --j)
+            mma_bf16(part, a[ks], ks == 0 ? b[j].x : b[j].z, ks == 0 ? b[j].y : b[j].w);
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          acc[e] = __fmaf_rn(scale[e >> 1], part[e], acc[e]);
+          acc[e] = __fmaf_rn(bias[e >> 1], sx[e & 1], acc[e]);
+        }
       }
     }
   };
@@ -255,8 +263,8 @@ __global__ void __launch_bounds__(kThreads)
   if (!merge_slices(sl, acc, ring, KS * kStride, warp, lane)) return;
 #pragma unroll
   for (int i = 0; i < kAcc; ++i) {
-    const int row = PC ? kPcRows * i + (t >> 1) : 2 * t + (i & 1);
-    const int64_t o = o0 + g + 8 * (PC ? pc_h : i >> 1);
+    const int row = kPlaneCols ? t >> 1 : 2 * t + (i & 1);
+    const int64_t o = o0 + g + 8 * (kPlaneCols ? pc_h : i >> 1);
     if (row < count && o < W.rows) y[(first + row) * ldy + o] = acc[i];
   }
 }
@@ -299,7 +307,7 @@ void launch_small(const DecodeWeight& W, Slicing sl, dim3 grid, int x_rows, bool
     launch_xr<Bits, 8, false, PC>(W, sl, grid, tiles, n_rows, row_ids, X, y, ldy, n_experts, stream);
 }
 
-#define DS_TC_SMALL(B)                                                                                    \
+#define DS_TC_SMALL(B)                                                                                     \
   template void launch_small<B, false>(const DecodeWeight&, Slicing, dim3, int, bool, const ExpertWindow*, \
                                        int, const int32_t*, const DecodeX&, float*, int64_t, int64_t,      \
                                        cudaStream_t);                                                      \
