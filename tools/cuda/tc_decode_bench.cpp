@@ -1,7 +1,7 @@
-// Timings of the tensor-core decode products (tc_decode.h) against the FMA products (wx_products.h) on the
-// Flash Next product shapes at 1, 8, 16 and 64 rows (x fp32, as the model passes it), and of the routed
-// experts (top-10 of 512) as expert tiles against the per-pair products. Weights rotate over copies that
-// together exceed the 60 MB L2; CUDA events over batches of launches.
+// Timings of the tensor-core decode products (tc_decode.h), both plane layouts, against the FMA products
+// (wx_products.h) on the Flash Next product shapes at 1, 8, 16 and 64 rows (x fp32, as the model passes it),
+// and of the routed experts (top-10 of 512) as expert tiles against the per-pair products. Weights rotate
+// over copies that together exceed the 60 MB L2; CUDA events over batches of launches.
 #include <algorithm>
 #include <cstdio>
 #include <random>
@@ -87,19 +87,20 @@ double median_us(const Launch& launch, int n_copies, int reps, const Stream& str
 void run_tc_decode_bench(int reps) {
   Stream stream;
   std::mt19937_64 rng(5);
-  const int kRows[] = {1, 2, 4, 8, 16};
+  const int kRows[] = {1, 8, 16, 64};
   const std::vector<float> xh = random_normal(int64_t{64} * 6144, 1.0f, rng);
   DeviceBuffer x = upload(xh), y(size_t(64) * 248320 * 4), scratch(tc_decode_scratch_bytes(6144, 640));
-  // fma: affine_wx (the FMA products, windows of up to 16 rows); S=1, 2, 4: tc_decode_wx with that many
-  // column slices forced (S=1: the kernels before tcsplit); new: tc_decode_wx as shipped (the shape's S, the
-  // small-window kernel up to 8 rows; one row split in the block, no split launch); ring: one row with the
-  // split launch and the planes in the ring. GB/s: the weight's bytes over the time.
+  // fma: affine_wx (the FMA products, windows of up to 16 rows); chained / columns: tc_decode_wx as shipped
+  // (the shape's column slices, the small-window kernel up to 8 rows, one row split in the block) with the
+  // three x planes chained in one accumulator or in B's columns (tc_decode_set_planes). GB/s: the weight's
+  // bytes over the time; x: chained over columns.
+  const TcPlanes shipped = tc_decode_planes();
   std::printf(
-      "\ndecode products, FMA vs tensor cores (S=1/2/4: forced column slices, new: the shape's S), x fp32: "
+      "\ndecode products, FMA vs tensor cores (chained / columns: the planes' layout, the shape's S), x "
+      "fp32: "
       "us, weight GB/s\n");
   std::printf("%-15s %-9s %7s %2s", "shape", "format", "MB", "S");
-  for (int n : kRows)
-    std::printf(" | %2d rows: fma   GB/s    S=1    S=2    S=4    new   GB/s%s", n, n == 1 ? "   ring" : "");
+  for (int n : kRows) std::printf(" | %2d rows: fma   GB/s chained columns   GB/s     x", n);
   std::printf("\n");
   for (int bits : {4, 6}) {
     const int group = bits == 4 ? 32 : 64;
@@ -117,11 +118,9 @@ void run_tc_decode_bench(int reps) {
                           stream.get());
             },
             static_cast<int>(c.w.size()), reps, stream);
-        // S = 1, 2, 4 forced, shipped, one row with the planes in the ring
-        double tc[5] = {-1, -1, -1, -1, -1};
-        for (int v = 0; v < (n == 1 ? 5 : 4) && tc_decode_supported(tiled(c.w[0])); ++v) {
-          tc_decode_force_column_slices(v == 0 ? 1 : v == 1 ? 2 : v == 2 ? 4 : 0);
-          tc_decode_one_row_in_block(v != 4);
+        double tc[2] = {-1, -1};  // chained, columns
+        for (int v = 0; v < 2 && tc_decode_supported(tiled(c.w[0])); ++v) {
+          tc_decode_set_planes(v == 0 ? TcPlanes::Chained : TcPlanes::Columns);
           tc[v] = median_us(
               [&](int i) {
                 tc_decode_wx(tiled(c.w[i]), x.as<float>(), s.cols, n, y.as<float>(), s.rows, scratch.data(),
@@ -129,11 +128,9 @@ void run_tc_decode_bench(int reps) {
               },
               static_cast<int>(c.w.size()), reps, stream);
         }
-        tc_decode_force_column_slices(0);
-        tc_decode_one_row_in_block(true);
-        std::printf(" | %11.1f %6.0f %6.1f %6.1f %6.1f %6.1f %6.0f", fma, bytes / (fma * 1e3), tc[0], tc[1],
-                    tc[2], tc[3], tc[3] > 0 ? bytes / (tc[3] * 1e3) : 0);
-        if (n == 1) std::printf(" %6.1f", tc[4]);
+        tc_decode_set_planes(shipped);
+        std::printf(" | %11.1f %6.0f %7.1f %7.1f %6.0f %5.2f", fma, bytes / (fma * 1e3), tc[0], tc[1],
+                    tc[1] > 0 ? bytes / (tc[1] * 1e3) : 0, tc[1] > 0 ? tc[0] / tc[1] : 0);
       }
       std::printf("\n");
     }
@@ -144,11 +141,11 @@ void run_tc_decode_bench(int reps) {
   std::printf(
       "\nrouted experts (512, top-10; gate|up 1280x2560, down 2560x640, 4-bit g32, x fp32): us per step\n");
   std::printf(
-      "(tiles of one slot at one stream, else of up to 8, as the model cuts them; S=1: no column split, "
-      "new: the shape's slices, %d for gate|up, %d for down)\n",
+      "(tiles of one slot at one stream, else of up to 8, as the model cuts them; the shape's slices, %d for "
+      "gate|up, %d for down; chained / columns: the planes' layout)\n",
       tc_decode_column_slices(1280, 2560), tc_decode_column_slices(2560, 640));
   std::printf("%7s %8s | %9s %6s %9s %9s | %9s %6s %9s %9s | %8s %7s\n", "streams", "experts", "pairs gu",
-              "GB/s", "S=1 gu", "new gu", "pairs dn", "GB/s", "S=1 dn", "new dn", "new GB/s", "%");
+              "GB/s", "chain gu", "cols gu", "pairs dn", "GB/s", "chain dn", "cols dn", "cols GB/s", "%");
   const int n_experts = 512, k = 10, bits = 4, group = 32;
   Copies gu = make_copies(1280, 2560, bits, group, n_experts),
          dn = make_copies(2560, 640, bits, group, n_experts);
@@ -197,16 +194,16 @@ void run_tc_decode_bench(int reps) {
         },
         lists, reps, stream);
     double t_gu[2], t_dn[2];
-    for (int small = 0; small < 2; ++small) {
-      tc_decode_force_column_slices(small == 0 ? 1 : 0);
-      t_gu[small] = median_us(
+    for (int v = 0; v < 2; ++v) {
+      tc_decode_set_planes(v == 0 ? TcPlanes::Chained : TcPlanes::Columns);
+      t_gu[v] = median_us(
           [&](int i) {
             tc_decode_experts(tiled(gu.w[i % copies]), d_tiles[pick(i)].as<ExpertWindow>(), n_tiles[pick(i)],
                               tier, d_rows[pick(i)].as<int32_t>(), x.as<float>(), 2560, streams,
                               ygu.as<float>(), 1280, sc.data(), sc.bytes(), stream.get());
           },
           lists, reps, stream);
-      t_dn[small] = median_us(
+      t_dn[v] = median_us(
           [&](int i) {
             tc_decode_experts(tiled(dn.w[i % dn.w.size()]), d_tiles[pick(i)].as<ExpertWindow>(),
                               n_tiles[pick(i)], tier, nullptr, h.as<float>(), 640, total, ydn.as<float>(),
@@ -214,7 +211,7 @@ void run_tc_decode_bench(int reps) {
           },
           lists, reps, stream);
     }
-    tc_decode_force_column_slices(0);
+    tc_decode_set_planes(shipped);
     const double p_dn = median_us(
         [&](int i) {
           affine_wx_grouped(dn.w[i % dn.w.size()], d_pairs_dn[pick(i)].as<ExpertRow>(), total,

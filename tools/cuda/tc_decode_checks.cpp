@@ -1,11 +1,13 @@
-// The tensor-core decode products (backend/cuda/tc_decode.h): float64 reference within the bound with a
-// negative control, for every bits x group and dense bf16; a row alone == the same row in every row count
-// 1..64 at every position (and in a 2-tile launch), bit for bit; expert tiles: every slot == its expert on
-// its row alone; bad shapes refused by name; whether decode rows equal the prompt products' rows (reported).
-// Then timings on the Flash Next shapes at 1/8/16/64 rows against the FMA products.
+// The tensor-core decode products (backend/cuda/tc_decode.h), under both layouts of x's planes (TcPlanes):
+// float64 reference within the bound with a negative control, for every bits x group and dense bf16; a row
+// alone == the same row in every row count 1..64 at every position (and in a 2-tile launch), bit for bit;
+// expert tiles: every slot == its expert on its row alone; bad shapes refused by name; whether decode rows
+// equal the prompt products' rows (reported). Then timings on the Flash Next shapes at 1/8/16/64 rows against
+// the FMA products.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <string>
@@ -33,9 +35,15 @@ std::vector<float> run_decode(const TiledWeight& w, const DeviceBuffer& x, int64
   return download<float>(y, static_cast<size_t>(n) * w.rows);
 }
 
+// The planes' layout the checks run under (tc_decode_set_planes), named in every check.
+std::string layout_tag() {
+  return std::string(" [") + tc_planes_name(tc_decode_planes()) + "]";
+}
+
 std::string format_name(int bits, int group) {
-  return bits == 0 ? "decode tc dense bf16"
-                   : "decode tc affine " + std::to_string(bits) + "-bit g" + std::to_string(group);
+  return (bits == 0 ? "decode tc dense bf16"
+                    : "decode tc affine " + std::to_string(bits) + "-bit g" + std::to_string(group)) +
+         layout_tag();
 }
 
 // By default 1030 outputs (a partial warp), 320 columns (a partial stage; 3- and 5-bit rows not a multiple of
@@ -110,10 +118,11 @@ void check_experts(Tally& tally, int bits, int n_rows, int k, int n_experts, std
   s.synchronize();
   const auto h_tiles = download<ExpertWindow>(tiles, max_tiles);
   const auto h_rows = download<int32_t>(row_ids, total);
-  const std::string name =
-      "decode tc expert tiles (" + std::to_string(n_rows) + " rows, top-" + std::to_string(k) + " of " +
-      std::to_string(n_experts) + (shared ? " + shared" : "") + (bits == 0 ? ", bf16" : ", affine") + ", " +
-      std::to_string(cols) + " columns, " + std::to_string(tc_decode_column_slices(rows, cols)) + " slices)";
+  const std::string name = "decode tc expert tiles (" + std::to_string(n_rows) + " rows, top-" +
+                           std::to_string(k) + " of " + std::to_string(n_experts) +
+                           (shared ? " + shared" : "") + (bits == 0 ? ", bf16" : ", affine") + ", " +
+                           std::to_string(cols) + " columns, " +
+                           std::to_string(tc_decode_column_slices(rows, cols)) + " slices)" + layout_tag();
   const std::vector<float> xh = random_normal(std::max(n_rows, total) * cols, 1.0f, rng);
   const DeviceBuffer x = upload(xh);
   DeviceBuffer y(total * rows * sizeof(float));
@@ -273,7 +282,7 @@ void check_small_shapes(Tally& tally, std::mt19937_64& rng, const Stream& s) {
           }
       }
   tally.expect(ok, "decode tc small shapes (dense and 4-bit, 4-320 outputs, 32-512 columns) within bound" +
-                       (ok ? "" : " (first bad: " + first_bad + ")"));
+                       layout_tag() + (ok ? "" : " (first bad: " + first_bad + ")"));
   TcWeight a = make_weight(200, 128, 0, 0, 1, rng), b = make_weight(1030, 512, 4, 32, 1, rng),
            c = make_weight(320, 64, 6, 64, 1, rng);
   const int n = 13;
@@ -288,7 +297,27 @@ void check_small_shapes(Tally& tally, std::mt19937_64& rng, const Stream& s) {
   const bool same = download<float>(ya, n * 200) == run_decode(a.w, xa, 128, 0, n, s) &&
                     download<float>(yb, n * 1030) == run_decode(b.w, xb, 512, 0, n, s) &&
                     download<float>(yc, n * 320) == run_decode(c.w, xc, 64, 0, n, s);
-  tally.expect(same, "decode tc: three products back to back on one scratch == each alone");
+  tally.expect(same, "decode tc: three products back to back on one scratch == each alone" + layout_tag());
+}
+
+// The two layouts are two arithmetics (the switch is not a no-op): on 1030 x 2560 4-bit (80 units a row), at
+// one and 16 rows, most outputs differ in their last bits; both stay within the bound (checked above).
+void check_layouts_differ(Tally& tally, std::mt19937_64& rng, const Stream& s) {
+  const TcPlanes shipped = tc_decode_planes();
+  const TcWeight t = make_weight(1030, 2560, 4, 32, 1, rng);
+  const DeviceBuffer x = upload(random_normal(16 * 2560, 1.0f, rng));
+  size_t equal = 0, total = 0;
+  for (int n : {1, 16}) {
+    tc_decode_set_planes(TcPlanes::Chained);
+    const std::vector<float> chained = run_decode(t.w, x, 2560, 0, n, s);
+    tc_decode_set_planes(TcPlanes::Columns);
+    const std::vector<float> columns = run_decode(t.w, x, 2560, 0, n, s);
+    for (size_t i = 0; i < chained.size(); ++i) equal += std::memcmp(&chained[i], &columns[i], 4) == 0;
+    total += chained.size();
+  }
+  tc_decode_set_planes(shipped);
+  tally.expect(equal < total, "decode tc: chained and columns layouts give different bits (" +
+                                  std::to_string(equal) + " of " + std::to_string(total) + " outputs equal)");
 }
 
 template <class F>
@@ -306,33 +335,47 @@ bool refused_naming(F&& f, const char* word) {
 void run_tc_decode_checks(Tally& tally) {
   std::mt19937_64 rng(91);
   Stream s;
-  double worst = 0, weakest = 1e300;
-  int prompt_equal = 0, prompt_total = 0;
-  for (int bits : {2, 3, 4, 5, 6, 8})
-    for (int group : {32, 64, 128})
-      check_format(tally, bits, group, rng, s, worst, weakest, prompt_equal, prompt_total);
-  check_format(tally, 0, 0, rng, s, worst, weakest, prompt_equal, prompt_total);
-  // Four slices of 5, 5, 5 and 6 stages (82 units: the last stage partial), and two of 5 stages.
-  for (int bits : {4, 6, 0})
-    check_format(tally, bits, bits == 6 ? 64 : 32, rng, s, worst, weakest, prompt_equal, prompt_total,
-                 {300, 2624});
-  check_format(tally, 4, 32, rng, s, worst, weakest, prompt_equal, prompt_total, {5000, 1280});
-  std::printf(
-      "decode tc products: worst err/bound %.4f, weakest negative control %.1fx the bound; decode rows "
-      "with the prompt products' bits: %d of %d outputs\n",
-      worst, weakest, prompt_equal, prompt_total);
-  check_small_shapes(tally, rng, s);
-  check_experts(tally, 4, 90, 3, 6, rng, s, kDecodeTileRows);
-  check_experts(tally, 0, 40, 2, 5, rng, s, kDecodeTileRows);
-  check_experts(tally, 6, 130, 2, 3, rng, s, kDecodeTileRows);  // about 87 rows an expert: two tiles each
-  check_experts(tally, 4, 90, 3, 6, rng, s, kDecodeExpertTileRows);  // the model's decode tiles of 8
-  check_experts(tally, 0, 16, 2, 8, rng, s, kDecodeExpertTileRows);
-  check_small_windows(tally, rng, s);
-  check_experts(tally, 4, 1, 10, 16, rng, s, 1);  // one stream: tiles of one slot (the 1-row small kernel)
-  // The model's decode tiles with the shared expert; 2560 columns: 4 column slices.
-  check_experts(tally, 4, 1, 10, 16, rng, s, 1, true, 2560);
-  check_experts(tally, 4, 13, 10, 24, rng, s, kDecodeExpertTileRows, true, 2560);
-  check_experts(tally, 0, 9, 3, 8, rng, s, kDecodeExpertTileRows, true);
+  // The arithmetic checks under both layouts of the planes (the shipped one first; with
+  // DS_TC_CHECK_ONE_LAYOUT set, the shipped one alone: a short device call), then the grouping and the
+  // arguments once.
+  const TcPlanes shipped = tc_decode_planes();
+  const bool one_layout = std::getenv("DS_TC_CHECK_ONE_LAYOUT") != nullptr;
+  for (const TcPlanes planes :
+       {shipped, shipped == TcPlanes::Columns ? TcPlanes::Chained : TcPlanes::Columns}) {
+    if (one_layout && planes != shipped) continue;
+    tc_decode_set_planes(planes);
+    double worst = 0, weakest = 1e300;
+    int prompt_equal = 0, prompt_total = 0;
+    for (int bits : {2, 3, 4, 5, 6, 8})
+      for (int group : {32, 64, 128})
+        check_format(tally, bits, group, rng, s, worst, weakest, prompt_equal, prompt_total);
+    check_format(tally, 0, 0, rng, s, worst, weakest, prompt_equal, prompt_total);
+    // Four slices of 5, 5, 5 and 6 stages (82 units: the last stage partial), and two of 5 stages.
+    for (int bits : {4, 6, 0})
+      check_format(tally, bits, bits == 6 ? 64 : 32, rng, s, worst, weakest, prompt_equal, prompt_total,
+                   {300, 2624});
+    check_format(tally, 4, 32, rng, s, worst, weakest, prompt_equal, prompt_total, {5000, 1280});
+    std::printf(
+        "decode tc products%s: worst err/bound %.4f, weakest negative control %.1fx the bound; decode rows "
+        "with the prompt products' bits: %d of %d outputs\n",
+        layout_tag().c_str(), worst, weakest, prompt_equal, prompt_total);
+    check_small_shapes(tally, rng, s);
+    check_experts(tally, 4, 90, 3, 6, rng, s, kDecodeTileRows);
+    check_experts(tally, 0, 40, 2, 5, rng, s, kDecodeTileRows);
+    check_experts(tally, 6, 130, 2, 3, rng, s, kDecodeTileRows);  // about 87 rows an expert: two tiles each
+    check_experts(tally, 4, 90, 3, 6, rng, s, kDecodeExpertTileRows);  // the model's decode tiles of 8
+    check_experts(tally, 0, 16, 2, 8, rng, s, kDecodeExpertTileRows);
+    check_small_windows(tally, rng, s);
+    check_experts(tally, 4, 1, 10, 16, rng, s, 1);  // one stream: tiles of one slot (the 1-row small kernel)
+    // The model's decode tiles with the shared expert; 2560 columns: 4 column slices.
+    check_experts(tally, 4, 1, 10, 16, rng, s, 1, true, 2560);
+    check_experts(tally, 4, 13, 10, 24, rng, s, kDecodeExpertTileRows, true, 2560);
+    check_experts(tally, 0, 9, 3, 8, rng, s, kDecodeExpertTileRows, true);
+    check_experts(tally, 6, 3, 4, 8, rng, s, 2);
+    check_experts(tally, 4, 7, 4, 8, rng, s, 4);
+  }
+  tc_decode_set_planes(shipped);
+  check_layouts_differ(tally, rng, s);
   for (bool shared : {false, true}) {
     check_grouping(tally, 1, 10, 512, 1, shared, false, rng, s);
     check_grouping(tally, 64, 10, 512, 8, shared, false, rng, s);
@@ -341,8 +384,6 @@ void run_tc_decode_checks(Tally& tally) {
     check_grouping(tally, 500, 10, 512, 64, shared, true, rng, s);   // past 4096 pairs: three kernels
     check_grouping(tally, 30, 4, 2000, 8, shared, false, rng, s);    // past 1024 experts: three kernels
   }
-  check_experts(tally, 6, 3, 4, 8, rng, s, 2);
-  check_experts(tally, 4, 7, 4, 8, rng, s, 4);
 
   // Bad shapes and arguments, refused by name.
   std::vector<float> xh(64, 1.0f);

@@ -6,7 +6,8 @@
 # fixtures with DS_CUDA_DECODE_PRODUCTS=tensor-all (every matrix the tensor products take), (d) on
 # $BENCH_CONFIG: with OP_STREAMS (e.g. 1,8,32,64) the op tables of the fma, tensor and tensor-tall products
 # (one model, untimed rounds and per-op events at each count), else the real-shape bench per MODES (default
-# "tensor fma"), (e) the decode-tc product bench (--no-checks). Checks first, so a short call still checks.
+# "tensor fma"; a mode MODE/PLANES, e.g. tensor/chained, sets DS_CUDA_TC_PLANES too), (e) the decode-tc product
+# bench (--no-checks). Checks first, so a short call still checks.
 # Each part under its own timeout (0 skips it), each run even when another fails; logs under $OUT.
 # Usage: DS_VENDOR_INCLUDE=DIR [FIXTURE_ROOT=DIR] BENCH_CONFIG=FILE tools/device/cuda_tcdecode.sh [bench args]
 set -uo pipefail
@@ -64,9 +65,11 @@ if [[ -n "${BENCH_CONFIG:-}" && -n "${OP_STREAMS:-}" ]]; then
 elif [[ -n "${BENCH_CONFIG:-}" ]]; then
   for mode in ${MODES:-tensor fma}; do
     stamp "== (d) model bench, $mode =="
-    log="$out/bench_${mode//:/-}.log"  # tensor:8192 -> bench_tensor-8192.log
-    DS_CUDA_DECODE_PRODUCTS=$mode timeout "${BENCH_TIMEOUT:-75}" "$bm/cuda_model_check" "$fixtures" --no-checks \
-      --bench "$BENCH_CONFIG" "$@" >"$log" 2>&1 || status=1
+    # MODE/PLANES (tensor/chained) also sets DS_CUDA_TC_PLANES (the tensor products' layout of x's planes).
+    products=${mode%%/*} planes=${mode#"$products"} planes=${planes#/}
+    log="$out/bench_${mode//[:\/]/-}.log"  # tensor:8192 -> bench_tensor-8192.log
+    DS_CUDA_DECODE_PRODUCTS=$products DS_CUDA_TC_PLANES=$planes timeout "${BENCH_TIMEOUT:-75}" \
+      "$bm/cuda_model_check" "$fixtures" --no-checks --bench "$BENCH_CONFIG" "$@" >"$log" 2>&1 || status=1
     grep -E "^ +[0-9]+ +[0-9]+ " "$log" | tee -a "$out/summary.txt"
   done
 fi

@@ -3,7 +3,8 @@
 // 4 warps, each warp owns 16 outputs (one A fragment) and streams their weights through its own ring of
 // shared-memory stages by cp.async (4 stages of 4 units of 32 columns: three in flight while one is decoded);
 // each lane decodes its 8 codes per output row and unit straight into bf16 A fragments, reads the rows' x
-// fragments (L1) and runs 6 MMAs per 8 rows (2 k steps x 3 terms) into the tile's d, then y = fma(bias,
+// fragments (L1) and runs 6 MMAs per 8 rows (2 k steps x 3 terms) into the tile's d (chained: one
+// accumulator; columns: one per term, met as (d2 + d1) + d0, tc_decode_parts.cuh), then y = fma(bias,
 // sum(x), fma(scale, d, y)). Rows come in tiers of 8/16/32/64 (template NF); a tile row past the count is a
 // zero column of B, so the tier changes no bits.
 //
@@ -15,7 +16,9 @@
 // (learned from Marlin's dequantizers, IST-DASLab/marlin, ideas only: (q | 0x4300) is the bf16 128 + q,
 // exact for q < 128; minus 128 in one bf16x2 FMA); 8-bit codes go through fp32 (2^23 + q) instead.
 #include <algorithm>
+#include <cstdlib>
 #include <string>
+#include <type_traits>
 
 #include "backend/cuda/code_bits.h"
 #include "backend/cuda/cuda_error.h"
@@ -30,7 +33,7 @@ namespace {
 
 using namespace tcd;
 
-template <int Bits, int NF>
+template <int Bits, int NF, bool PC>
 __global__ void __launch_bounds__(kThreads)
     decode_kernel(DecodeWeight W, Slicing sl, const ExpertWindow* tiles, int n_rows, const int32_t* row_ids,
                   DecodeX X, float* y, int64_t ldy, int64_t n_experts) {
@@ -84,7 +87,7 @@ __global__ void __launch_bounds__(kThreads)
     for (int e = 0; e < 4; ++e) acc[f][e] = 0.0f;
   const int64_t og[2] = {min(o0 + g, W.rows - 1), min(o0 + g + 8, W.rows - 1)};
 
-  // One unit of 32 columns of stage st (its first unit t0): decode, MMAs per 8 rows, epilogue in order.
+  // One unit of 32 columns of stage st (its first unit t0): decode, MMAs per fragment, epilogue in order.
   auto unit_step = [&](const uint32_t* st, int64_t t0, int u) {
     const int64_t unit = t0 + u;
     uint32_t P[2][4];
@@ -92,18 +95,19 @@ __global__ void __launch_bounds__(kThreads)
     for (int h = 0; h < 2; ++h)
       unit_pairs<Bits>(st + (g + 8 * h) * L::kRowWords + u * (Bits == 0 ? 16 : Bits), t, P[h]);
     const uint32_t a[2][4] = {{P[0][0], P[1][0], P[0][1], P[1][1]}, {P[0][2], P[1][2], P[0][3], P[1][3]}};
+    // The scale and bias of output row r (0..15) of the warp's 16, output o_r (clamped to the matrix).
+    auto scale_bias = [&](int r, int64_t o_r, float& scale, float& bias) {
+      const int64_t base = W.sb_base + o_r * W.groups_per_row;
+      const int64_t w_lo = (base + ((t0 * 32) >> W.group_shift)) >> 1;
+      const int64_t li = base + ((unit * 32) >> W.group_shift) - 2 * w_lo;
+      const uint16_t* sb = reinterpret_cast<const uint16_t*>(st + r * L::kRowWords + L::kCodeWords);
+      scale = from_bf16(sb[li]);
+      bias = from_bf16(sb[8 + li]);
+    };
     float scale[2] = {0.0f, 0.0f}, bias[2] = {0.0f, 0.0f};
     if constexpr (Bits != 0) {
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int64_t base = W.sb_base + og[h] * W.groups_per_row;
-        const int64_t w_lo = (base + ((t0 * 32) >> W.group_shift)) >> 1;
-        const int64_t li = base + ((unit * 32) >> W.group_shift) - 2 * w_lo;
-        const uint16_t* sb =
-            reinterpret_cast<const uint16_t*>(st + (g + 8 * h) * L::kRowWords + L::kCodeWords);
-        scale[h] = from_bf16(sb[li]);
-        bias[h] = from_bf16(sb[8 + li]);
-      }
+      for (int h = 0; h < 2; ++h) scale_bias(g + 8 * h, og[h], scale[h], bias[h]);
     }
 #pragma unroll
     for (int f = 0; f < NF; ++f) {
@@ -113,21 +117,35 @@ __global__ void __launch_bounds__(kThreads)
       for (int j = 0; j < kTerms; ++j)
         b[j] = xb[f] >= 0 ? __ldg(X.planes + ((j * X.n_x + xb[f]) * X.cols + unit * 32) / 8 + t)
                           : make_uint4(0, 0, 0, 0);
-      float part[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-      float(&target)[4] = Bits == 0 ? acc[f] : part;
-      // Per k step the smallest term first: the prompt products' order.
-#pragma unroll
-      for (int ks = 0; ks < 2; ++ks)
-#pragma unroll
-        for (int j = kTerms - 1; j >= 0; --j)
-          mma_bf16(target, a[ks], ks == 0 ? b[j].x : b[j].z, ks == 0 ? b[j].y : b[j].w);
+      float sx[2] = {0.0f, 0.0f};
       if constexpr (Bits != 0) {
-        const float sx[2] = {xc[f][0] >= 0 ? __ldg(X.sums + xc[f][0] * T + unit) : 0.0f,
-                             xc[f][1] >= 0 ? __ldg(X.sums + xc[f][1] * T + unit) : 0.0f};
+        sx[0] = xc[f][0] >= 0 ? __ldg(X.sums + xc[f][0] * T + unit) : 0.0f;
+        sx[1] = xc[f][1] >= 0 ? __ldg(X.sums + xc[f][1] * T + unit) : 0.0f;
+      }
+      if constexpr (PC) {  // the columns arithmetic as plane accumulators
+        float c[kTerms][4] = {};
+        pr_mma(c, a, b);
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          acc[f][e] = __fmaf_rn(scale[e >> 1], part[e], acc[f][e]);
-          acc[f][e] = __fmaf_rn(bias[e >> 1], sx[e & 1], acc[f][e]);
+          const float d = pr_combine(c, e);
+          acc[f][e] = Bits == 0 ? __fadd_rn(acc[f][e], d)
+                                : __fmaf_rn(bias[e >> 1], sx[e & 1], __fmaf_rn(scale[e >> 1], d, acc[f][e]));
+        }
+      } else {
+        float part[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        float(&target)[4] = Bits == 0 ? acc[f] : part;
+        // Per k step the smallest term first: the prompt products' order.
+#pragma unroll
+        for (int ks = 0; ks < 2; ++ks)
+#pragma unroll
+          for (int j = kTerms - 1; j >= 0; --j)
+            mma_bf16(target, a[ks], ks == 0 ? b[j].x : b[j].z, ks == 0 ? b[j].y : b[j].w);
+        if constexpr (Bits != 0) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            acc[f][e] = __fmaf_rn(scale[e >> 1], part[e], acc[f][e]);
+            acc[f][e] = __fmaf_rn(bias[e >> 1], sx[e & 1], acc[f][e]);
+          }
         }
       }
     }
@@ -218,11 +236,11 @@ DecodeWeight decode_weight(const TiledWeight& w) {
   return d;
 }
 
-template <int Bits, int NF>
+template <int Bits, int NF, bool PC>
 void launch_nf(const DecodeWeight& W, Slicing sl, dim3 grid, const ExpertWindow* tiles, int n_rows,
                const int32_t* row_ids, const DecodeX& X, float* y, int64_t ldy, int64_t n_experts,
                cudaStream_t stream) {
-  constexpr auto kernel = decode_kernel<Bits, NF>;
+  constexpr auto kernel = decode_kernel<Bits, NF, PC>;
   static const bool ready = [] {
     check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                static_cast<int>(Stage<Bits>::kBlockBytes)),
@@ -235,8 +253,24 @@ void launch_nf(const DecodeWeight& W, Slicing sl, dim3 grid, const ExpertWindow*
 }
 
 bool small_windows = true;     // tc_decode_small_windows
+int planes = -1;               // tc_decode_set_planes (a TcPlanes; -1: not yet read from the environment)
 bool one_row_in_block = true;  // tc_decode_one_row_in_block
 int forced_slices = 0;         // tc_decode_force_column_slices (0: the shape's rule)
+
+// The layout, from DS_CUDA_TC_PLANES (columns | chained) on first use when no caller has set it.
+TcPlanes planes_now() {
+  if (planes < 0) {
+    const char* v = std::getenv("DS_CUDA_TC_PLANES");
+    const std::string name = v != nullptr ? v : "";
+    if (name.empty())
+      planes = static_cast<int>(kDefaultTcPlanes);
+    else if (name == "columns" || name == "chained")
+      planes = static_cast<int>(name == "columns" ? TcPlanes::Columns : TcPlanes::Chained);
+    else
+      bad("DS_CUDA_TC_PLANES", "must be columns or chained (got '" + name + "')");
+  }
+  return static_cast<TcPlanes>(planes);
+}
 
 // Whether a launch takes the small-window kernel, and whether its one row is split in the block (no split
 // launch): affine weights (dense keeps the general kernel), windows of up to 8 rows, expert tiles of one slot
@@ -248,21 +282,21 @@ bool takes_in_block(const TiledWeight& w, int tier_rows, bool tiles) {
   return takes_small(w, tier_rows, tiles) && tier_rows <= 1 && one_row_in_block && w.cols <= kInBlockMaxCols;
 }
 
-template <int Bits>
+template <int Bits, bool PC>
 void launch_bits(const DecodeWeight& W, Slicing sl, dim3 grid, int tier_rows, bool small, bool in_block,
                  const ExpertWindow* tiles, int n_rows, const int32_t* row_ids, const DecodeX& X, float* y,
                  int64_t ldy, int64_t n_experts, cudaStream_t stream) {
   if (Bits != 0 && small)
-    launch_small<Bits>(W, sl, grid, tier_rows, in_block, tiles, n_rows, row_ids, X, y, ldy, n_experts,
-                       stream);
+    launch_small<Bits, PC>(W, sl, grid, tier_rows, in_block, tiles, n_rows, row_ids, X, y, ldy, n_experts,
+                           stream);
   else if (tier_rows <= 8)
-    launch_nf<Bits, 1>(W, sl, grid, tiles, n_rows, row_ids, X, y, ldy, n_experts, stream);
+    launch_nf<Bits, 1, PC>(W, sl, grid, tiles, n_rows, row_ids, X, y, ldy, n_experts, stream);
   else if (tier_rows <= 16)
-    launch_nf<Bits, 2>(W, sl, grid, tiles, n_rows, row_ids, X, y, ldy, n_experts, stream);
+    launch_nf<Bits, 2, PC>(W, sl, grid, tiles, n_rows, row_ids, X, y, ldy, n_experts, stream);
   else if (tier_rows <= 32)
-    launch_nf<Bits, 4>(W, sl, grid, tiles, n_rows, row_ids, X, y, ldy, n_experts, stream);
+    launch_nf<Bits, 4, PC>(W, sl, grid, tiles, n_rows, row_ids, X, y, ldy, n_experts, stream);
   else
-    launch_nf<Bits, 8>(W, sl, grid, tiles, n_rows, row_ids, X, y, ldy, n_experts, stream);
+    launch_nf<Bits, 8, PC>(W, sl, grid, tiles, n_rows, row_ids, X, y, ldy, n_experts, stream);
 }
 
 // Splits x into scratch, then runs the products over grid (output blocks, row tiles or expert tiles).
@@ -299,14 +333,21 @@ void dispatch(const char* op, const TiledWeight& w, unsigned grid_y, int tier_ro
   const DecodeX X{reinterpret_cast<const uint4*>(planes), sums, n_x, w.cols, x, ldx};
   const Slicing sl{tc_decode_column_slices(w.rows, w.cols)};
   const dim3 grid(static_cast<unsigned>((w.rows + sl.block_outputs() - 1) / sl.block_outputs()), grid_y);
-  if (w.dense != nullptr)
-    launch_bits<0>(W, sl, grid, tier_rows, false, false, tiles, n_rows, row_ids, X, y, ldy, w.n_experts,
-                   stream);
+  auto with_layout = [&](auto pc) {
+    constexpr bool PC = decltype(pc)::value;
+    if (w.dense != nullptr)
+      launch_bits<0, PC>(W, sl, grid, tier_rows, false, false, tiles, n_rows, row_ids, X, y, ldy, w.n_experts,
+                         stream);
+    else
+      with_bits(w.affine.bits, [&](auto bits) {
+        launch_bits<decltype(bits)::value, PC>(W, sl, grid, tier_rows, small, in_block, tiles, n_rows,
+                                               row_ids, X, y, ldy, w.n_experts, stream);
+      });
+  };
+  if (planes_now() == TcPlanes::Columns)
+    with_layout(std::true_type{});
   else
-    with_bits(w.affine.bits, [&](auto bits) {
-      launch_bits<decltype(bits)::value>(W, sl, grid, tier_rows, small, in_block, tiles, n_rows, row_ids, X,
-                                         y, ldy, w.n_experts, stream);
-    });
+    with_layout(std::false_type{});
   check_launch(op);
 }
 
@@ -314,6 +355,18 @@ void dispatch(const char* op, const TiledWeight& w, unsigned grid_y, int tier_ro
 
 void tc_decode_small_windows(bool on) {
   small_windows = on;
+}
+
+void tc_decode_set_planes(TcPlanes p) {
+  planes = static_cast<int>(p);
+}
+
+TcPlanes tc_decode_planes() {
+  return planes_now();
+}
+
+const char* tc_planes_name(TcPlanes p) {
+  return p == TcPlanes::Columns ? "columns" : "chained";
 }
 
 void tc_decode_one_row_in_block(bool on) {

@@ -5,8 +5,9 @@
 // outputs a fragment), the rows the B operand (8 rows a fragment, so one row costs a fragment of 8, not 16).
 //
 // Per (row r, output o) the arithmetic is the prompt products' (tc_products.h): x split exactly into three
-// bf16 terms, per 32-column tile d = x . q inside the MMAs (smallest term first), then y = fma(bias, sum(x),
-// fma(scale, d, y)) in column order; dense: the MMAs summed over the row. The columns inside a tile are taken
+// bf16 terms, per 32-column tile d = x . q inside the MMAs (smallest term first; or per term, TcPlanes
+// below), then y = fma(bias, sum(x), fma(scale, d, y)) in column order; dense: the MMAs summed over the row
+// (columns: y + d per tile). The columns inside a tile are taken
 // in a fixed permuted order (each lane's 8 codes are contiguous in the bit stream), so the bits need not
 // equal the prompt kernel's; the order depends on the weight's shape alone. No split-K, no atomics, rows past
 // the count are zeros: a row's bits depend only on its own x row and W, never on the rows beside it. The
@@ -56,6 +57,26 @@ int tc_decode_column_slices(int64_t rows, int64_t cols);
 // Forces S (1, 2 or 4, still halved to the stage count) for every matrix, or 0: the rule above. For the
 // bench's before/after only (a process-wide switch; the bits change with it). Throws on other values.
 void tc_decode_force_column_slices(int slices);
+
+// Where a tile's three x planes meet: the family's arithmetic at every row count (process-wide, so no row's
+// bits depend on a call's rows; the bits differ between the two, both within the bound below).
+// - Chained (the default): per k step the three planes run as three MMAs into one accumulator, d = the
+//   6-MMA chain of the unit (one row costs a fragment of 8 rows and the whole chain).
+// - Columns: each plane its own 2-MMA chain d_p, then d = (d2 + d1) + d0 (worst err/bound measured 10x
+//   smaller). Run as plane columns at 1-2 rows (B columns 4j .. 4j+3 hold row j's planes (x2, x1, x0, 0):
+//   one MMA a k step for two rows, a lane pair meets the planes by one shuffle) and as plane accumulators
+//   from 4 rows (B columns are 8 rows, each plane its own accumulator: the chained MMA count); an MMA's
+//   D[i][n] depends only on A's row i, B's column n and C[i][n], so both give the same bits (checked).
+//   Measured (docs/receipts/cuda-decode.md, "Plane columns"): 1.06-1.17x chained at one row, 0.96-1.01x at
+//   8, about 1x at 16 (0.92-1.15x), 1.02-1.07x at 64; the expert tiles 1.12x at one stream, 0.96x at 8-64.
+enum class TcPlanes { Chained, Columns };
+constexpr TcPlanes kDefaultTcPlanes = TcPlanes::Chained;
+// Sets the layout for every later launch (process-wide: set it before a model captures its graphs, which
+// keep the kernels they captured; the checks' and bench's before/after). Without a call, the first launch
+// reads DS_CUDA_TC_PLANES (columns | chained; other values throw naming it), else kDefaultTcPlanes.
+void tc_decode_set_planes(TcPlanes p);
+TcPlanes tc_decode_planes();
+const char* tc_planes_name(TcPlanes p);
 
 // Scratch (device) for x split into bf16 planes: n_x rows of `cols` columns.
 size_t tc_decode_scratch_bytes(int64_t cols, int64_t n_x);

@@ -219,12 +219,55 @@ __device__ __forceinline__ void stage_units(int nu, Step&& step) {
   }
 }
 
+// The columns arithmetic (tc_decode_planes() == TcPlanes::Columns), per (row, output, 32-column tile): each
+// plane's own 2-MMA chain d_p (k step 0 onto zero, then k step 1), then d = (d2 + d1) + d0 (d2 the smallest
+// plane's). Two ways to run it, the same bits (an MMA's D[i][n] depends only on A's row i, B's column n and
+// C[i][n], never on n or on the other columns, which row invariance already rests on):
+// - plane columns (pc_*; one or two rows): B columns 4j .. 4j+3 hold row j's planes (x2, x1, x0, 0), one MMA
+//   a k step for two rows, and one shuffle a lane pair meets the planes; lane (g, t) feeds B column g: term
+//   pc_term(g) (< 0: the zero column) of the fragment's row g >> 2.
+// - plane accumulators (pr_*; 4+ rows): B columns are 8 rows as in the chained layout, each plane its own
+//   accumulator (3 independent MMAs a k step for 8 rows, the chained layout's count), met in registers.
+constexpr int kPcRows = 2;  // rows of a plane-column fragment
+__device__ __forceinline__ int pc_term(int g) {
+  return kTerms - 1 - (g & 3);
+}
+// The unit's two k steps of one plane-column fragment into c (zeroed by the caller).
+__device__ __forceinline__ void pc_mma(float (&c)[4], const uint32_t (&a)[2][4], uint4 b) {
+  mma_bf16(c, a[0], b.x, b.y);
+  mma_bf16(c, a[1], b.z, b.w);
+}
+// d of (row t >> 1, output g + 8 (t & 1)) from a plane-column fragment's D: lane 2j holds (d2, d1) of
+// outputs g and g + 8, lane 2j + 1 (d0, 0) of both; each sends the other the output it does not keep (one
+// shuffle), and both add (d2 + d1) and d0 (a + b == b + a, signed zeros too; the zero column is never added).
+__device__ __forceinline__ float pc_combine(const float (&c)[4], int t) {
+  const bool odd = (t & 1) != 0;
+  const float s01 = odd ? c[0] : __fadd_rn(c[0], c[1]), s23 = odd ? c[2] : __fadd_rn(c[2], c[3]);
+  const float send = odd ? s01 : s23, keep = odd ? s23 : s01;
+  return __fadd_rn(keep, __shfl_xor_sync(0xffffffffu, send, 1));
+}
+// The unit's MMAs of one 8-row fragment, each plane j (b[j]) its own accumulator c[j] (zeroed by the caller).
+__device__ __forceinline__ void pr_mma(float (&c)[kTerms][4], const uint32_t (&a)[2][4],
+                                       const uint4 (&b)[kTerms]) {
+#pragma unroll
+  for (int ks = 0; ks < 2; ++ks)
+#pragma unroll
+    for (int j = kTerms - 1; j >= 0; --j)
+      mma_bf16(c[j], a[ks], ks == 0 ? b[j].x : b[j].z, ks == 0 ? b[j].y : b[j].w);
+}
+// d of D element e: (d2 + d1) + d0.
+__device__ __forceinline__ float pr_combine(const float (&c)[kTerms][4], int e) {
+  return __fadd_rn(__fadd_rn(c[2][e], c[1][e]), c[0][e]);
+}
+
 // The small-window product (tc_gemv.cu): windows (or expert tiles) of at most x_rows <= 8 rows, the bits of
 // decode_kernel<Bits, 1>; x and its tile sums ride in the weights' cp.async ring.
 // in_block: one row (x_rows 1, cols <= kInBlockMaxCols) split by each block from X.x into shared memory,
 // the planes and sums of the split launch bit for bit (tc::split3, the tile sum's order), so X.planes and
 // X.sums are not read and the split launch can be left out.
-template <int Bits>
+// PC: the columns arithmetic (tc_decode.h, TcPlanes::Columns): plane columns at 1-2 rows, plane
+// accumulators at 4-8 (decode_kernel's PC).
+template <int Bits, bool PC>
 void launch_small(const DecodeWeight& W, Slicing sl, dim3 grid, int x_rows, bool in_block,
                   const ExpertWindow* tiles, int n_rows, const int32_t* row_ids, const DecodeX& X, float* y,
                   int64_t ldy, int64_t n_experts, cudaStream_t stream);

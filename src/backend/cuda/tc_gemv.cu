@@ -6,6 +6,8 @@
 // (at one row that latency, not the bytes, set its speed: one expert's gate|up 52 us, 80 units a warp), while
 // here the rows' plane chunks and sums ride in the warp's cp.async ring with the weights, stages ahead, and
 // the ring is deeper (6 stages at 1-2 rows); at one row the block splits the row itself (no split launch).
+// With TcPlanes::Columns, windows of 1-2 rows run the columns arithmetic as plane columns (one fragment of
+// two rows, 2 MMAs a unit instead of 6), 4-8 rows as decode_kernel's plane accumulators: the same bits.
 #include "backend/cuda/code_bits.h"
 #include "backend/cuda/cuda_error.h"
 #include "backend/cuda/grid_dependency.cuh"
@@ -93,7 +95,7 @@ __device__ __forceinline__ void split_row_in_block(const DecodeX& X, int64_t row
   __syncthreads();
 }
 
-template <int Bits, int XR, bool InBlock>
+template <int Bits, int XR, bool InBlock, bool PC>
 __global__ void __launch_bounds__(kThreads)
     small_kernel(DecodeWeight W, Slicing sl, const ExpertWindow* tiles, int n_rows, const int32_t* row_ids,
                  DecodeX X, float* y, int64_t ldy, int64_t n_experts) {
@@ -102,7 +104,11 @@ __global__ void __launch_bounds__(kThreads)
   using SL = SmallStage<Bits, XR>;
   constexpr int KS = SL::kStages;
   constexpr int kStride = InBlock ? L::kWords : SL::kWords;  // the in-block kernel's ring holds weights only
-  static_assert(KS * kStride >= 4 * 32, "the slices' merge fits in a warp's ring");
+  // The columns arithmetic as plane columns for 1-2 rows (one fragment of 2 rows, one accumulator a lane), as
+  // plane accumulators for 4-8 (decode_kernel's; the 4 D elements of one fragment of 8 rows, as chained).
+  constexpr bool kPlaneCols = PC && XR <= kPcRows;
+  constexpr int kAcc = kPlaneCols ? 1 : 4;
+  static_assert(KS * kStride >= kAcc * 32, "the slices' merge fits in a warp's ring");
   extern __shared__ __align__(16) uint32_t smem[];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int slice = warp % sl.slices;
@@ -151,56 +157,92 @@ __global__ void __launch_bounds__(kThreads)
     }
   }
 
-  float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  float acc[kAcc];
+#pragma unroll
+  for (int i = 0; i < kAcc; ++i) acc[i] = 0.0f;
   const int64_t og[2] = {min(o0 + g, W.rows - 1), min(o0 + g + 8, W.rows - 1)};
   const int64_t sb_row[2] = {W.sb_base + og[0] * W.groups_per_row, W.sb_base + og[1] * W.groups_per_row};
+  const int pc_h = t & 1;  // plane columns: this lane's output is o0 + g + 8 pc_h
+  const int64_t pc_sb_row = W.sb_base + min(o0 + g + 8 * pc_h, W.rows - 1) * W.groups_per_row;
 
-  // decode_kernel's unit_step for the first 8 rows, with B and the sums read from the stage.
+  // decode_kernel's unit_step for the first XR rows (plane columns at 1-2 rows), with B and the sums read
+  // from the stage.
   auto unit_step = [&](const uint32_t* st, int64_t t0, int u) {
     const int64_t unit = t0 + u;
     uint32_t P[2][4];
 #pragma unroll
     for (int h = 0; h < 2; ++h) unit_pairs<Bits>(st + (g + 8 * h) * L::kRowWords + u * Bits, t, P[h]);
     const uint32_t a[2][4] = {{P[0][0], P[1][0], P[0][1], P[1][1]}, {P[0][2], P[1][2], P[0][3], P[1][3]}};
-    float scale[2], bias[2];
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int64_t w_lo = (sb_row[h] + ((t0 * 32) >> W.group_shift)) >> 1;
-      const int64_t li = sb_row[h] + ((unit * 32) >> W.group_shift) - 2 * w_lo;
-      const uint16_t* sb = reinterpret_cast<const uint16_t*>(st + (g + 8 * h) * L::kRowWords + L::kCodeWords);
-      scale[h] = from_bf16(sb[li]);
-      bias[h] = from_bf16(sb[8 + li]);
-    }
+    auto scale_bias = [&](int r, int64_t sb_r, float& scale, float& bias) {
+      const int64_t w_lo = (sb_r + ((t0 * 32) >> W.group_shift)) >> 1;
+      const int64_t li = sb_r + ((unit * 32) >> W.group_shift) - 2 * w_lo;
+      const uint16_t* sb = reinterpret_cast<const uint16_t*>(st + r * L::kRowWords + L::kCodeWords);
+      scale = from_bf16(sb[li]);
+      bias = from_bf16(sb[8 + li]);
+    };
     const uint32_t* xs = st + L::kWords;
-    uint4 b[kTerms];
-#pragma unroll
-    for (int j = 0; j < kTerms; ++j) {
-      if constexpr (InBlock)
-        b[j] = g == 0 ? xplanes[(j * T + unit) * 4 + t] : make_uint4(0, 0, 0, 0);
-      else
-        b[j] = g < XR
-                   ? *reinterpret_cast<const uint4*>(xs + 4 * (((j * XR + g) * kUnitsPerStage + u) * 4 + t))
-                   : make_uint4(0, 0, 0, 0);
-    }
-    float part[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll
-    for (int ks = 0; ks < 2; ++ks)
-#pragma unroll
-      for (int j = kTerms - 1; j >= 0; --j)
-        mma_bf16(part, a[ks], ks == 0 ? b[j].x : b[j].z, ks == 0 ? b[j].y : b[j].w);
     const float* sums = reinterpret_cast<const float*>(xs + SL::kXWords);
-    float sx[2];
-    if constexpr (InBlock) {
-      sx[0] = t == 0 ? xsums[unit] : 0.0f;
-      sx[1] = 0.0f;
+    if constexpr (kPlaneCols) {
+      float scale, bias;
+      scale_bias(g + 8 * pc_h, pc_sb_row, scale, bias);
+      const int term = pc_term(g), rb = g >> 2, rc = t >> 1;  // B's row; this lane's d's row
+      uint4 b = make_uint4(0, 0, 0, 0);
+      if constexpr (InBlock) {
+        if (rb == 0 && term >= 0) b = xplanes[(term * T + unit) * 4 + t];
+      } else {
+        if (rb < XR && term >= 0)
+          b = *reinterpret_cast<const uint4*>(xs + 4 * (((term * XR + rb) * kUnitsPerStage + u) * 4 + t));
+      }
+      float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+      pc_mma(c, a, b);
+      const float d = pc_combine(c, t);
+      float sx;
+      if constexpr (InBlock)
+        sx = rc == 0 ? xsums[unit] : 0.0f;
+      else
+        sx = rc < XR ? sums[rc * kUnitsPerStage + u] : 0.0f;
+      acc[0] = __fmaf_rn(bias, sx, __fmaf_rn(scale, d, acc[0]));
     } else {
-      sx[0] = 2 * t < XR ? sums[(2 * t) * kUnitsPerStage + u] : 0.0f;
-      sx[1] = 2 * t + 1 < XR ? sums[(2 * t + 1) * kUnitsPerStage + u] : 0.0f;
-    }
+      float scale[2], bias[2];
 #pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      acc[e] = __fmaf_rn(scale[e >> 1], part[e], acc[e]);
-      acc[e] = __fmaf_rn(bias[e >> 1], sx[e & 1], acc[e]);
+      for (int h = 0; h < 2; ++h) scale_bias(g + 8 * h, sb_row[h], scale[h], bias[h]);
+      uint4 b[kTerms];
+#pragma unroll
+      for (int j = 0; j < kTerms; ++j) {
+        if constexpr (InBlock)
+          b[j] = g == 0 ? xplanes[(j * T + unit) * 4 + t] : make_uint4(0, 0, 0, 0);
+        else
+          b[j] = g < XR
+                     ? *reinterpret_cast<const uint4*>(xs + 4 * (((j * XR + g) * kUnitsPerStage + u) * 4 + t))
+                     : make_uint4(0, 0, 0, 0);
+      }
+      float sx[2];
+      if constexpr (InBlock) {
+        sx[0] = t == 0 ? xsums[unit] : 0.0f;
+        sx[1] = 0.0f;
+      } else {
+        sx[0] = 2 * t < XR ? sums[(2 * t) * kUnitsPerStage + u] : 0.0f;
+        sx[1] = 2 * t + 1 < XR ? sums[(2 * t + 1) * kUnitsPerStage + u] : 0.0f;
+      }
+      if constexpr (PC) {  // plane accumulators
+        float c[kTerms][4] = {};
+        pr_mma(c, a, b);
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          acc[e] = __fmaf_rn(bias[e >> 1], sx[e & 1], __fmaf_rn(scale[e >> 1], pr_combine(c, e), acc[e]));
+      } else {
+        float part[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+        for (int ks = 0; ks < 2; ++ks)
+#pragma unroll
+          for (int j = kTerms - 1; j >= 0; --j)
+            mma_bf16(part, a[ks], ks == 0 ? b[j].x : b[j].z, ks == 0 ? b[j].y : b[j].w);
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          acc[e] = __fmaf_rn(scale[e >> 1], part[e], acc[e]);
+          acc[e] = __fmaf_rn(bias[e >> 1], sx[e & 1], acc[e]);
+        }
+      }
     }
   };
 
@@ -220,18 +262,18 @@ __global__ void __launch_bounds__(kThreads)
   }
   if (!merge_slices(sl, acc, ring, KS * kStride, warp, lane)) return;
 #pragma unroll
-  for (int e = 0; e < 4; ++e) {
-    const int row = 2 * t + (e & 1);
-    const int64_t o = o0 + g + 8 * (e >> 1);
-    if (row < count && o < W.rows) y[(first + row) * ldy + o] = acc[e];
+  for (int i = 0; i < kAcc; ++i) {
+    const int row = kPlaneCols ? t >> 1 : 2 * t + (i & 1);
+    const int64_t o = o0 + g + 8 * (kPlaneCols ? pc_h : i >> 1);
+    if (row < count && o < W.rows) y[(first + row) * ldy + o] = acc[i];
   }
 }
 
-template <int Bits, int XR, bool InBlock>
+template <int Bits, int XR, bool InBlock, bool PC>
 void launch_xr(const DecodeWeight& W, Slicing sl, dim3 grid, const ExpertWindow* tiles, int n_rows,
                const int32_t* row_ids, const DecodeX& X, float* y, int64_t ldy, int64_t n_experts,
                cudaStream_t stream) {
-  constexpr auto kernel = small_kernel<Bits, XR, InBlock>;
+  constexpr auto kernel = small_kernel<Bits, XR, InBlock, PC>;
   // The in-block kernel: a weights-only ring, then the row's planes, sums and the pair sums of the split.
   constexpr size_t ring = InBlock ? size_t{kWarps} * SmallStage<Bits, XR>::kStages * Stage<Bits>::kWords * 4
                                   : SmallStage<Bits, XR>::kBlockBytes;
@@ -249,25 +291,29 @@ void launch_xr(const DecodeWeight& W, Slicing sl, dim3 grid, const ExpertWindow*
 
 }  // namespace
 
-template <int Bits>
+template <int Bits, bool PC>
 void launch_small(const DecodeWeight& W, Slicing sl, dim3 grid, int x_rows, bool in_block,
                   const ExpertWindow* tiles, int n_rows, const int32_t* row_ids, const DecodeX& X, float* y,
                   int64_t ldy, int64_t n_experts, cudaStream_t stream) {
   if (x_rows <= 1 && in_block)
-    launch_xr<Bits, 1, true>(W, sl, grid, tiles, n_rows, row_ids, X, y, ldy, n_experts, stream);
+    launch_xr<Bits, 1, true, PC>(W, sl, grid, tiles, n_rows, row_ids, X, y, ldy, n_experts, stream);
   else if (x_rows <= 1)
-    launch_xr<Bits, 1, false>(W, sl, grid, tiles, n_rows, row_ids, X, y, ldy, n_experts, stream);
+    launch_xr<Bits, 1, false, PC>(W, sl, grid, tiles, n_rows, row_ids, X, y, ldy, n_experts, stream);
   else if (x_rows <= 2)
-    launch_xr<Bits, 2, false>(W, sl, grid, tiles, n_rows, row_ids, X, y, ldy, n_experts, stream);
+    launch_xr<Bits, 2, false, PC>(W, sl, grid, tiles, n_rows, row_ids, X, y, ldy, n_experts, stream);
   else if (x_rows <= 4)
-    launch_xr<Bits, 4, false>(W, sl, grid, tiles, n_rows, row_ids, X, y, ldy, n_experts, stream);
+    launch_xr<Bits, 4, false, PC>(W, sl, grid, tiles, n_rows, row_ids, X, y, ldy, n_experts, stream);
   else
-    launch_xr<Bits, 8, false>(W, sl, grid, tiles, n_rows, row_ids, X, y, ldy, n_experts, stream);
+    launch_xr<Bits, 8, false, PC>(W, sl, grid, tiles, n_rows, row_ids, X, y, ldy, n_experts, stream);
 }
 
-#define DS_TC_SMALL(B)                                                                                   \
-  template void launch_small<B>(const DecodeWeight&, Slicing, dim3, int, bool, const ExpertWindow*, int, \
-                                const int32_t*, const DecodeX&, float*, int64_t, int64_t, cudaStream_t);
+#define DS_TC_SMALL(B)                                                                                     \
+  template void launch_small<B, false>(const DecodeWeight&, Slicing, dim3, int, bool, const ExpertWindow*, \
+                                       int, const int32_t*, const DecodeX&, float*, int64_t, int64_t,      \
+                                       cudaStream_t);                                                      \
+  template void launch_small<B, true>(const DecodeWeight&, Slicing, dim3, int, bool, const ExpertWindow*,  \
+                                      int, const int32_t*, const DecodeX&, float*, int64_t, int64_t,       \
+                                      cudaStream_t);
 DS_TC_SMALL(2)
 DS_TC_SMALL(3)
 DS_TC_SMALL(4)
