@@ -88,6 +88,7 @@ struct ThreadWeight {
   const uint16_t* sb;     // its scales (half 0) or biases (half 1)
   int group_shift;        // k tile -> group: kt >> group_shift
   bool valid;             // the output exists
+  bool vec;               // its code words load as 8- or 16-byte vectors (bits 2, 4, 6, 8 on aligned rows)
 
   __device__ ThreadWeight(const TileWeight<Bits>& W, int64_t n0) {
     const int t = threadIdx.x, half = t / N;
@@ -98,10 +99,13 @@ struct ThreadWeight {
       codes = reinterpret_cast<const uint32_t*>(W.dense + oc * W.cols + 16 * half);
       sb = nullptr;
       group_shift = 0;
+      vec = true;
     } else {
       codes = W.codes + oc * W.words_per_row;
       sb = (half == 0 ? W.scales : W.biases) + oc * W.groups_per_row;
       group_shift = W.group == 32 ? 0 : W.group == 64 ? 1 : 2;
+      const uintptr_t a = reinterpret_cast<uintptr_t>(codes);
+      vec = Bits % 4 == 0 ? a % 16 == 0 : Bits % 2 == 0 && a % 8 == 0;
     }
   }
 };
@@ -121,8 +125,34 @@ __device__ __forceinline__ void load_tile(TileLoad<Bits>& L, const ThreadWeight<
     L.w[7] = b.w;
   } else {
     const uint32_t* p = T.codes + kt * Bits;
+    // One request per 8 or 16 bytes where aligned: each lane's row is a different cache line, so a warp's
+    // load costs a line lookup per lane whatever its width.
+    if constexpr (Bits % 4 == 0) {
+      if (T.vec) {
 #pragma unroll
-    for (int j = 0; j < Bits; ++j) L.w[j] = __ldcs(p + j);
+        for (int j = 0; j < Bits; j += 4) {
+          const uint4 v = __ldcs(reinterpret_cast<const uint4*>(p + j));
+          L.w[j] = v.x, L.w[j + 1] = v.y, L.w[j + 2] = v.z, L.w[j + 3] = v.w;
+        }
+      } else {
+#pragma unroll
+        for (int j = 0; j < Bits; ++j) L.w[j] = __ldcs(p + j);
+      }
+    } else if constexpr (Bits % 2 == 0) {
+      if (T.vec) {
+#pragma unroll
+        for (int j = 0; j < Bits; j += 2) {
+          const uint2 v = __ldcs(reinterpret_cast<const uint2*>(p + j));
+          L.w[j] = v.x, L.w[j + 1] = v.y;
+        }
+      } else {
+#pragma unroll
+        for (int j = 0; j < Bits; ++j) L.w[j] = __ldcs(p + j);
+      }
+    } else {
+#pragma unroll
+      for (int j = 0; j < Bits; ++j) L.w[j] = __ldcs(p + j);
+    }
     L.sb = from_bf16(T.sb[kt >> T.group_shift]);
   }
 }
