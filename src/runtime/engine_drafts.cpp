@@ -116,14 +116,23 @@ void Engine::Impl::calibrate_costs() {
 }
 
 bool Engine::Impl::try_calibrate_costs() {
+  // A calibration that keeps failing (a device out of memory) is retried after 1, 2, 4 ... 256 rounds, so
+  // the rounds between pay nothing for it.
+  if (calibration_skips > 0) {
+    --calibration_skips;
+    return false;
+  }
   try {
     calibrate_costs();
+    calibration_backoff = 1;
     return true;
   } catch (const std::exception&) {
     // A calibration that fails (its scratch state or a timed call failing on the device) costs only drafts:
-    // the windows stay one row, and it runs again at the next round that could draft.
+    // the windows stay one row until a later round that could draft calibrates.
     round_costs = RoundCosts{};
     head_costs = HeadCosts{};
+    calibration_skips = calibration_backoff;
+    calibration_backoff = std::min(2 * calibration_backoff, 256);
     return false;
   }
 }

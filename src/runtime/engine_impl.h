@@ -144,6 +144,8 @@ struct Engine::Impl {
   HeadCosts head_costs;         // the MTP head's calls, when the source runs it
   DraftGuard draft_guard;       // drafting's realized speed against plain rounds' (options.draft_guard)
   bool round_drafting = false;  // this round ran head calls or verify windows (plan_windows)
+  int calibration_skips = 0;    // rounds left before a failed calibration is tried again
+  int calibration_backoff = 1;  // the next such wait: doubles per failure (to 256), 1 after a success
   std::vector<std::unique_ptr<Stream>> running;
   std::deque<WarmJob> warm;
   std::thread thread;

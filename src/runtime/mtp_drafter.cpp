@@ -140,8 +140,7 @@ void MtpDrafter::propose(std::span<DraftAsk> asks) {
     owner.push_back(i);
   }
   int64_t catch_up_rows = 0;
-  for (const HeadRows& h : items)
-    catch_up_rows += static_cast<int64_t>(h.state->mtp_pending.size()) / model_.mtp_hidden_width();
+  for (const HeadRows& h : items) catch_up_rows += head_rows_pending(model_, *h.state);  // host or kept rows
   const auto catch_up_start = Clock::now();
   run_head_rows(model_, items, MtpLogits::Last);
   if (observed_ && catch_up_rows > 0) observed_->catch_up.observe(catch_up_rows, ms_since(catch_up_start));

@@ -171,7 +171,9 @@ void CompletionSession::run(const Write& write, std::chrono::milliseconds keepal
     }
     if (!e.finished) continue;
     done_ = true;
-    if (e.reason == FinishReason::Error || (e.reason == FinishReason::Cancelled && !reply.stopped())) {
+    // A reply a stop string ended is complete: its final event (cancelled, or the error of a round that ran
+    // before the cancel reached the engine) only brings the timings.
+    if (!reply.stopped() && (e.reason == FinishReason::Error || e.reason == FinishReason::Cancelled)) {
       std::string why =
           e.reason == FinishReason::Error ? e.error : "the request was cancelled (server shutting down)";
       std::string body =

@@ -13,12 +13,6 @@ namespace ds::server {
 
 namespace {
 
-// How long a non-streaming completion waits for the engine's first event before it commits 200 and starts its
-// body: long enough that a request refused at admission or in its first rounds gets a real error status,
-// short enough that keep-alives soon notice a client that left while queued. Streams answer at once (clients
-// expect their headers while queued; an error there is an SSE error event, which the OpenAI SDKs raise).
-constexpr std::chrono::milliseconds kStartWait{5000};
-
 void send_error(httplib::Response& res, int status, const std::string& body) {
   res.status = status;
   res.set_content(body, "application/json");
@@ -101,7 +95,9 @@ struct HttpServer::Impl {
                           : parse_completions_request(req.body, state.limits);
       PreparedPrompt prompt = state.prompts.build(r);
       session = std::make_shared<CompletionSession>(state, std::move(r), std::move(prompt));
-      if (!session->streaming()) session->await_start(kStartWait);
+      // Streams answer at once (clients expect their headers while queued; an error there is an SSE error
+      // event, which the OpenAI SDKs raise); HttpOptions::start_wait says why the others wait.
+      if (!session->streaming()) session->await_start(options.start_wait);
     } catch (const ApiError& e) {
       state.metrics.request_done(chat, e.status);
       return send_api_error(res, e);

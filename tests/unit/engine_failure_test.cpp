@@ -32,9 +32,10 @@ class CopyableUntil final : public BackendState {
   std::atomic<int>* copies_;
 };
 
-// The CPU backend failing where a test arms it: the next `forward_fails` forward calls, every call holding a
-// draft window while `windows_fail`, every new_state while `new_state_fails`, every state copy while
-// `copies_fail` (every copy counted in `copies`).
+// The CPU backend failing where a test arms it: the next `forward_fails` forward calls, the next
+// `prompt_pass_fails` calls holding a prompt piece, every call holding a draft window while `windows_fail`,
+// every new_state while `new_state_fails`, every state copy while `copies_fail` (every copy counted in
+// `copies`).
 class FailingBackend final : public test::WrappedCpuBackend {
  public:
   explicit FailingBackend(const Model& m) : WrappedCpuBackend(m, "failing") {}
@@ -55,11 +56,17 @@ class FailingBackend final : public test::WrappedCpuBackend {
       --forward_fails;
       throw std::runtime_error("injected: cudaErrorIllegalAddress (an illegal memory access)");
     }
+    if (prompt_pass_fails.load() > 0 &&
+        std::any_of(segments.begin(), segments.end(), [](const ForwardSegment& s) { return s.prompt; })) {
+      --prompt_pass_fails;
+      throw std::runtime_error("injected: cudaErrorMemoryAllocation (a prompt pass's scratch)");
+    }
     return cpu_.forward(segments);
   }
 
   mutable std::atomic<int> forward_fails{0};
-  std::atomic<bool> windows_fail{false};  // every call with a draft window (a WindowRecord) in it
+  mutable std::atomic<int> prompt_pass_fails{0};  // the next calls holding a prompt piece
+  std::atomic<bool> windows_fail{false};          // every call with a draft window (a WindowRecord) in it
   mutable std::atomic<int> windows_failed{0};
   std::atomic<bool> new_state_fails{false}, copies_fail{false};
   mutable std::atomic<int> copies{0};
@@ -123,6 +130,34 @@ TEST_F(EngineFailure, FailedForwardEndsItsRoundsStreamsAndTheEngineServesOn) {
     const GenerationRequest r = request(9, 12, seed);
     test::expect_same(test::run_on(engine, r), test::run_plain(*model_, r), "after the failed round");
   }
+}
+
+// A round of a decode window and a prompt piece that fails ends both its streams (states half advanced), but
+// not a stream whose prompt waited for the round's prompt budget: its state was not touched, so its reply is
+// the plain one.
+TEST_F(EngineFailure, FailedBatchedRoundEndsOnlyTheStreamsInIt) {
+  auto backend = std::make_shared<FailingBackend>(*model_);
+  EngineOptions o = plain_options(3);
+  o.prompt_rows_per_round = 64;  // one piece a round: the second prompt waits for the first
+  Engine engine(backend, o);
+  Collector decoding, in_round, waiting;
+  const GenerationRequest waits = request(150, 12, 14);
+  engine.submit(request(10, 400, 12), decoding.callback());
+  decoding.wait_tokens(3);
+  backend->prompt_pass_fails = 1;
+  engine.submit(request(150, 12, 13), in_round.callback());
+  engine.submit(waits, waiting.callback());
+  const test::Reply a = decoding.wait(), b = in_round.wait();
+  for (const test::Reply* r : {&a, &b}) {
+    EXPECT_EQ(r->final.reason, FinishReason::Error);
+    EXPECT_NE(r->final.error.find("forward failed: injected: cudaErrorMemoryAllocation"), std::string::npos)
+        << r->final.error;
+  }
+  EXPECT_GE(a.tokens.size(), 3u);
+  EXPECT_TRUE(b.tokens.empty());
+  test::expect_same(waiting.wait(), test::run_plain(*model_, waits), "the prompt outside the failed round");
+  EXPECT_EQ(engine.stats().running, 0);
+  EXPECT_TRUE(engine.stats().backend_failure.empty()) << "a recoverable failure leaves /health ok";
 }
 
 TEST_F(EngineFailure, FailedNewStateEndsOnlyItsRequest) {
@@ -216,7 +251,8 @@ TEST_F(EngineFailure, FailedDraftSourceCostsOnlyTheDrafts) {
 }
 
 // The depth policy's calibration failing (its windows fail on the device) costs only the drafts: the replies
-// are the plain ones, nothing is drafted, and the engine tries the calibration again at later rounds.
+// are the plain ones, nothing is drafted, and the engine tries the calibration again at later rounds, after
+// 1, 2, 4 ... rounds (at most 5 tries here, where a try at every round that could draft made 19).
 TEST_F(EngineFailure, FailedCalibrationCostsOnlyTheDrafts) {
   auto backend = std::make_shared<FailingBackend>(*model_);
   backend->windows_fail = true;
@@ -226,6 +262,7 @@ TEST_F(EngineFailure, FailedCalibrationCostsOnlyTheDrafts) {
   Engine engine(backend, o);
   expect_two_plain_replies_undrafted(engine);
   EXPECT_GT(backend->windows_failed.load(), 1) << "calibration tried again after its first failure";
+  EXPECT_LE(backend->windows_failed.load(), 5) << "a failing calibration backs off";
   EXPECT_EQ(engine.stats().draft_calibration_ms, 0.0);
 }
 

@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "engine_test_support.h"
 #include "head_only_drafter.h"
+#include "runtime/mtp_drafter.h"
 
 namespace ds {
 namespace {
@@ -182,6 +183,38 @@ TEST(EngineKeptHidden, SameDraftsAsHostRowsAndRepliesEqualPlain) {
       for (const Reply& r : got.replies) drafted += r.final.drafted_tokens;
       EXPECT_GT(drafted, 0) << what;
     }
+  }
+}
+
+// The drafter's catch-up calls refine the depth policy's catch-up cost table by the rows they ran, kept rows
+// as host rows (kept ones used to count as none: the table stayed as calibrated).
+TEST(EngineKeptHidden, HeadCatchUpsRefineTheirCostTable) {
+  const Model m(test::fixture("qwen4exp_mtp"));
+  const std::vector<int32_t> prompt{5, 6, 7, 8}, reply{9};  // the state stands before the reply's last token
+  for (const bool keeps : {false, true}) {
+    std::shared_ptr<const ModelBackend> backend;
+    if (keeps)
+      backend = std::make_shared<KeptRowsBackend>(m);
+    else
+      backend = std::make_shared<CpuBackend>(m);
+    HeadCosts costs;
+    constexpr double kCalibrated = 1e9;  // ms: any real call is faster
+    costs.catch_up.calibrate(
+        8, [](int64_t) { return kCalibrated; }, 1);
+    MtpDrafter drafter(*backend, NgramOptions{}, &costs);
+    StreamState state = backend->new_state();
+    std::vector<float> hidden(prompt.size() * static_cast<size_t>(backend->mtp_hidden_width()));
+    ForwardSegment seg{&state, prompt, true};
+    if (keeps)
+      seg.keep_hidden = true;
+    else
+      seg.hidden = hidden.data();
+    backend->forward({&seg, 1});
+    add_head_rows(*backend, state, hidden, static_cast<int64_t>(prompt.size()));
+    DraftAsk ask{prompt, reply, &state, 2, 2, {}};
+    drafter.propose({&ask, 1});
+    EXPECT_EQ(state.mtp_position, 4) << "keeps " << keeps << ": the head caught up";
+    EXPECT_LT(costs.catch_up.table()[prompt.size() - 1], kCalibrated) << "keeps " << keeps;
   }
 }
 

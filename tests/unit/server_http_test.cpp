@@ -32,7 +32,9 @@ class ScriptedBackend : public GenerationBackend {
   std::chrono::milliseconds gap{1};
   bool forever = false;  // repeat the script until cancelled
   std::string refuse;
-  std::string error;    // ends the script with an engine error
+  std::string error;                  // ends the script with an engine error
+  bool error_despite_cancel = false;  // the error even when cancelled (a round that failed before the cancel)
+  std::chrono::milliseconds first_delay{0};  // before the first token (a prompt queued behind others)
   std::string failure;  // EngineStats::backend_failure (a backend that cannot serve again)
   GenerationRequest last;
 
@@ -47,6 +49,7 @@ class ScriptedBackend : public GenerationBackend {
       TokenEvent end;
       end.finished = true;
       end.reason = FinishReason::Length;
+      std::this_thread::sleep_for(first_delay);
       for (int32_t i = 0;; ++i) {
         if (is_cancelled(id)) {
           end.reason = FinishReason::Cancelled;
@@ -64,7 +67,7 @@ class ScriptedBackend : public GenerationBackend {
         }
         std::this_thread::sleep_for(gap);
       }
-      if (!error.empty() && end.reason != FinishReason::Cancelled) {
+      if (!error.empty() && (end.reason != FinishReason::Cancelled || error_despite_cancel)) {
         end.reason = FinishReason::Error;
         end.error = error;
       }
@@ -106,7 +109,7 @@ class ServerHttp : public ::testing::Test {
   }
   void start(const std::string& api_key = "") {
     state_.reset(new ServerState{backend_, *prompts_, {{"tiny"}, 320}, 128, {2}, {}});
-    http_ = std::make_unique<HttpServer>(*state_, HttpOptions{"127.0.0.1", 0, api_key, 16});
+    http_ = std::make_unique<HttpServer>(*state_, HttpOptions{"127.0.0.1", 0, api_key, 16, start_wait_});
     port_ = http_->bind();
     thread_ = std::thread([this] { http_->serve(); });
   }
@@ -136,6 +139,7 @@ class ServerHttp : public ::testing::Test {
   }
 
   ScriptedBackend backend_;
+  std::chrono::milliseconds start_wait_{5000};  // HttpOptions::start_wait
   std::unique_ptr<Tokenizer> tokenizer_;
   std::unique_ptr<PromptBuilder> prompts_;
   std::unique_ptr<ServerState> state_;
@@ -441,6 +445,13 @@ TEST_F(ServerHttp, EngineErrorMidStreamIsAnErrorEvent) {
   json e = json::parse(events[events.size() - 2]);
   EXPECT_EQ(e["error"]["message"], "out of state memory");
   EXPECT_EQ(e["error"]["type"], "server_error");
+  // Not streaming: the first token committed the 200, so the error is its body (docs/server.md, "Errors").
+  auto whole = post("/v1/completions", {{"prompt", "x"}});
+  ASSERT_EQ(whole->status, 200);
+  json body = json::parse(whole->body);
+  EXPECT_EQ(body["error"]["message"], "out of state memory");
+  EXPECT_EQ(body["error"]["code"], "engine_error");
+  EXPECT_FALSE(body.contains("choices"));
 }
 
 TEST_F(ServerHttp, EngineErrorBeforeTheFirstTokenIsA500) {
@@ -460,6 +471,50 @@ TEST_F(ServerHttp, EngineErrorBeforeTheFirstTokenIsA500) {
   std::vector<std::string> events = sse(stream->body);
   ASSERT_GE(events.size(), 2u);
   EXPECT_EQ(json::parse(events[events.size() - 2])["error"]["code"], "engine_error");
+}
+
+// A first token later than the start wait (a long prompt queued behind others on a busy server) is a 200 with
+// the whole reply, not an error; an engine error that late comes as the 200's error body (docs/server.md).
+TEST_F(ServerHttp, SlowFirstTokenIsNotAnError) {
+  backend_.script = ids("late but fine");
+  backend_.first_delay = 300ms;
+  start_wait_ = 20ms;
+  start();
+  auto res = post("/v1/completions", {{"prompt", "x"}});
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  json j = json::parse(res->body);
+  EXPECT_EQ(j["choices"][0]["text"], "late but fine");
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "length");
+  backend_.script = {};
+  backend_.error = "CudaModel::new_state: cudaErrorMemoryAllocation (out of memory)";
+  auto late = post("/v1/completions", {{"prompt", "x"}});
+  ASSERT_EQ(late->status, 200);
+  EXPECT_EQ(json::parse(late->body)["error"]["code"], "engine_error");
+}
+
+// A reply a stop string ended is complete, even when the engine's final event for it is an error (the round
+// after the stop string failed before the engine took the session's cancel): the client gets the reply.
+TEST_F(ServerHttp, StopStringReplyIsCompleteDespiteALaterEngineError) {
+  backend_.script = ids("one two STOP three four");
+  backend_.error = "forward failed: cudaErrorMemoryAllocation (out of memory)";
+  backend_.error_despite_cancel = true;
+  start();
+  json body = {{"prompt", "count:"}, {"max_tokens", 40}, {"stop", {"STOP"}}};
+  auto res = post("/v1/completions", body);
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  json j = json::parse(res->body);
+  EXPECT_EQ(j["choices"][0]["text"], "one two ") << res->body;
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "stop");
+  body["stream"] = true;
+  auto stream = post("/v1/completions", body);
+  ASSERT_EQ(stream->status, 200);
+  std::vector<std::string> events = sse(stream->body);
+  ASSERT_GE(events.size(), 2u);
+  EXPECT_EQ(events.back(), "[DONE]");
+  for (const std::string& e : events) EXPECT_EQ(e.find("engine_error"), std::string::npos) << e;
+  EXPECT_EQ(json::parse(events[events.size() - 2])["choices"][0]["finish_reason"], "stop");
 }
 
 TEST_F(ServerHttp, HealthIs503OnceTheBackendCannotServe) {

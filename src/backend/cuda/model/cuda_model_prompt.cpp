@@ -127,7 +127,9 @@ TcScratchBytes tc_scratch_bytes(const ModelConfig& c, int n) {
               std::max(tc_decode_scratch_bytes(widest, n), tc_decode_scratch_bytes(inter, n * K))),
           int64_t{max_expert_tiles(n, static_cast<int>(K), E + 1, 1)} *  // decode tiles: 1 or 8 slots
               int64_t{sizeof(ExpertWindow)},
-          static_cast<int64_t>(expert_tiles_scratch_bytes(E))};
+          // E + 1: decode groups the stacked shared expert as expert E, and the three-launch grouping (past
+          // 1024 experts or 4096 pairs) keeps three ints an expert here
+          static_cast<int64_t>(expert_tiles_scratch_bytes(E + 1))};
 }
 
 namespace {
