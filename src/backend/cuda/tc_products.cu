@@ -1,11 +1,9 @@
 // Tensor-core products for prompt passes (tc_products.h). x is first split once per product (split_kernel:
 // three exact bf16 planes and each 32-column tile's sum). Then one block of 2N threads per (row tile of M
-// rows, output tile of N, k split); the warps cover the tile as Tile<M, N> says, each a grid of m16n8
-// fragments. Per
-// k tile of 32 columns, one barrier: the x planes and sums arrive by cp.async into one of two stages (the
-// next tile's copy runs during this tile's MMAs); the weights (codes as exact bf16 integers, or the bf16
-// values) and the tile's scales and biases are loaded a tile ahead into registers and stored to one of two
-// shared buffers; then each warp loads its fragments by ldmatrix and runs its MMAs in a fixed order.
+// rows, output tile of N, k split), the warps as Tile<M, N> says. Per 32-column k tile, one barrier: x and
+// its sums arrive by cp.async into one of two stages during the previous tile's MMAs; the weights (codes as
+// exact bf16 integers, or bf16 values) and scales/biases are loaded a tile ahead into registers and stored
+// to one of two shared buffers; each warp loads its fragments by ldmatrix and runs its MMAs in a fixed order.
 #include <cuda_bf16.h>
 
 #include <algorithm>
