@@ -29,17 +29,26 @@ std::vector<float> run_tiled(const TcWeight& t, const DeviceBuffer& x, int64_t l
   return download<float>(y, static_cast<size_t>(n * t.rows));
 }
 
+// Default shape 200 x 384: a partial output tile, no k split; wider shapes take tiled_fixed_splits' k split.
 void check_one(Tally& tally, int bits, int group, std::mt19937_64& rng, const Stream& s, double& worst,
-               double& weakest) {
-  const int64_t rows = 200, cols = 384;  // 200: a partial output tile
-  const int n = 150;                     // a partial row tile
+               double& weakest, int64_t rows = 200, int64_t cols = 384) {
+  const int n = 150;  // a partial row tile
   TcWeight t = make_weight(rows, cols, bits, group, 1, rng);
   const std::vector<float> xh = random_normal(n * cols, 1.0f, rng);
   const DeviceBuffer x = upload(xh);
   const std::vector<float> y = run_tiled(t, x, cols, 0, n, s);
-  const std::string name = bits == 0
-                               ? "tiled dense bf16"
-                               : "tiled affine " + std::to_string(bits) + "-bit g" + std::to_string(group);
+  const int splits = tiled_fixed_splits(t.w);
+  char label[96];
+  if (bits == 0)
+    std::snprintf(label, sizeof label, "tiled dense bf16");
+  else
+    std::snprintf(label, sizeof label, "tiled affine %d-bit g%d", bits, group);
+  std::string name = label;
+  if (splits > 1) {
+    std::snprintf(label, sizeof label, " %lldx%lld (k split %d)", static_cast<long long>(rows),
+                  static_cast<long long>(cols), splits);
+    name += label;
+  }
   expect_within_bound(tally, name, t, xh, cols, n, y, rows, worst, weakest);
   // Rows alone, and rows 37.. in a launch of their own, == the same rows of the 150-row launch.
   bool same = true;
@@ -55,7 +64,7 @@ void check_one(Tally& tally, int bits, int group, std::mt19937_64& rng, const St
 // Experts: a routing grouped by moe_expert_tiles; every slot == its expert on its row alone (bits), through
 // row_ids (gate|up) and in slot order (down).
 void check_experts(Tally& tally, int bits, int n_rows, int k, int n_experts, std::mt19937_64& rng,
-                   const Stream& s) {
+                   const Stream& s, int tile_rows = kTileRows) {
   const int64_t rows = 96, cols = 256;
   TcWeight t = make_weight(rows, cols, bits, 64, n_experts, rng);
   std::vector<int32_t> topk(n_rows * k);
@@ -65,20 +74,21 @@ void check_experts(Tally& tally, int bits, int n_rows, int k, int n_experts, std
     std::shuffle(ids.begin(), ids.end(), rng);
     for (int j = 0; j < k; ++j) topk[r * k + j] = ids[j];
   }
-  const int total = n_rows * k, max_tiles = max_expert_tiles(n_rows, k, n_experts);
+  const int total = n_rows * k, max_tiles = max_expert_tiles(n_rows, k, n_experts, tile_rows);
   const DeviceBuffer d_topk = upload(topk);
   DeviceBuffer tiles(max_tiles * sizeof(ExpertWindow)), row_ids(total * 4), slot_of(total * 4),
       scratch(expert_tiles_scratch_bytes(n_experts));
   tiles.fill_bytes(0x7F);  // garbage: every tile must be written
   moe_expert_tiles(d_topk.as<int32_t>(), n_rows, k, n_experts, tiles.as<ExpertWindow>(), max_tiles,
-                   row_ids.as<int32_t>(), slot_of.as<int32_t>(), scratch.data(), s.get());
+                   row_ids.as<int32_t>(), slot_of.as<int32_t>(), scratch.data(), s.get(), tile_rows);
   s.synchronize();
   const auto h_tiles = download<ExpertWindow>(tiles, max_tiles);
   const auto h_rows = download<int32_t>(row_ids, total);
   const auto h_slot = download<int32_t>(slot_of, total);
-  const std::string name = "expert tiles (" + std::to_string(n_rows) + " rows, top-" + std::to_string(k) +
-                           " of " + std::to_string(n_experts) + (bits == 0 ? ", bf16)" : ", affine)");
-  // Expected grouping: experts ascending, pairs in row order, tiles of up to 64.
+  const std::string name = "expert tiles of " + std::to_string(tile_rows) + " (" + std::to_string(n_rows) +
+                           " rows, top-" + std::to_string(k) + " of " + std::to_string(n_experts) +
+                           (bits == 0 ? ", bf16)" : ", affine)");
+  // Expected grouping: experts ascending, pairs in row order, tiles of up to tile_rows.
   std::vector<int32_t> exp_rows, exp_slot(total);
   std::vector<ExpertWindow> exp_tiles;
   for (int e = 0; e < n_experts; ++e) {
@@ -86,8 +96,8 @@ void check_experts(Tally& tally, int bits, int n_rows, int k, int n_experts, std
     for (int i = 0; i < total; ++i)
       if (topk[i] == e) exp_slot[i] = static_cast<int>(exp_rows.size()), exp_rows.push_back(i / k);
     const int c = static_cast<int>(exp_rows.size()) - first;
-    for (int j = 0; j * kTileRows < c; ++j)
-      exp_tiles.push_back({e, first + j * kTileRows, std::min(kTileRows, c - j * kTileRows)});
+    for (int j = 0; j * tile_rows < c; ++j)
+      exp_tiles.push_back({e, first + j * tile_rows, std::min(tile_rows, c - j * tile_rows)});
   }
   bool grouping = h_rows == exp_rows && h_slot == exp_slot;
   for (int i = 0; i < max_tiles; ++i) {
@@ -96,7 +106,7 @@ void check_experts(Tally& tally, int bits, int n_rows, int k, int n_experts, std
     if (got.count != want.count || (want.count > 0 && (got.expert != want.expert || got.first != want.first)))
       grouping = false;
   }
-  tally.expect(grouping, name + ": grouping as specified (experts ascending, rows in order, tiles of 64)");
+  tally.expect(grouping, name + ": grouping as specified (experts ascending, rows in order, tiles as asked)");
 
   const std::vector<float> xh = random_normal(std::max(n_rows, total) * cols, 1.0f, rng);
   const DeviceBuffer x = upload(xh);
@@ -105,7 +115,8 @@ void check_experts(Tally& tally, int bits, int n_rows, int k, int n_experts, std
   for (int pass = 0; pass < 2; ++pass) {  // 0: x rows through row_ids; 1: x rows in slot order
     y.fill_bytes(0xFF);
     tiled_wx_experts(t.w, tiles.as<ExpertWindow>(), max_tiles, pass == 0 ? row_ids.as<int32_t>() : nullptr,
-                     x.as<float>(), cols, pass == 0 ? n_rows : total, y.as<float>(), rows, s.get());
+                     x.as<float>(), cols, pass == 0 ? n_rows : total, y.as<float>(), rows, s.get(),
+                     tile_rows);
     s.synchronize();
     const auto hy = download<float>(y, total * rows);
     for (int slot = 0; slot < total && same; slot += 3) {
@@ -134,6 +145,68 @@ void check_experts(Tally& tally, int bits, int n_rows, int k, int n_experts, std
                name + ": every slot == its expert on its row alone (gate|up via row_ids, down in order)");
 }
 
+// Every tiling of TiledConfig gives the same bits: dense products (with and without the k split) and
+// expert tiles of 16, 32 and 64 rows under each config == under the default.
+void check_configs_agree(Tally& tally, std::mt19937_64& rng, const Stream& s) {
+  const TiledConfig base = tiled_config();
+  const TiledConfig others[] = {{64, 4}, {64, 3}, {128, 2}};
+  struct Case {
+    int bits, group;
+    int64_t rows, cols;
+  };
+  const Case cases[] = {{4, 32, 200, 384}, {6, 64, 136, 256}, {8, 128, 72, 2048}, {0, 0, 130, 320}};
+  bool same = true;
+  for (const Case& c : cases) {
+    TcWeight t = make_weight(c.rows, c.cols, c.bits, c.group, 1, rng);
+    const int n = 150;
+    const DeviceBuffer x = upload(random_normal(n * c.cols, 1.0f, rng));
+    const std::vector<float> want = run_tiled(t, x, c.cols, 0, n, s);
+    for (const TiledConfig& o : others) {
+      set_tiled_config(o);
+      const std::vector<float> got = run_tiled(t, x, c.cols, 0, n, s);
+      same = same && std::memcmp(got.data(), want.data(), got.size() * sizeof(float)) == 0;
+      set_tiled_config(base);
+    }
+  }
+  // Experts: 120 rows top-3 of 8 (45 slots an expert), tiles of 64, 32 and 16, gate|up style (row_ids).
+  const int n_rows = 120, k = 3, E = 8, total = n_rows * k;
+  const int64_t rows = 160, cols = 256;
+  TcWeight t = make_weight(rows, cols, 4, 64, E, rng);
+  std::vector<int32_t> topk(total);
+  for (int r = 0; r < n_rows; ++r)
+    for (int j = 0; j < k; ++j) topk[r * k + j] = (r * 5 + j * 3) % E;  // 3 distinct experts a row
+  const DeviceBuffer d_topk = upload(topk), x = upload(random_normal(n_rows * cols, 1.0f, rng));
+  std::vector<float> first;
+  for (int tile_rows : {kTileRows, 32, 16})
+    for (const TiledConfig& o : {base, others[0], others[1]}) {
+      const int max_tiles = max_expert_tiles(n_rows, k, E, tile_rows);
+      DeviceBuffer tiles(max_tiles * sizeof(ExpertWindow)), row_ids(total * 4), slot_of(total * 4),
+          scratch(expert_tiles_scratch_bytes(E)), y(total * rows * 4);
+      moe_expert_tiles(d_topk.as<int32_t>(), n_rows, k, E, tiles.as<ExpertWindow>(), max_tiles,
+                       row_ids.as<int32_t>(), slot_of.as<int32_t>(), scratch.data(), s.get(), tile_rows);
+      y.fill_bytes(0xFF);
+      set_tiled_config(o);
+      tiled_wx_experts(t.w, tiles.as<ExpertWindow>(), max_tiles, row_ids.as<int32_t>(), x.as<float>(), cols,
+                       n_rows, y.as<float>(), rows, s.get(), tile_rows);
+      set_tiled_config(base);
+      s.synchronize();
+      const std::vector<float> got = download<float>(y, total * rows);
+      if (first.empty()) first = got;
+      same = same && std::memcmp(got.data(), first.data(), got.size() * sizeof(float)) == 0;
+    }
+  tally.expect(same,
+               "tiled products: output tiles of 64 (4 or 3 blocks an SM) and 128, expert tiles of 64, 32 "
+               "and 16 rows: the same bits");
+  bool refused = false;
+  try {
+    set_tiled_config({128, 4});
+  } catch (const ArgumentError& e) {
+    refused = std::string(e.what()).find("tile_outputs") != std::string::npos;
+  }
+  tally.expect(refused && tiled_config().tile_outputs == base.tile_outputs,
+               "set_tiled_config refuses 128/4 naming the field");
+}
+
 }  // namespace
 
 void run_tc_checks(Tally& tally) {
@@ -143,11 +216,27 @@ void run_tc_checks(Tally& tally) {
   for (int bits : {2, 3, 4, 5, 6, 8})
     for (int group : {32, 64, 128}) check_one(tally, bits, group, rng, s, worst, weakest);
   check_one(tally, 0, 0, rng, s, worst, weakest);
+  // Short, wide weights take a k split fixed by their shape (hc down / inject are 320 / 4 x 10240).
+  TiledWeight hc_down, inject;
+  hc_down.rows = 320, inject.rows = 4, hc_down.cols = inject.cols = 10240;
+  hc_down.dense = inject.dense = reinterpret_cast<const uint16_t*>(16);
+  const int hc_splits = tiled_fixed_splits(hc_down), inject_splits = tiled_fixed_splits(inject);
+  std::printf("k splits fixed by the shape: hc down 320x10240 %d, inject 4x10240 %d\n", hc_splits,
+              inject_splits);
+  tally.expect(hc_splits > 1 && inject_splits > 1, "hc down and inject take a k split");
+  for (const auto& [bits, group] : {std::pair{4, 32}, std::pair{3, 128}, std::pair{8, 64}, std::pair{0, 0}}) {
+    check_one(tally, bits, group, rng, s, worst, weakest, 72, 2048);
+    check_one(tally, bits, group, rng, s, worst, weakest, 4, 4096);
+  }
   std::printf("tiled products: worst err/bound %.4f, weakest negative control %.1fx the bound\n", worst,
               weakest);
-  check_experts(tally, 4, 90, 3, 6, rng, s);
-  check_experts(tally, 0, 70, 2, 5, rng, s);
-  check_experts(tally, 6, 200, 2, 3, rng, s);  // about 133 rows an expert: several tiles each
+  for (int tile_rows : {kTileRows, 32, 16}) {
+    check_experts(tally, 4, 90, 3, 6, rng, s, tile_rows);
+    check_experts(tally, 0, 70, 2, 5, rng, s, tile_rows);
+    check_experts(tally, 6, 200, 2, 3, rng, s, tile_rows);  // about 133 rows an expert: several tiles each
+  }
+  check_experts(tally, 2, 50, 4, 7, rng, s, 9);  // tiles of 9 slots run in kernel tiles of 16
+  check_configs_agree(tally, rng, s);
   TiledWeight bad;
   bad.rows = 64, bad.cols = 64;
   bad.affine.codes = reinterpret_cast<const uint32_t*>(16);
@@ -204,7 +293,8 @@ void run_tc_bench(int reps) {
   };
   const Shape shapes[] = {{"deltanet qkv", 10240, 2560}, {"deltanet z", 6144, 2560},
                           {"deltanet out", 2560, 6144},  {"attention q|gate", 12288, 2560},
-                          {"hc up", 10240, 320},         {"shared gate|up", 1280, 2560}};
+                          {"hc up", 10240, 320},         {"shared gate|up", 1280, 2560},
+                          {"hc down", 320, 10240},       {"hc inject", 4, 10240}};
 #ifdef DS_HAVE_CUBLAS
   cublasHandle_t handle;
   if (cublasCreate(&handle) != CUBLAS_STATUS_SUCCESS) throw std::runtime_error("cublasCreate failed");
@@ -217,7 +307,7 @@ void run_tc_bench(int reps) {
               "TFLOP/s", "tiled/cuBLAS");
   double sum_tiled = 0, sum_cublas = 0;
   for (int n : {2048, 512}) {
-    const std::vector<float> xh = random_normal(int64_t{n} * 6144, 1.0f, rng);
+    const std::vector<float> xh = random_normal(int64_t{n} * 10240, 1.0f, rng);
     const DeviceBuffer x = upload(xh);
     for (const Shape& sh : shapes) {
       std::vector<DeviceBuffer> keep;
@@ -248,9 +338,58 @@ void run_tc_bench(int reps) {
   if (sum_cublas > 0)
     std::printf("sum over the 2048-row shapes: tiled %.3f ms, cuBLAS %.3f ms: tiled costs %+.1f%%\n",
                 sum_tiled, sum_cublas, (sum_tiled / sum_cublas - 1.0) * 100.0);
+
+  // The k split fixed by the weight's shape against the same tiles unsplit.
+  std::printf("\nk split fixed by the shape (tiled_fixed_splits) vs unsplit, 4-bit g32\n");
+  std::printf("%-18s %6s %7s %10s %10s %8s\n", "matrix", "rows", "splits", "unsplit ms", "split ms",
+              "speed-up");
+  for (int n : {2048, 512}) {
+    const std::vector<float> xh = random_normal(int64_t{n} * 10240, 1.0f, rng);
+    const DeviceBuffer x = upload(xh);
+    for (const Shape& sh : shapes) {
+      std::vector<DeviceBuffer> keep;
+      const TiledWeight w = pattern_weight(sh.rows, sh.cols, 4, 32, 1, keep);
+      const int splits = tiled_fixed_splits(w);
+      if (splits == 1) continue;
+      DeviceBuffer y(int64_t{n} * sh.rows * 4);
+      const double one = time_ms(reps, s, [&] {
+        tiled_wx_split_k(w, x.as<float>(), sh.cols, n, y.as<float>(), sh.rows, 1, nullptr, s.get());
+      });
+      const double ms =
+          time_ms(reps, s, [&] { tiled_wx(w, x.as<float>(), sh.cols, n, y.as<float>(), sh.rows, s.get()); });
+      std::printf("%-18s %6d %7d %10.3f %10.3f %7.2fx\n", sh.name, n, splits, one, ms, one / ms);
+    }
+  }
 #ifdef DS_HAVE_CUBLAS
   cublasDestroy(handle);
 #endif
+
+  // The output tiles (TiledConfig) on the same shapes.
+  const TiledConfig base = tiled_config();
+  const TiledConfig configs[] = {{64, 4}, {64, 3}, {128, 2}};
+  std::printf("\noutput tiles (outputs/blocks an SM), 4-bit g32, ms (default %d/%d)\n", base.tile_outputs,
+              base.min_blocks);
+  std::printf("%-18s %6s %10s %10s %10s\n", "matrix", "rows", "64/4", "64/3", "128/2");
+  for (int n : {2048, 512}) {
+    const std::vector<float> xh = random_normal(int64_t{n} * 10240, 1.0f, rng);
+    const DeviceBuffer x = upload(xh);
+    double sums[3] = {0, 0, 0};
+    for (const Shape& sh : shapes) {
+      std::vector<DeviceBuffer> keep;
+      const TiledWeight w = pattern_weight(sh.rows, sh.cols, 4, 32, 1, keep);
+      DeviceBuffer y(int64_t{n} * sh.rows * 4);
+      double ms[3];
+      for (int c = 0; c < 3; ++c) {
+        set_tiled_config(configs[c]);
+        ms[c] = time_ms(reps, s,
+                        [&] { tiled_wx(w, x.as<float>(), sh.cols, n, y.as<float>(), sh.rows, s.get()); });
+        sums[c] += ms[c];
+      }
+      set_tiled_config(base);
+      std::printf("%-18s %6d %10.3f %10.3f %10.3f\n", sh.name, n, ms[0], ms[1], ms[2]);
+    }
+    std::printf("%-18s %6d %10.3f %10.3f %10.3f\n", "sum", n, sums[0], sums[1], sums[2]);
+  }
 
   // The same kernel without row invariance: k cut into 2, 4 or 8 splits by separate blocks (the best per
   // shape and row count, as a heuristic knowing the launch's size would pick), against the fixed tiles.
@@ -258,7 +397,7 @@ void run_tc_bench(int reps) {
       "\ncost of row invariance: fixed tiles vs the best batch-dependent split-K of the same kernel\n");
   std::printf("%-18s %6s %10s %10s %7s %8s\n", "matrix", "rows", "fixed ms", "split ms", "splits", "cost");
   for (int n : {64, 256, 2048}) {
-    const std::vector<float> xh = random_normal(int64_t{n} * 6144, 1.0f, rng);
+    const std::vector<float> xh = random_normal(int64_t{n} * 10240, 1.0f, rng);
     const DeviceBuffer x = upload(xh);
     double sum_fixed = 0, sum_split = 0;
     for (const Shape& sh : shapes) {
@@ -287,40 +426,49 @@ void run_tc_bench(int reps) {
 
   // The routed experts of one MoE layer at prompt sizes: grouping + gate|up + down, 512 experts top-10.
   std::printf("\nprompt expert path (512 experts top-10, gate|up 1280x2560, down 2560x640, 4-bit g32)\n");
-  std::printf("%6s %10s %10s %10s %10s\n", "rows", "group ms", "gate|up ms", "down ms", "TFLOP/s");
+  std::printf("%6s %5s %7s %10s %10s %10s %10s %6s\n", "rows", "tile", "outputs", "group ms", "gate|up ms",
+              "down ms", "TFLOP/s", "rule");
   const int E = 512, K = 10;
   std::vector<DeviceBuffer> keep;
   const TiledWeight gu = pattern_weight(1280, 2560, 4, 32, E, keep);
   const TiledWeight dn = pattern_weight(2560, 640, 4, 32, E, keep);
-  for (int n : {512, 2048}) {
-    std::vector<int32_t> topk(n * K);
-    std::vector<int32_t> ids(E);
-    for (int e = 0; e < E; ++e) ids[e] = e;
-    for (int r = 0; r < n; ++r) {
-      std::shuffle(ids.begin(), ids.end(), rng);
-      for (int j = 0; j < K; ++j) topk[r * K + j] = ids[j];
+  for (int n : {512, 1024, 2048})
+    for (int tile_rows : {kTileRows, 32, 16}) {
+      std::vector<int32_t> topk(n * K);
+      std::vector<int32_t> ids(E);
+      for (int e = 0; e < E; ++e) ids[e] = e;
+      for (int r = 0; r < n; ++r) {
+        std::shuffle(ids.begin(), ids.end(), rng);
+        for (int j = 0; j < K; ++j) topk[r * K + j] = ids[j];
+      }
+      const int total = n * K, max_tiles = max_expert_tiles(n, K, E, tile_rows);
+      const DeviceBuffer d_topk = upload(topk);
+      const std::vector<float> xh = random_normal(int64_t{total} * 2560, 1.0f, rng);
+      const DeviceBuffer x = upload(xh);
+      DeviceBuffer tiles(max_tiles * sizeof(ExpertWindow)), row_ids(total * 4), slot_of(total * 4),
+          scratch(expert_tiles_scratch_bytes(E)), y1(int64_t{total} * 1280 * 4),
+          y2(int64_t{total} * 2560 * 4);
+      const double g_ms = time_ms(reps, s, [&] {
+        moe_expert_tiles(d_topk.as<int32_t>(), n, K, E, tiles.as<ExpertWindow>(), max_tiles,
+                         row_ids.as<int32_t>(), slot_of.as<int32_t>(), scratch.data(), s.get(), tile_rows);
+      });
+      for (int outputs : {64, 128}) {
+        set_tiled_config(outputs == 64 ? TiledConfig{64, 4} : TiledConfig{128, 2});
+        const double u_ms = time_ms(reps, s, [&] {
+          tiled_wx_experts(gu, tiles.as<ExpertWindow>(), max_tiles, row_ids.as<int32_t>(), x.as<float>(),
+                           2560, n, y1.as<float>(), 1280, s.get(), tile_rows);
+        });
+        const double d_ms = time_ms(reps, s, [&] {
+          tiled_wx_experts(dn, tiles.as<ExpertWindow>(), max_tiles, nullptr, x.as<float>(), 640, total,
+                           y2.as<float>(), 2560, s.get(), tile_rows);
+        });
+        set_tiled_config(base);
+        const double flop = 2.0 * total * (1280.0 * 2560 + 2560.0 * 640);
+        const bool rule = prompt_expert_tile_rows(n, K, E) == tile_rows && base.tile_outputs == outputs;
+        std::printf("%6d %5d %7d %10.3f %10.3f %10.3f %10.1f %6s\n", n, tile_rows, outputs, g_ms, u_ms, d_ms,
+                    flop / (g_ms + u_ms + d_ms) * 1e-9, rule ? "<-" : "");
+      }
     }
-    const int total = n * K, max_tiles = max_expert_tiles(n, K, E);
-    const DeviceBuffer d_topk = upload(topk);
-    const std::vector<float> xh = random_normal(int64_t{total} * 2560, 1.0f, rng);
-    const DeviceBuffer x = upload(xh);
-    DeviceBuffer tiles(max_tiles * sizeof(ExpertWindow)), row_ids(total * 4), slot_of(total * 4),
-        scratch(expert_tiles_scratch_bytes(E)), y1(int64_t{total} * 1280 * 4), y2(int64_t{total} * 2560 * 4);
-    const double g_ms = time_ms(reps, s, [&] {
-      moe_expert_tiles(d_topk.as<int32_t>(), n, K, E, tiles.as<ExpertWindow>(), max_tiles,
-                       row_ids.as<int32_t>(), slot_of.as<int32_t>(), scratch.data(), s.get());
-    });
-    const double u_ms = time_ms(reps, s, [&] {
-      tiled_wx_experts(gu, tiles.as<ExpertWindow>(), max_tiles, row_ids.as<int32_t>(), x.as<float>(), 2560, n,
-                       y1.as<float>(), 1280, s.get());
-    });
-    const double d_ms = time_ms(reps, s, [&] {
-      tiled_wx_experts(dn, tiles.as<ExpertWindow>(), max_tiles, nullptr, x.as<float>(), 640, total,
-                       y2.as<float>(), 2560, s.get());
-    });
-    const double flop = 2.0 * total * (1280.0 * 2560 + 2560.0 * 640);
-    std::printf("%6d %10.3f %10.3f %10.3f %10.1f\n", n, g_ms, u_ms, d_ms, flop / (g_ms + u_ms + d_ms) * 1e-9);
-  }
 }
 
 }  // namespace ds::cuda::wxcheck

@@ -1,11 +1,14 @@
 // Tensor-core products for prompt passes (tc_products.h). x is first split once per product (split_kernel:
-// three exact bf16 planes and each 32-column tile's sum). Then one block of 4 warps per (row tile, output
-// tile); warp w computes rows 32*(w/2).. and outputs 32*(w%2).. as 2 x 4 m16n8 fragments. Per k tile of 32
-// columns: the x planes and sums arrive by cp.async in two stages (the next tile's copy runs during this
-// tile's MMAs); the weights (codes as exact bf16 integers, or the bf16 values) and the tile's scales and
-// biases are loaded a tile ahead into registers and stored to shared memory; then each warp runs its MMAs in
-// a fixed order.
+// three exact bf16 planes and each 32-column tile's sum). Then one block of 2N threads per (row tile of M
+// rows, output tile of N, k split), the warps as Tile<M, N> says. Per 32-column k tile, one barrier: x and
+// its sums arrive by cp.async into one of two stages during the previous tile's MMAs; the weights (codes as
+// exact bf16 integers, or bf16 values) and scales/biases are loaded a tile ahead into registers and stored
+// to one of two shared buffers; each warp loads its fragments by ldmatrix and runs its MMAs in a fixed order.
 #include <cuda_bf16.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <string>
 
 #include "backend/cuda/code_bits.h"
 #include "backend/cuda/cuda_error.h"
@@ -16,28 +19,38 @@ namespace ds::cuda {
 
 namespace {
 
-constexpr int kThreads = 128;
-constexpr int kPad = 40;  // bf16 per shared row (32 + 8): the fragment loads of a warp hit 32 distinct banks
+constexpr int kPad = 40;  // bf16 per shared row (32 + 8): a warp's ldmatrix rows hit 32 distinct banks
 using tc::cp_async16;
 using tc::cp_async4;
 using tc::cp_async_commit;
 using tc::from_bf16;
 using tc::kTerms;
+using tc::ldmatrix_x4;
 using tc::mma_bf16;
+using tc::mma_bf16_zero;
 using tc::split3;
 using tc::to_bf16;
 
 constexpr int kStages = 2;
 
-struct TileSmem {
-  uint16_t x[kStages][kTerms][kTileRows][kPad];
-  uint16_t w[kTileOutputs][kPad];
-  float scale[kTileOutputs], bias[kTileOutputs], sumx[kStages][kTileRows];
+// A tile of M rows x N outputs: 2N threads (two per output for the weight loads), kWm x kWn warps, each kMi
+// x kNi fragments of 16 x 8.
+template <int M, int N>
+struct Tile {
+  static_assert(M == 16 || M == 32 || M == 64, "row tiles of 16, 32 or 64");
+  static_assert(N == 64 || N == 128, "output tiles of 64 or 128");
+  static constexpr int kThreads = 2 * N;
+  static constexpr int kWm = M == 16 ? 1 : 2, kWn = kThreads / 32 / kWm;
+  static constexpr int kRows = M / kWm, kOuts = N / kWn;
+  static constexpr int kMi = kRows / 16, kNi = kOuts / 8;
 };
 
-__device__ __forceinline__ uint32_t ld32(const uint16_t* p) {
-  return *reinterpret_cast<const uint32_t*>(p);
-}
+template <int M, int N>
+struct TileSmem {
+  uint16_t x[kStages][kTerms][M][kPad];
+  uint16_t w[kStages][N][kPad];
+  float scale[kStages][N], bias[kStages][N], sumx[kStages][M];
+};
 
 // Which rows a tile covers: y rows first .. first+count-1, x rows through row_ids (or first + j), expert.
 struct TileRows {
@@ -65,29 +78,80 @@ struct TileLoad {
   float sb;
 };
 
-template <int Bits>
-__device__ __forceinline__ void load_tile(TileLoad<Bits>& L, const TileWeight<Bits>& W, int64_t n0,
-                                          int64_t k0) {
-  const int t = threadIdx.x;
-  const int64_t o = n0 + t % kTileOutputs;
-  const int half = t / kTileOutputs;
-  if (o >= W.rows) {
+// This thread's share of the weight loads: output n0 + t % N, half t / N (dense: columns 16 half..; affine:
+// the codes, and the scale (half 0) or bias (half 1) of the tile's group), its pointers set up once.
+template <int Bits, int N>
+struct ThreadWeight {
+  const uint32_t* codes;  // the output's code words (Bits a 32-column tile), or its dense row (as bf16 pairs)
+  const uint16_t* sb;     // its scales (half 0) or biases (half 1)
+  int group_shift;        // k tile -> group: kt >> group_shift
+  bool valid;             // the output exists
+  bool vec;               // its code words load as 8- or 16-byte vectors (bits 2, 4, 6, 8 on aligned rows)
+
+  __device__ ThreadWeight(const TileWeight<Bits>& W, int64_t n0) {
+    const int t = threadIdx.x, half = t / N;
+    const int64_t o = n0 + t % N;
+    valid = o < W.rows;
+    const int64_t oc = valid ? o : 0;
+    if constexpr (Bits == 0) {
+      codes = reinterpret_cast<const uint32_t*>(W.dense + oc * W.cols + 16 * half);
+      sb = nullptr;
+      group_shift = 0;
+      vec = true;
+    } else {
+      codes = W.codes + oc * W.words_per_row;
+      sb = (half == 0 ? W.scales : W.biases) + oc * W.groups_per_row;
+      group_shift = W.group == 32 ? 0 : W.group == 64 ? 1 : 2;
+      const uintptr_t a = reinterpret_cast<uintptr_t>(codes);
+      vec = Bits % 4 == 0 ? a % 16 == 0 : Bits % 2 == 0 && a % 8 == 0;
+    }
+  }
+};
+
+template <int Bits, int N>
+__device__ __forceinline__ void load_tile(TileLoad<Bits>& L, const ThreadWeight<Bits, N>& T, int64_t kt) {
+  if (!T.valid) {
 #pragma unroll
     for (int j = 0; j < TileLoad<Bits>::kWords; ++j) L.w[j] = 0;
     L.sb = 0.0f;
     return;
   }
   if constexpr (Bits == 0) {
-    const uint4* p = reinterpret_cast<const uint4*>(W.dense + o * W.cols + k0 + 16 * half);
+    const uint4* p = reinterpret_cast<const uint4*>(T.codes + kt * (kTileCols / 2));
     const uint4 a = __ldcs(p), b = __ldcs(p + 1);
     L.w[0] = a.x, L.w[1] = a.y, L.w[2] = a.z, L.w[3] = a.w, L.w[4] = b.x, L.w[5] = b.y, L.w[6] = b.z,
     L.w[7] = b.w;
   } else {
-    const uint32_t* p = W.codes + o * W.words_per_row + (k0 / 32) * Bits;
+    const uint32_t* p = T.codes + kt * Bits;
+    // One request per 8 or 16 bytes where aligned: each lane's row is a different cache line, so a warp's
+    // load costs a line lookup per lane whatever its width.
+    if constexpr (Bits % 4 == 0) {
+      if (T.vec) {
 #pragma unroll
-    for (int j = 0; j < Bits; ++j) L.w[j] = __ldcs(p + j);
-    const int64_t g = o * W.groups_per_row + k0 / W.group;
-    L.sb = from_bf16(half == 0 ? W.scales[g] : W.biases[g]);
+        for (int j = 0; j < Bits; j += 4) {
+          const uint4 v = __ldcs(reinterpret_cast<const uint4*>(p + j));
+          L.w[j] = v.x, L.w[j + 1] = v.y, L.w[j + 2] = v.z, L.w[j + 3] = v.w;
+        }
+      } else {
+#pragma unroll
+        for (int j = 0; j < Bits; ++j) L.w[j] = __ldcs(p + j);
+      }
+    } else if constexpr (Bits % 2 == 0) {
+      if (T.vec) {
+#pragma unroll
+        for (int j = 0; j < Bits; j += 2) {
+          const uint2 v = __ldcs(reinterpret_cast<const uint2*>(p + j));
+          L.w[j] = v.x, L.w[j + 1] = v.y;
+        }
+      } else {
+#pragma unroll
+        for (int j = 0; j < Bits; ++j) L.w[j] = __ldcs(p + j);
+      }
+    } else {
+#pragma unroll
+      for (int j = 0; j < Bits; ++j) L.w[j] = __ldcs(p + j);
+    }
+    L.sb = from_bf16(T.sb[kt >> T.group_shift]);
   }
 }
 
@@ -113,20 +177,20 @@ __device__ __forceinline__ void store_codes(uint16_t* dst, const uint32_t (&w)[B
   reinterpret_cast<uint4*>(dst)[1] = make_uint4(packed[4], packed[5], packed[6], packed[7]);
 }
 
-template <int Bits>
-__device__ __forceinline__ void store_tile(TileSmem& sm, const TileLoad<Bits>& L) {
+template <int Bits, int M, int N>
+__device__ __forceinline__ void store_tile(TileSmem<M, N>& sm, int st, const TileLoad<Bits>& L) {
   const int t = threadIdx.x;
-  const int row = t % kTileOutputs, half = t / kTileOutputs;
+  const int row = t % N, half = t / N;
   if constexpr (Bits == 0) {
-    uint4* dst = reinterpret_cast<uint4*>(&sm.w[row][16 * half]);
+    uint4* dst = reinterpret_cast<uint4*>(&sm.w[st][row][16 * half]);
     dst[0] = make_uint4(L.w[0], L.w[1], L.w[2], L.w[3]);
     dst[1] = make_uint4(L.w[4], L.w[5], L.w[6], L.w[7]);
   } else {
-    if (half == 0)  // uniform per warp: warps 0-1 decode codes 0-15, warps 2-3 codes 16-31
-      store_codes<Bits, 0>(&sm.w[row][0], L.w);
+    if (half == 0)  // uniform per warp: the first N threads decode codes 0-15, the others codes 16-31
+      store_codes<Bits, 0>(&sm.w[st][row][0], L.w);
     else
-      store_codes<Bits, 16>(&sm.w[row][16], L.w);
-    (half == 0 ? sm.scale : sm.bias)[row] = L.sb;
+      store_codes<Bits, 16>(&sm.w[st][row][16], L.w);
+    (half == 0 ? sm.scale[st] : sm.bias[st])[row] = L.sb;
   }
 }
 
@@ -162,40 +226,65 @@ struct SplitX {
   int64_t n_x, cols;
 };
 
-// Copies k tile kt of the tile's x rows into stage st: three planes of 64 rows x 32 columns (768 chunks of 16
-// bytes, 6 a thread: rows t/4 and 32 + t/4, chunk t%4) and the 64 rows' sums (threads 0-63). xr: x row of
-// tile rows t/4, 32 + t/4 and t (-1 where the tile has no such row).
-__device__ __forceinline__ void copy_x(TileSmem& sm, int st, const SplitX& X, const int64_t (&xr)[3],
-                                       int64_t kt) {
-  const int t = threadIdx.x, chunk = t % 4;
+// This thread's x copies, its pointers set up once: tile rows (t/4) % M and (t/4 + T/4) % M for T threads
+// (plane 0, its 8 columns at (t % 4) * 8) and the sums of tile row t; x row 0 where the tile has no such row
+// (copied as zeros).
+struct ThreadCopy {
+  const uint16_t* row[2];
+  const float* sum;
+  int64_t plane_stride;  // n_x * cols
+  bool has[3];
+
+  __device__ ThreadCopy(const SplitX& X, const int64_t (&xr)[3]) {
+    const int chunk = threadIdx.x % 4;
+    plane_stride = X.n_x * X.cols;
 #pragma unroll
-  for (int j = 0; j < 2 * kTerms; ++j) {
-    const int plane = j / 2, half = j % 2, rr = half * 32 + t / 4;
-    const int64_t r = xr[half];
-    const uint16_t* src =
-        X.planes + ((plane * X.n_x + (r < 0 ? 0 : r)) * X.cols + kt * kTileCols + chunk * 8);
-    cp_async16(&sm.x[st][plane][rr][chunk * 8], src, r < 0 ? 0 : 16);
+    for (int i = 0; i < 2; ++i) {
+      has[i] = xr[i] >= 0;
+      row[i] = X.planes + (has[i] ? xr[i] : 0) * X.cols + chunk * 8;
+    }
+    has[2] = xr[2] >= 0;
+    sum = X.sums + (has[2] ? xr[2] : 0) * (X.cols / kTileCols);
   }
-  if (t < kTileRows) {
-    const int64_t r = xr[2];
-    cp_async4(&sm.sumx[st][t], X.sums + (r < 0 ? 0 : r) * (X.cols / kTileCols) + kt, r < 0 ? 0 : 4);
+};
+
+// Copies k tile kt of the tile's x rows into stage st: three planes of M rows x 32 columns (12 M chunks of
+// 16 bytes; chunk c = t + T i is plane c / 4M, row (c / 4) % M, 8 columns at c % 4) and the M rows' sums
+// (threads 0..M-1).
+template <int M, int N>
+__device__ __forceinline__ void copy_x(TileSmem<M, N>& sm, int st, const ThreadCopy& C, int64_t kt) {
+  constexpr int kChunks = kTerms * M * 4, kT = Tile<M, N>::kThreads;
+  const int t = threadIdx.x;
+#pragma unroll
+  for (int i = 0; i < (kChunks + kT - 1) / kT; ++i) {
+    const int c = t + i * kT;
+    if (kChunks % kT != 0 && c >= kChunks) break;
+    const int plane = c / (4 * M), rr = (c / 4) % M, chunk = c % 4;
+    const int ri = (kT / 4) % M == 0 ? 0 : (i & 1);  // row (t/4 + (T/4) i) % M
+    cp_async16(&sm.x[st][plane][rr][chunk * 8], C.row[ri] + plane * C.plane_stride + kt * kTileCols,
+               C.has[ri] ? 16 : 0);
   }
+  if (t < M) cp_async4(&sm.sumx[st][t], C.sum + kt, C.has[2] ? 4 : 0);
   cp_async_commit();
 }
 
-template <int Bits>
-__global__ void __launch_bounds__(kThreads, 4)
+// MinBlocks: blocks an SM the registers are fitted to (128 a thread at 128 threads x 4 or 256 x 2, 168 at
+// 128 x 3). The shared memory is dynamic (over 48 KB at N = 128).
+template <int Bits, int M, int N, int MinBlocks>
+__global__ void __launch_bounds__(Tile<M, N>::kThreads, MinBlocks)
     tiled_kernel(TileWeight<Bits> W0, const ExpertWindow* tiles, int n_rows, const int32_t* row_ids, SplitX X,
                  float* y, int64_t ldy, int n_experts, int64_t split_stride) {
-  __shared__ __align__(16) TileSmem sm;
+  using Wp = Tile<M, N>;
+  constexpr int kMi = Wp::kMi, kNi = Wp::kNi;
+  extern __shared__ __align__(16) unsigned char tile_smem[];
+  TileSmem<M, N>& sm = *reinterpret_cast<TileSmem<M, N>*>(tile_smem);
   TileRows tr;
   if (tiles != nullptr) {
     const ExpertWindow tw = tiles[blockIdx.x];
-    if (tw.count <= 0 || tw.count > kTileRows || tw.expert < 0 || tw.expert >= n_experts) return;
+    if (tw.count <= 0 || tw.count > M || tw.expert < 0 || tw.expert >= n_experts) return;
     tr = {tw.first, tw.count, tw.expert};
   } else {
-    tr = {int64_t{blockIdx.x} * kTileRows, min(kTileRows, n_rows - static_cast<int>(blockIdx.x) * kTileRows),
-          0};
+    tr = {int64_t{blockIdx.x} * M, min(M, n_rows - static_cast<int>(blockIdx.x) * M), 0};
   }
   TileWeight<Bits> W = W0;
   if constexpr (Bits == 0) {
@@ -205,100 +294,101 @@ __global__ void __launch_bounds__(kThreads, 4)
     W.scales += tr.expert * W.rows * W.groups_per_row;
     W.biases += tr.expert * W.rows * W.groups_per_row;
   }
-  const int64_t n0 = int64_t{blockIdx.y} * kTileOutputs;
+  const int64_t n0 = int64_t{blockIdx.y} * N;
   const int t = threadIdx.x, warp = t / 32, lane = t % 32, g = lane / 4, tq = lane % 4;
-  const int wm = warp / 2, wn = warp % 2;
+  const int row0 = (warp / Wp::kWn) * Wp::kRows, out0 = (warp % Wp::kWn) * Wp::kOuts;
   int64_t xr[3];
-  const int my_rows[3] = {t / 4, 32 + t / 4, t < kTileRows ? t : kTileRows};
+  const int my_rows[3] = {(t / 4) % M, (t / 4 + Wp::kThreads / 4) % M, t < M ? t : M};
 #pragma unroll
   for (int i = 0; i < 3; ++i) {
     const int rr = my_rows[i];
     xr[i] = rr < tr.count ? (row_ids != nullptr ? int64_t{row_ids[tr.first + rr]} : tr.first + rr) : -1;
   }
 
-  float acc[2][4][4], part[2][4][4];
+  // This lane's ldmatrix rows in stage 0 at k step 0; the stage, term, fragment and k step add constants.
+  const uint32_t a_lane = tc::smem_addr(&sm.x[0][0][row0 + lane % 16][(lane / 16) * 8]);
+  const uint32_t b_lane = tc::smem_addr(&sm.w[0][out0 + lane % 8 + (lane / 16) * 8][((lane / 8) % 2) * 8]);
+  constexpr uint32_t kRowBytes = kPad * 2, kPlaneBytes = M * kRowBytes;
+  constexpr uint32_t kXStage = kTerms * kPlaneBytes, kWStage = N * kRowBytes;
+
+  float acc[kMi][kNi][4], part[kMi][kNi][4];
 #pragma unroll
-  for (int mi = 0; mi < 2; ++mi)
+  for (int mi = 0; mi < kMi; ++mi)
 #pragma unroll
-    for (int ni = 0; ni < 4; ++ni)
+    for (int ni = 0; ni < kNi; ++ni)
 #pragma unroll
       for (int e = 0; e < 4; ++e) acc[mi][ni][e] = 0.0f;
 
-  // gridDim.z > 1 only in the split-K variant (tiled_wx_split_k): split z takes its share of the k tiles and
-  // writes its partial sums to y + z * split_stride.
+  // gridDim.z > 1 only for split-K (tiled_fixed_splits, tiled_wx_split_k): split z takes its share of the k
+  // tiles and writes its partial sums to y + z * split_stride.
   const int64_t all_k = W.cols / kTileCols;
   const int64_t k_begin = all_k * blockIdx.z / gridDim.z, n_k = all_k * (blockIdx.z + 1) / gridDim.z;
   y += blockIdx.z * split_stride;
   TileLoad<Bits> L;
-  copy_x(sm, 0, X, xr, k_begin);
-  load_tile<Bits>(L, W, n0, k_begin * kTileCols);
+  const ThreadWeight<Bits, N> TW(W, n0);
+  const ThreadCopy C(X, xr);
+  copy_x<M, N>(sm, 0, C, k_begin);
+  load_tile<Bits>(L, TW, k_begin);
   for (int64_t kt = k_begin; kt < n_k; ++kt) {
     const int st = static_cast<int>((kt - k_begin) & 1);
-    // The stage written here and sm.w were last read in the previous iteration, which ended with a barrier.
-    if (kt + 1 < n_k)
-      copy_x(sm, st ^ 1, X, xr, kt + 1);
-    else
-      cp_async_commit();  // an empty group keeps the wait below uniform
-    store_tile<Bits>(sm, L);
-    if (kt + 1 < n_k) load_tile<Bits>(L, W, n0, (kt + 1) * kTileCols);
-    tc::cp_async_wait<1>();  // this tile's copy has landed (the next one may still be in flight)
-    __syncthreads();
-    float(&target)[2][4][4] = Bits == 0 ? acc : part;
-    if constexpr (Bits != 0) {
-#pragma unroll
-      for (int mi = 0; mi < 2; ++mi)
-#pragma unroll
-        for (int ni = 0; ni < 4; ++ni)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) part[mi][ni][e] = 0.0f;
+    // Buffers st were last read two tiles ago, before the previous iteration's barrier.
+    store_tile<Bits, M, N>(sm, st, L);
+    tc::cp_async_wait<0>();  // this tile's x (the only copy in flight)
+    __syncthreads();         // every thread's copies and stores of tile kt are visible; tile kt-1 is done
+    if (kt + 1 < n_k) {
+      copy_x<M, N>(sm, st ^ 1, C, kt + 1);
+      load_tile<Bits>(L, TW, kt + 1);
     }
+    float(&target)[kMi][kNi][4] = Bits == 0 ? acc : part;
+    const uint32_t a_st = a_lane + st * kXStage, b_st = b_lane + st * kWStage;
 #pragma unroll
     for (int ks = 0; ks < 2; ++ks) {
-      const int kc = ks * 16 + 2 * tq;
-      uint32_t b[4][2];
+      uint32_t b[kNi][2];
 #pragma unroll
-      for (int ni = 0; ni < 4; ++ni) {
-        const uint16_t* wr = sm.w[wn * 32 + ni * 8 + g];
-        b[ni][0] = ld32(wr + kc);
-        b[ni][1] = ld32(wr + kc + 8);
+      for (int p = 0; p < kNi / 2; ++p) {
+        ldmatrix_x4(b_st + p * 16 * kRowBytes + ks * 32, b[2 * p][0], b[2 * p][1], b[2 * p + 1][0],
+                    b[2 * p + 1][1]);
       }
-      // The smallest term first; the order (term, m fragment, n fragment) is fixed.
+      // The smallest term first; the order (k step, term, m fragment, n fragment) is fixed. The affine
+      // tile's first MMA starts its partial sum at zero.
 #pragma unroll
       for (int j = kTerms - 1; j >= 0; --j)
 #pragma unroll
-        for (int mi = 0; mi < 2; ++mi) {
-          const int r0 = wm * 32 + mi * 16 + g;
-          const uint16_t(&xs)[kTileRows][kPad] = sm.x[st][j];
-          const uint32_t a[4] = {ld32(&xs[r0][kc]), ld32(&xs[r0 + 8][kc]), ld32(&xs[r0][kc + 8]),
-                                 ld32(&xs[r0 + 8][kc + 8])};
+        for (int mi = 0; mi < kMi; ++mi) {
+          uint32_t a[4];
+          ldmatrix_x4(a_st + j * kPlaneBytes + mi * 16 * kRowBytes + ks * 32, a[0], a[1], a[2], a[3]);
 #pragma unroll
-          for (int ni = 0; ni < 4; ++ni) mma_bf16(target[mi][ni], a, b[ni][0], b[ni][1]);
+          for (int ni = 0; ni < kNi; ++ni) {
+            if (Bits != 0 && ks == 0 && j == kTerms - 1)
+              mma_bf16_zero(target[mi][ni], a, b[ni][0], b[ni][1]);
+            else
+              mma_bf16(target[mi][ni], a, b[ni][0], b[ni][1]);
+          }
         }
     }
     if constexpr (Bits != 0) {
       // y += scale * (x . q) + bias * sum(x), per tile in k order.
 #pragma unroll
-      for (int mi = 0; mi < 2; ++mi)
+      for (int mi = 0; mi < kMi; ++mi)
 #pragma unroll
-        for (int ni = 0; ni < 4; ++ni)
+        for (int ni = 0; ni < kNi; ++ni)
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
-            const int row = wm * 32 + mi * 16 + g + (e >= 2 ? 8 : 0);
-            const int col = wn * 32 + ni * 8 + 2 * tq + (e & 1);
-            acc[mi][ni][e] = __fmaf_rn(sm.scale[col], part[mi][ni][e], acc[mi][ni][e]);
-            acc[mi][ni][e] = __fmaf_rn(sm.bias[col], sm.sumx[st][row], acc[mi][ni][e]);
+            const int row = row0 + mi * 16 + g + (e >= 2 ? 8 : 0);
+            const int col = out0 + ni * 8 + 2 * tq + (e & 1);
+            acc[mi][ni][e] = __fmaf_rn(sm.scale[st][col], part[mi][ni][e], acc[mi][ni][e]);
+            acc[mi][ni][e] = __fmaf_rn(sm.bias[st][col], sm.sumx[st][row], acc[mi][ni][e]);
           }
     }
-    __syncthreads();  // every warp is done with this stage and sm.w
   }
 #pragma unroll
-  for (int mi = 0; mi < 2; ++mi)
+  for (int mi = 0; mi < kMi; ++mi)
 #pragma unroll
-    for (int ni = 0; ni < 4; ++ni)
+    for (int ni = 0; ni < kNi; ++ni)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const int row = wm * 32 + mi * 16 + g + (e >= 2 ? 8 : 0);
-        const int64_t o = n0 + wn * 32 + ni * 8 + 2 * tq + (e & 1);
+        const int row = row0 + mi * 16 + g + (e >= 2 ? 8 : 0);
+        const int64_t o = n0 + out0 + ni * 8 + 2 * tq + (e & 1);
         if (row < tr.count && o < W.rows) y[(tr.first + row) * ldy + o] = acc[mi][ni][e];
       }
 }
@@ -321,57 +411,74 @@ TileWeight<Bits> tile_weight(const TiledWeight& w) {
   return t;
 }
 
-template <int Bits>
-void launch(const TiledWeight& w, const ExpertWindow* tiles, unsigned row_tiles, int n_rows,
-            const int32_t* row_ids, const SplitX& X, float* y, int64_t ldy, int splits, int64_t split_stride,
-            cudaStream_t stream) {
-  const dim3 grid(row_tiles, static_cast<unsigned>((w.rows + kTileOutputs - 1) / kTileOutputs), splits);
-  tiled_kernel<Bits><<<grid, kThreads, 0, stream>>>(tile_weight<Bits>(w), tiles, n_rows, row_ids, X, y, ldy,
-                                                    static_cast<int>(w.n_experts), split_stride);
+// One launch's shape: row tiles of `tile_m` rows (16, 32 or 64), `splits` k ranges writing partials to y +
+// z * split_stride.
+struct Launch {
+  const ExpertWindow* tiles;
+  unsigned row_tiles;
+  int tile_m, n_rows;
+  const int32_t* row_ids;
+  int splits;
+  int64_t split_stride;
+};
+
+template <int Bits, int M, int N, int MinBlocks>
+void launch_m(const TiledWeight& w, const Launch& l, const SplitX& X, float* y, int64_t ldy,
+              cudaStream_t stream) {
+  const dim3 grid(l.row_tiles, static_cast<unsigned>((w.rows + N - 1) / N), static_cast<unsigned>(l.splits));
+  constexpr size_t kSmem = sizeof(TileSmem<M, N>);
+  auto* kernel = tiled_kernel<Bits, M, N, MinBlocks>;
+  if constexpr (kSmem > 48 * 1024)
+    check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSmem)),
+          "tiled_wx: shared memory size");
+  kernel<<<grid, Tile<M, N>::kThreads, kSmem, stream>>>(tile_weight<Bits>(w), l.tiles, l.n_rows, l.row_ids, X,
+                                                        y, ldy, static_cast<int>(w.n_experts),
+                                                        l.split_stride);
   check_launch("tiled_wx");
 }
 
-// Splits x (n_x rows) into scratch from the stream-ordered pool, then runs the tiles.
-void dispatch(const TiledWeight& w, const ExpertWindow* tiles, unsigned row_tiles, int n_rows,
-              const int32_t* row_ids, const float* x, int64_t ldx, int64_t n_x, float* y, int64_t ldy,
-              cudaStream_t stream, int splits = 1, int64_t split_stride = 0) {
-  if (!tiled_supported(w))
-    throw ArgumentError(
-        "tiled_wx: the weight must be dense bf16 or MLX affine bits 2-6/8, group 32/64/128, "
-        "with cols a multiple of 32");
-  if ((w.rows + kTileOutputs - 1) / kTileOutputs > 65535)
-    throw ArgumentError("tiled_wx: at most 65535 * 64 output rows");
-  if (ldx % 4 != 0 || reinterpret_cast<uintptr_t>(x) % 16 != 0)
-    throw ArgumentError("tiled_wx: x must be 16-byte aligned with ldx a multiple of 4");
-  if (row_tiles == 0 || n_x <= 0) return;
-  const int64_t cols = w.cols, plane_bytes = kTerms * n_x * cols * 2, sum_count = n_x * (cols / kTileCols);
-  void* scratch = nullptr;
-  check(cudaMallocAsync(&scratch, static_cast<size_t>(plane_bytes + sum_count * 4), stream),
-        "tiled_wx: cudaMallocAsync (x planes)");
-  auto* planes = static_cast<uint16_t*>(scratch);
-  auto* sums = reinterpret_cast<float*>(static_cast<uint8_t*>(scratch) + plane_bytes);
-  split_kernel<<<static_cast<unsigned>((sum_count + 127) / 128), 128, 0, stream>>>(x, ldx, n_x, cols, planes,
-                                                                                   sums);
-  const cudaError_t split_err = cudaGetLastError();
-  const SplitX X{planes, sums, n_x, cols};
-  try {
-    if (split_err != cudaSuccess) check(split_err, "tiled_wx: split");
-    if (w.dense != nullptr) {
-      launch<0>(w, tiles, row_tiles, n_rows, row_ids, X, y, ldy, splits, split_stride, stream);
-    } else {
-      with_bits(w.affine.bits, [&](auto bits) {
-        launch<decltype(bits)::value>(w, tiles, row_tiles, n_rows, row_ids, X, y, ldy, splits, split_stride,
-                                      stream);
-      });
-    }
-  } catch (...) {
-    cudaFreeAsync(scratch, stream);
-    throw;
-  }
-  check(cudaFreeAsync(scratch, stream), "tiled_wx: cudaFreeAsync (x planes)");
+bool valid_config(const TiledConfig& c) {
+  return (c.tile_outputs == 64 && (c.min_blocks == 3 || c.min_blocks == 4)) ||
+         (c.tile_outputs == 128 && c.min_blocks == 2);
 }
 
-// The split-K variant's reduction: y = sum of the splits' partials in split order.
+// The process's tiling: the default, or DS_CUDA_TILED_OUTPUTS ("64/4", "64/3", "128/2") at first use.
+TiledConfig& current_config() {
+  static TiledConfig config = [] {
+    TiledConfig c;
+    const char* env = std::getenv("DS_CUDA_TILED_OUTPUTS");
+    if (env == nullptr || *env == '\0') return c;
+    const std::string v = env;
+    const size_t slash = v.find('/');
+    c = slash == std::string::npos
+            ? TiledConfig{0, 0}
+            : TiledConfig{std::atoi(v.substr(0, slash).c_str()), std::atoi(v.substr(slash + 1).c_str())};
+    if (!valid_config(c))
+      throw ArgumentError("DS_CUDA_TILED_OUTPUTS must be 64/4, 64/3 or 128/2 (got '" + v + "')");
+    return c;
+  }();
+  return config;
+}
+
+template <int Bits, int M>
+void launch_rows(const TiledWeight& w, const Launch& l, const SplitX& X, float* y, int64_t ldy,
+                 cudaStream_t stream) {
+  const TiledConfig c = current_config();
+  if (c.tile_outputs == 128) return launch_m<Bits, M, 128, 2>(w, l, X, y, ldy, stream);
+  if constexpr (M == 64)  // the smaller row tiles fit 4 blocks without spilling
+    if (c.min_blocks == 3) return launch_m<Bits, M, 64, 3>(w, l, X, y, ldy, stream);
+  launch_m<Bits, M, 64, 4>(w, l, X, y, ldy, stream);
+}
+
+template <int Bits>
+void launch(const TiledWeight& w, const Launch& l, const SplitX& X, float* y, int64_t ldy,
+            cudaStream_t stream) {
+  if (l.tile_m == 16) return launch_rows<Bits, 16>(w, l, X, y, ldy, stream);
+  if (l.tile_m == 32) return launch_rows<Bits, 32>(w, l, X, y, ldy, stream);
+  launch_rows<Bits, 64>(w, l, X, y, ldy, stream);
+}
+
+// The split-K reduction: y = the splits' partials added in split order (a fixed order, no atomics).
 __global__ void reduce_splits_kernel(const float* part, int splits, int64_t n_rows, int64_t n_out, float* y,
                                      int64_t ldy) {
   const int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
@@ -382,7 +489,71 @@ __global__ void reduce_splits_kernel(const float* part, int splits, int64_t n_ro
   y[r * ldy + o] = acc;
 }
 
+// Splits x (n_x rows) into scratch from the stream-ordered pool, then runs the tiles; with l.splits > 1 the
+// partials go to `workspace` (or more scratch when null) and are added into y.
+void dispatch(const TiledWeight& w, Launch l, const float* x, int64_t ldx, int64_t n_x, float* y, int64_t ldy,
+              cudaStream_t stream, float* workspace = nullptr) {
+  if (!tiled_supported(w))
+    throw ArgumentError(
+        "tiled_wx: the weight must be dense bf16 or MLX affine bits 2-6/8, group 32/64/128, "
+        "with cols a multiple of 32");
+  if ((w.rows + 63) / 64 > 65535) throw ArgumentError("tiled_wx: at most 65535 * 64 output rows");
+  if (ldx % 4 != 0 || reinterpret_cast<uintptr_t>(x) % 16 != 0)
+    throw ArgumentError("tiled_wx: x must be 16-byte aligned with ldx a multiple of 4");
+  if (l.row_tiles == 0 || n_x <= 0) return;
+  const int64_t cols = w.cols, plane_bytes = kTerms * n_x * cols * 2, sum_count = n_x * (cols / kTileCols);
+  const int64_t part_count = l.splits > 1 ? int64_t{l.n_rows} * w.rows : 0;
+  const int64_t part_bytes = workspace == nullptr ? l.splits * part_count * 4 : 0;
+  void* scratch = nullptr;
+  check(cudaMallocAsync(&scratch, static_cast<size_t>(plane_bytes + part_bytes + sum_count * 4), stream),
+        "tiled_wx: cudaMallocAsync (x planes)");
+  auto* planes = static_cast<uint16_t*>(scratch);
+  auto* sums = reinterpret_cast<float*>(static_cast<uint8_t*>(scratch) + plane_bytes + part_bytes);
+  float* part = workspace != nullptr ? workspace
+                                     : reinterpret_cast<float*>(static_cast<uint8_t*>(scratch) + plane_bytes);
+  split_kernel<<<static_cast<unsigned>((sum_count + 127) / 128), 128, 0, stream>>>(x, ldx, n_x, cols, planes,
+                                                                                   sums);
+  const cudaError_t split_err = cudaGetLastError();
+  const SplitX X{planes, sums, n_x, cols};
+  float* out = l.splits > 1 ? part : y;
+  const int64_t ld_out = l.splits > 1 ? w.rows : ldy;
+  l.split_stride = part_count;
+  try {
+    if (split_err != cudaSuccess) check(split_err, "tiled_wx: split");
+    if (w.dense != nullptr) {
+      launch<0>(w, l, X, out, ld_out, stream);
+    } else {
+      with_bits(w.affine.bits,
+                [&](auto bits) { launch<decltype(bits)::value>(w, l, X, out, ld_out, stream); });
+    }
+    if (l.splits > 1) {
+      reduce_splits_kernel<<<static_cast<unsigned>((part_count + 255) / 256), 256, 0, stream>>>(
+          part, l.splits, l.n_rows, w.rows, y, ldy);
+      check_launch("tiled_wx: split-K sum");
+    }
+  } catch (...) {
+    cudaFreeAsync(scratch, stream);
+    throw;
+  }
+  check(cudaFreeAsync(scratch, stream), "tiled_wx: cudaFreeAsync (x planes)");
+}
+
+unsigned row_tiles_of(int n_rows) {
+  return static_cast<unsigned>((n_rows + kTileRows - 1) / kTileRows);
+}
+
 }  // namespace
+
+TiledConfig tiled_config() {
+  return current_config();
+}
+
+void set_tiled_config(const TiledConfig& c) {
+  if (!valid_config(c))
+    throw ArgumentError("set_tiled_config: tile_outputs/min_blocks must be 64/4, 64/3 or 128/2 (got " +
+                        std::to_string(c.tile_outputs) + "/" + std::to_string(c.min_blocks) + ")");
+  current_config() = c;
+}
 
 bool tiled_supported(const TiledWeight& w) {
   if (w.rows <= 0 || w.cols <= 0 || w.cols % kTileCols != 0 || w.n_experts < 1) return false;
@@ -392,31 +563,43 @@ bool tiled_supported(const TiledWeight& w) {
          (g == 32 || g == 64 || g == 128) && w.cols % g == 0;
 }
 
+int tiled_fixed_splits(const TiledWeight& w) {
+  const int64_t out_tiles = (w.rows + kTileOutputs - 1) / kTileOutputs, k_tiles = w.cols / kTileCols;
+  if (out_tiles >= kSplitMaxOutputTiles || k_tiles < kSplitMinKTiles) return 1;
+  return static_cast<int>(
+      std::min<int64_t>(k_tiles / (kSplitMinKTiles / 2), (kSplitTargetTiles + out_tiles - 1) / out_tiles));
+}
+
+int prompt_expert_tile_rows(int n_rows, int k, int n_experts) {
+  const int64_t per_expert = (int64_t{n_rows} * k + n_experts - 1) / std::max(n_experts, 1);
+  return per_expert <= 16 ? 16 : per_expert <= 32 ? 32 : kTileRows;
+}
+
 void tiled_wx(const TiledWeight& w, const float* x, int64_t ldx, int n_rows, float* y, int64_t ldy,
               cudaStream_t stream) {
   if (n_rows < 0) throw ArgumentError("tiled_wx: n_rows must be >= 0");
-  const unsigned row_tiles = static_cast<unsigned>((n_rows + kTileRows - 1) / kTileRows);
-  dispatch(w, nullptr, row_tiles, n_rows, nullptr, x, ldx, n_rows, y, ldy, stream);
+  const int splits = tiled_supported(w) ? tiled_fixed_splits(w) : 1;
+  dispatch(w, Launch{nullptr, row_tiles_of(n_rows), kTileRows, n_rows, nullptr, splits, 0}, x, ldx, n_rows, y,
+           ldy, stream);
 }
 
 void tiled_wx_experts(const TiledWeight& w, const ExpertWindow* tiles, int max_tiles, const int32_t* row_ids,
-                      const float* x, int64_t ldx, int n_x_rows, float* y, int64_t ldy, cudaStream_t stream) {
+                      const float* x, int64_t ldx, int n_x_rows, float* y, int64_t ldy, cudaStream_t stream,
+                      int tile_rows) {
   if (max_tiles < 0) throw ArgumentError("tiled_wx_experts: max_tiles must be >= 0");
-  dispatch(w, tiles, static_cast<unsigned>(max_tiles), 0, row_ids, x, ldx, n_x_rows, y, ldy, stream);
+  if (tile_rows < 1 || tile_rows > kTileRows)
+    throw ArgumentError("tiled_wx_experts: tile_rows must be 1..64");
+  const int m = tile_rows <= 16 ? 16 : tile_rows <= 32 ? 32 : kTileRows;
+  dispatch(w, Launch{tiles, static_cast<unsigned>(max_tiles), m, 0, row_ids, 1, 0}, x, ldx, n_x_rows, y, ldy,
+           stream);
 }
 
 void tiled_wx_split_k(const TiledWeight& w, const float* x, int64_t ldx, int n_rows, float* y, int64_t ldy,
                       int splits, float* workspace, cudaStream_t stream) {
   if (splits < 1 || splits > w.cols / kTileCols)
     throw ArgumentError("tiled_wx_split_k: splits must be 1 .. cols / 32");
-  if (splits == 1) return tiled_wx(w, x, ldx, n_rows, y, ldy, stream);
-  const unsigned row_tiles = static_cast<unsigned>((n_rows + kTileRows - 1) / kTileRows);
-  const int64_t stride = int64_t{n_rows} * w.rows;
-  dispatch(w, nullptr, row_tiles, n_rows, nullptr, x, ldx, n_rows, workspace, w.rows, stream, splits, stride);
-  if (row_tiles == 0) return;
-  reduce_splits_kernel<<<static_cast<unsigned>((stride + 255) / 256), 256, 0, stream>>>(
-      workspace, splits, n_rows, w.rows, y, ldy);
-  check_launch("tiled_wx_split_k: reduce");
+  dispatch(w, Launch{nullptr, row_tiles_of(n_rows), kTileRows, n_rows, nullptr, splits, 0}, x, ldx, n_rows, y,
+           ldy, stream, workspace);
 }
 
 }  // namespace ds::cuda

@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "backend/cuda/model/cuda_model.h"
+#include "backend/cuda/tc_products.h"
 #include "core/error.h"
 #include "model_checks.h"
 
@@ -221,38 +222,34 @@ void run_prompt_bench(const std::string& config_path, const std::vector<int>& le
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - a).count();
   };
   run(2048);  // warm-up: scratch for a whole pass
-  // This session's prompt kernels (DeltaNet's chunked rule, the selected-blocks attention; the defaults) at
-  // every length, then the earlier ones (per-token rule, any-shape attention) up to 8192 tokens (32k of them
-  // costs half a minute; docs/receipts/cuda-prompt.md has it).
-  for (bool fresh : {true, false}) {
-    m.set_prompt_chunked_deltanet(fresh);
-    m.set_prompt_selected_tiles(fresh);
-    std::printf("%s\n%8s %10s %12s\n",
-                fresh ? "chunked DeltaNet rule, selected-blocks attention tiles"
-                      : "per-token DeltaNet rule, any-shape selected attention",
-                "tokens", "seconds", "tokens/s");
+  // The model's default kernels under the prompt products' default output tiles, then under tiles of 64
+  // outputs at 4 blocks an SM (tc_products.h TiledConfig; the same bits), each at every length up to 8192 and
+  // by op kind at 2048 tokens. (The DeltaNet and attention variants: docs/receipts/cuda-prompt.md.)
+  const TiledConfig base = tiled_config();
+  for (const TiledConfig& c : {base, TiledConfig{64, 4}}) {
+    const bool other = c.tile_outputs != base.tile_outputs || c.min_blocks != base.min_blocks;
+    if (other && base.tile_outputs == 64 && base.min_blocks == 4) break;
+    set_tiled_config(c);
+    std::printf("prompt products: output tiles of %d, %d blocks an SM%s\n%8s %10s %12s\n", c.tile_outputs,
+                c.min_blocks, other ? "" : " (default)", "tokens", "seconds", "tokens/s");
     for (int n : lengths) {
-      if (!fresh && n > 8192) continue;
+      if (other && n > 8192) continue;
       const double s = run(n);
       std::printf("%8d %10.3f %12.1f\n", n, s, n / s);
       std::fflush(stdout);
     }
-    // Where a 2048- and an 8192-token prompt spend their GPU time.
-    for (int n : {2048, 8192}) {
-      m.set_time_ops(true);
-      m.reset_op_times();
-      run(n);
-      std::vector<std::pair<std::string, double>> ops(m.op_times().begin(), m.op_times().end());
-      std::sort(ops.begin(), ops.end(), [](auto& a, auto& b) { return a.second > b.second; });
-      double total = 0;
-      for (auto& [k, ms] : ops) total += ms;
-      std::printf("  GPU time of a %d-token prompt by op (%.1f ms in all):\n", n, total);
-      for (auto& [k, ms] : ops) std::printf("    %-20s %9.2f ms %5.1f%%\n", k.c_str(), ms, 100 * ms / total);
-      m.set_time_ops(false);
-    }
+    m.set_time_ops(true);
+    m.reset_op_times();
+    run(2048);
+    std::vector<std::pair<std::string, double>> ops(m.op_times().begin(), m.op_times().end());
+    std::sort(ops.begin(), ops.end(), [](auto& a, auto& b) { return a.second > b.second; });
+    double total = 0;
+    for (auto& [k, ms] : ops) total += ms;
+    std::printf("  GPU time of a 2048-token prompt by op (%.1f ms in all):\n", total);
+    for (auto& [k, ms] : ops) std::printf("    %-20s %9.2f ms %5.1f%%\n", k.c_str(), ms, 100 * ms / total);
+    m.set_time_ops(false);
   }
-  m.set_prompt_selected_tiles(true);
-  m.set_prompt_chunked_deltanet(true);
+  set_tiled_config(base);
 }
 
 }  // namespace ds::cuda::modelcheck

@@ -182,9 +182,10 @@ const int32_t* CudaModel::prompt_experts(const Layer& L, int n, const float* x) 
   const int K = static_cast<int>(cfg_.experts_per_tok), E = static_cast<int>(cfg_.n_experts),
             I = static_cast<int>(cfg_.moe_inter);
   const int64_t D = cfg_.hidden;
-  // Decode tiles of one slot at one row (the small-window kernel's one-row path, no split launch), else of up
-  // to 8; the tiling changes no bits (each slot == its expert on its row alone).
-  const int tile_rows = prompt_pass_ ? kTileRows : n == 1 ? 1 : kDecodeExpertTileRows;
+  // Prompt tiles of 16, 32 or 64 rows by the mean rows an expert; decode tiles of one slot at one row (the
+  // small-window kernel's one-row path, no split launch), else of up to 8; the tiling changes no bits (each
+  // slot == its expert on its row alone).
+  const int tile_rows = prompt_pass_ ? prompt_expert_tile_rows(n, K, E) : n == 1 ? 1 : kDecodeExpertTileRows;
   // Decode: the stacked shared expert rides in the tiles as expert E (slots routed + r, where moe() and the
   // combine expect it), so its products are no launches of their own; a prompt pass runs it over every row.
   const int tiled_shared = L.shared_stacked && !prompt_pass_ ? 1 : 0;
@@ -202,7 +203,7 @@ const int32_t* CudaModel::prompt_experts(const Layer& L, int n, const float* x) 
   auto experts = [&](const TiledWeight& w, const int32_t* row_ids, const float* xs, int64_t ldx, int n_x,
                      float* y, int64_t ldy) {
     if (prompt_pass_)
-      tiled_wx_experts(w, tiles, max_tiles, row_ids, xs, ldx, n_x, y, ldy, st);
+      tiled_wx_experts(w, tiles, max_tiles, row_ids, xs, ldx, n_x, y, ldy, st, tile_rows);
     else
       tc_decode_experts(w, tiles, max_tiles, tile_rows, row_ids, xs, ldx, n_x, y, ldy, s.tc_split,
                         s.tc_split_bytes, st);
