@@ -118,8 +118,11 @@ void CudaModel::mixer(const Layer& L, int layer, int n, const float* x, float* y
                       shape.conv_kernel >= 2 && shape.conv_kernel <= 4;
     const bool chunked = fast && prompt_pass_ && opt_.prompt_chunked_deltanet;
     const DeltaRuleChunks chunks = chunked ? prompt_deltanet_chunks(shape, n) : DeltaRuleChunks{};
+    // Prompt passes keep the rule and the gated norm apart (same bits): the fused kernel's one block per
+    // value head walks a whole prompt window on as many SMs as heads, the rule alone on 4 blocks a head.
     if (fast)
-      deltanet_decode(shape, w, wins, s.n_windows, rows, n, st, chunked ? &chunks : nullptr);
+      deltanet_decode(shape, w, wins, s.n_windows, rows, n, st, chunked ? &chunks : nullptr,
+                      /*separate_norm=*/prompt_pass_);
     else
       deltanet_decode_generic(shape, w, wins, s.n_windows, rows, n, st);
     op("deltanet out");
