@@ -170,13 +170,7 @@ void run_bench(int reps, const std::string& only) {
       fill_random(scales, 3);
       fill_random(biases, 4);
       const int lists = 64;
-      std::vector<ExpertRow> pairs;
-      for (int k = 0; k < lists; ++k) {
-        std::vector<int32_t> ids(n_experts);
-        for (int e = 0; e < n_experts; ++e) ids[e] = e;
-        std::shuffle(ids.begin(), ids.end(), rng);
-        for (int j = 0; j < 10; ++j) pairs.push_back({ids[j], 0});
-      }
+      const std::vector<ExpertRow> pairs = random_expert_pairs(int(n_experts), lists, 10, rng);
       DeviceBuffer d_pairs(pairs.size() * sizeof(ExpertRow));
       d_pairs.upload(pairs.data(), d_pairs.bytes());
       const AffineWeight aw{codes.as<uint32_t>(),

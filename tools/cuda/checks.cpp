@@ -34,6 +34,24 @@ DeviceBuffer to_device(const std::vector<T>& v) {
   return b;
 }
 
+// One HostAffine's device copy and the kernels' view of it.
+struct DeviceAffine {
+  DeviceBuffer codes, scales, biases;
+  AffineWeight w;
+  explicit DeviceAffine(const HostAffine& h)
+      : codes(to_device(h.codes)),
+        scales(to_device(h.scales)),
+        biases(to_device(h.biases)),
+        w{codes.as<uint32_t>(),
+          scales.as<uint16_t>(),
+          biases.as<uint16_t>(),
+          h.rows,
+          h.cols,
+          h.bits,
+          h.group,
+          1} {}
+};
+
 // x rows on the host (both encodings, and the exact values as double) and on the device.
 struct XRows {
   int64_t ld = 0;
@@ -150,15 +168,8 @@ void check_affine(Tally& tally, bool quick, std::mt19937_64& rng, const Stream& 
       for (const auto& shape : shapes) {
         if (quick && shape[0] == 70) continue;
         const HostAffine h = random_affine(shape[0], shape[1], bits, group, rng);
-        DeviceBuffer codes = to_device(h.codes), scales = to_device(h.scales), biases = to_device(h.biases);
-        const AffineWeight w{codes.as<uint32_t>(),
-                             scales.as<uint16_t>(),
-                             biases.as<uint16_t>(),
-                             h.rows,
-                             h.cols,
-                             bits,
-                             group,
-                             1};
+        const DeviceAffine device(h);
+        const AffineWeight& w = device.w;
         const RefWeight ref{&h, nullptr, h.rows, h.cols, 1.0};
         const XRows x(h.cols, rng);
         for (ActType t : {ActType::F32, ActType::BF16}) {
@@ -272,15 +283,8 @@ void check_row_kernels(Tally& tally, bool quick, std::mt19937_64& rng, const Str
         if (shape[1] == 12288 && (bits != 4 || group != 64)) continue;
         if (quick && group == 128 && shape[0] == 1100) continue;
         const HostAffine h = random_affine(shape[0], shape[1], bits, group, rng);
-        DeviceBuffer codes = to_device(h.codes), scales = to_device(h.scales), biases = to_device(h.biases);
-        const AffineWeight w{codes.as<uint32_t>(),
-                             scales.as<uint16_t>(),
-                             biases.as<uint16_t>(),
-                             h.rows,
-                             h.cols,
-                             bits,
-                             group,
-                             1};
+        const DeviceAffine device(h);
+        const AffineWeight& w = device.w;
         const XRows x(h.cols, rng);
         for (ActType t : {ActType::F32, ActType::BF16}) {
           auto product = [&](const Activations& xv, int nr, float* y, int64_t ldy) {

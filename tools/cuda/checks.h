@@ -1,10 +1,13 @@
 #pragma once
 // Correctness checks and timings of the CUDA weight products (run by cuda_wx_check's main).
 #include <algorithm>
+#include <numeric>
+#include <random>
 #include <string>
 #include <vector>
 
 #include "backend/cuda/device_buffer.h"
+#include "backend/cuda/wx_products.h"
 
 namespace ds::cuda::wxcheck {
 
@@ -22,6 +25,18 @@ std::vector<T> download(const DeviceBuffer& b, size_t n) {
   std::vector<T> h(n);
   if (n > 0) b.download(h.data(), n * sizeof(T));
   return h;
+}
+
+// The benches' routed pairs: `lists` rows' top-k experts (distinct within a row, shuffled), all of x row 0.
+inline std::vector<ExpertRow> random_expert_pairs(int n_experts, int lists, int k, std::mt19937_64& rng) {
+  std::vector<ExpertRow> pairs;
+  std::vector<int32_t> ids(n_experts);
+  for (int l = 0; l < lists; ++l) {
+    std::iota(ids.begin(), ids.end(), 0);
+    std::shuffle(ids.begin(), ids.end(), rng);
+    for (int j = 0; j < k; ++j) pairs.push_back({ids[j], 0});
+  }
+  return pairs;
 }
 
 // Counts and a short log of what failed; every check adds to it.

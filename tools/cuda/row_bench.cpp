@@ -74,13 +74,7 @@ void run_grouped_row_bench(int reps, std::mt19937_64& rng, DeviceBuffer& x, Devi
       d_scales.upload(sb.data(), d_scales.bytes());
       d_biases.upload(sb.data(), d_biases.bytes());
       const int lists = 64;
-      std::vector<ExpertRow> pairs;
-      for (int k = 0; k < lists; ++k) {
-        std::vector<int32_t> ids(n_experts);
-        for (int e = 0; e < n_experts; ++e) ids[e] = e;
-        std::shuffle(ids.begin(), ids.end(), rng);
-        for (int j = 0; j < 11; ++j) pairs.push_back({ids[j], 0});
-      }
+      const std::vector<ExpertRow> pairs = random_expert_pairs(int(n_experts), lists, 11, rng);
       DeviceBuffer d_pairs(pairs.size() * sizeof(ExpertRow));
       d_pairs.upload(pairs.data(), d_pairs.bytes());
       const AffineWeight w{d_codes.as<uint32_t>(),
