@@ -53,7 +53,7 @@ stamp "programs: $bin"
 stamp "== (a) cuda_model_check (checks only) =="
 timeout "${CHECK_TIMEOUT:-80}" "$bin/cuda_model_check" "$repo" --small-config \
   "$repo/tests/cuda/flashnext-small-real-heads.json" >"$out/checks.log" 2>&1 || status=1
-grep -ciE "\bFAIL" "$out/checks.log" | sed 's/^/failing lines: /' | tee -a "$out/summary.txt"
+grep -cE "^ *FAIL " "$out/checks.log" | sed 's/^/failing lines: /' | tee -a "$out/summary.txt"
 tail -3 "$out/checks.log" | tee -a "$out/summary.txt"
 
 stamp "== (b) engine contract, MTP drafts =="

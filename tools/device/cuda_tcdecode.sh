@@ -52,7 +52,7 @@ if on "${CHECK_TIMEOUT:-90}"; then
   stamp "== (c) model checks, tensor-all =="
   DS_CUDA_DECODE_PRODUCTS=tensor-all timeout "${CHECK_TIMEOUT:-90}" "$bm/cuda_model_check" "$fixtures" \
     --small-config "$root/tests/cuda/flashnext-small-real-heads.json" >"$out/checks_tensor.log" 2>&1 || status=1
-  grep -ciE "\bFAIL" "$out/checks_tensor.log" | sed 's/^/failing lines: /' | tee -a "$out/summary.txt"
+  grep -cE "^ *FAIL " "$out/checks_tensor.log" | sed 's/^/failing lines: /' | tee -a "$out/summary.txt"
   grep -A12 "FAILED checks" "$out/checks_tensor.log" | tee -a "$out/summary.txt"
   tail -3 "$out/checks_tensor.log" | tee -a "$out/summary.txt"
 fi
