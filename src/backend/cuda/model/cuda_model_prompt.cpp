@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <string>
+#include <string_view>
 #include <utility>
 
 #include "backend/cuda/attention_decode.h"
@@ -82,8 +83,10 @@ DecodeProductsEnv parse_decode_products(const std::string& v, const char* what) 
       (colon == std::string::npos || number(colon + 1, v.size())))
     return {DecodeProducts::Tensor, std::stoll(v.substr(7, colon - 7)),
             colon == std::string::npos ? 0 : std::stoll(v.substr(colon + 1))};
-  fail("{} must be fma, tensor, tensor-all, tensor-tall, tensor-tall-all or tensor:ROWS[:COLS] (got '{}')",
-       what, v);
+  // The CLI resolves its `auto` before it gets here, but a user of the option should still read it listed.
+  const bool cli = std::string_view(what).rfind("--", 0) == 0;
+  fail("{} must be {}fma, tensor, tensor-all, tensor-tall, tensor-tall-all or tensor:ROWS[:COLS] (got '{}')",
+       what, cli ? "auto, " : "", v);
 }
 
 DecodeProductsEnv decode_products_env() {
