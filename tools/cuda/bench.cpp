@@ -170,9 +170,7 @@ void run_bench(int reps, const std::string& only) {
       fill_random(scales, 3);
       fill_random(biases, 4);
       const int lists = 64;
-      const std::vector<ExpertRow> pairs = random_expert_pairs(int(n_experts), lists, 10, rng);
-      DeviceBuffer d_pairs(pairs.size() * sizeof(ExpertRow));
-      d_pairs.upload(pairs.data(), d_pairs.bytes());
+      const DeviceBuffer d_pairs = upload(random_expert_pairs(int(n_experts), lists, 10, rng));
       const AffineWeight aw{codes.as<uint32_t>(),
                             scales.as<uint16_t>(),
                             biases.as<uint16_t>(),

@@ -74,9 +74,7 @@ void run_grouped_row_bench(int reps, std::mt19937_64& rng, DeviceBuffer& x, Devi
       d_scales.upload(sb.data(), d_scales.bytes());
       d_biases.upload(sb.data(), d_biases.bytes());
       const int lists = 64;
-      const std::vector<ExpertRow> pairs = random_expert_pairs(int(n_experts), lists, 11, rng);
-      DeviceBuffer d_pairs(pairs.size() * sizeof(ExpertRow));
-      d_pairs.upload(pairs.data(), d_pairs.bytes());
+      const DeviceBuffer d_pairs = upload(random_expert_pairs(int(n_experts), lists, 11, rng));
       const AffineWeight w{d_codes.as<uint32_t>(),
                            d_scales.as<uint16_t>(),
                            d_biases.as<uint16_t>(),
