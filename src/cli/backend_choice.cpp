@@ -54,7 +54,7 @@ void add_backend_options(CLI::App& cmd, std::string& backend, bool& cuda_prompt_
                          std::string& cuda_products) {
   cmd.add_option("--backend", backend, "cpu, or cuda (the GPU; a -DDELTASERVE_CUDA=ON build)");
   cmd.add_flag("--cuda-prompt-passes", cuda_prompt_passes,
-               "cuda: prompts as tensor-core prompt passes (docs/backend-cuda.md \"Prompt path\"; default; "
+               "cuda: prompts as tensor-core prompt passes (docs/cuda-model.md \"Prompt path\"; default; "
                "=false: as decode windows)");
   cmd.add_flag("--cuda-drafts", cuda_drafts,
                kCudaDraftsByDefault
@@ -64,7 +64,7 @@ void add_backend_options(CLI::App& cmd, std::string& backend, bool& cuda_prompt_
   cmd.add_option(
       "--cuda-products", cuda_products,
       "cuda: the decode products' family for the process: auto (tensor cores when --parallel >= 16, "
-      "else fma), fma, tensor, tensor-tall (docs/backend-cuda.md \"Decode products on the tensor "
+      "else fma), fma, tensor, tensor-tall (docs/cuda-products.md \"Decode products on the tensor "
       "cores\")");
 }
 

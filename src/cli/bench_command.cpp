@@ -261,7 +261,7 @@ void register_bench_command(CLI::App& app) {
                   "cpu, or cuda (decode rounds on the GPU; a -DDELTASERVE_CUDA=ON build)");
   cmd->add_option("--seed", o->seed, "seed of the dummy weights and the token ids");
   cmd->add_flag("--cuda-prompt-passes", o->cuda_prompt_passes,
-                "cuda: prompts through the engine as prompt passes (docs/backend-cuda.md \"Prompt path\"; "
+                "cuda: prompts through the engine as prompt passes (docs/cuda-model.md \"Prompt path\"; "
                 "default; =false: as decode windows)");
   cmd->add_option("--prompt-lengths", o->prompt_lengths, "prompt lengths, one stream each")->delimiter(',');
   cmd->add_option("--streams", o->streams, "decode stream counts")->delimiter(',');

@@ -1,4 +1,4 @@
-// Correctness of the CUDA weight products against the float64 reference (docs/backend-cuda.md).
+// Correctness of the CUDA weight products against the float64 reference (docs/cuda-products.md).
 #include "checks.h"
 
 #include <cmath>

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # On the GPU machine: the check for the illegal address that CudaBackend's parked-graph draft forms once hit with
-# prompt passes (docs/backend-cuda.md "Drafts and prompt passes"; fixed by the capture mutex). Runs
+# prompt passes (docs/cuda-engine.md "Drafts and prompt passes"; fixed by the capture mutex). Runs
 # `cuda_engine_contract MODEL --backend cuda --prompt-path` RUNS times under each setting (the parked forms, the
 # default; then without window graphs; then without merged re-runs; the earlier forms as the control), then once
 # under compute-sanitizer memcheck (its first report names the kernel). One log, $OUT/draft_fault.txt.

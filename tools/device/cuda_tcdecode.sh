@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# On the GPU machine, one call for the tensor-core decode products (docs/backend-cuda.md, "Decode products on
+# On the GPU machine, one call for the tensor-core decode products (docs/cuda-products.md, "Decode products on
 # the tensor cores"): builds cuda_wx_check and cuda_model_check side by side (as cuda_check.sh and
 # cuda_model.sh do), then (a) cuda_wx_check --only decode-tc's checks, (b) the prompt products' checks (--only
 # tiled --no-bench: they share tc_common.cuh and the expert grouping), (c) cuda_model_check's checks on the

@@ -1,5 +1,5 @@
 #pragma once
-// Gated attention decode on the GPU (docs/backend-cuda.md): per row, centred RMSNorm of q and k per head,
+// Gated attention decode on the GPU (docs/cuda-ops.md): per row, centred RMSNorm of q and k per head,
 // partial RoPE (rotate-half on the first rotary_dim values, f32 angles as torch computes them), the K/V cache
 // append, softmax attention over the stream's cached keys (GQA) and the sigmoid output gate. The CPU
 // reference math is src/model/layers/attention.cpp (without the indexer's block selection).

@@ -1,5 +1,5 @@
 #pragma once
-// The chunked (C = 64) gated delta rule of prompt passes (docs/backend-cuda.md "Prompt path"): the
+// The chunked (C = 64) gated delta rule of prompt passes (docs/cuda-model.md "Prompt path"): the
 // UT-transform form of src/model/layers/delta_rule.cpp (delta_rule_chunk) on the GPU, chunks ending at
 // absolute multiples of 64 positions as on the CPU, so a prompt cut at multiples of 64 gives the same bits as
 // one pass.

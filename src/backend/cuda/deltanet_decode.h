@@ -1,5 +1,5 @@
 #pragma once
-// Gated DeltaNet decode step on the GPU (docs/backend-cuda.md): for windows of tokens of many streams in one
+// Gated DeltaNet decode step on the GPU (docs/cuda-ops.md): for windows of tokens of many streams in one
 // launch sequence, the causal conv + SiLU, q/k L2 norm, beta and the log decay, the per-token delta rule on
 // the fp32 state and the gated RMSNorm; the CPU reference math is src/model/layers/deltanet.cpp.
 #include <cuda_runtime.h>

@@ -1,5 +1,5 @@
 #pragma once
-// Programmatic dependent launch (Hopper, docs/backend-cuda.md "Programmatic launch"): a decode round's graph
+// Programmatic dependent launch (Hopper, docs/cuda-model.md "Programmatic launch"): a decode round's graph
 // lets each kernel start while the one before it finishes (CudaModel turns the graph's kernel-to-kernel edges
 // into programmatic ones). So EVERY kernel that can run in that graph calls grid_dependency_wait() first,
 // before it reads or writes any memory: it returns once the previous kernel has completed and its writes are

@@ -1,6 +1,6 @@
 #pragma once
 // What the grouped expert product (wx_products.cu, grouped_row_kernel) does with a task's outputs: store them
-// (PlainOut), or fold the MoE op that reads them next into the same launch (docs/backend-cuda.md "Whole
+// (PlainOut), or fold the MoE op that reads them next into the same launch (docs/cuda-model.md "Whole
 // model"), each giving the bits of the separate ops:
 // - SwigluOut (gate|up): a warp's 4 outputs are gate rows q, q+1 and up rows I+q, I+q+1, so it stores
 //   h[q + j] = silu(gate) * up, silu_mul_halves' expression, instead of the 4 products;

@@ -1,5 +1,5 @@
 #pragma once
-// MoE routing on the GPU (docs/backend-cuda.md): per row, softmax over the E router logits in fp32, the top k
+// MoE routing on the GPU (docs/cuda-ops.md): per row, softmax over the E router logits in fp32, the top k
 // experts (higher logit first, ties to the lower id), weights renormalised over the k (or divided by the full
 // sum). The CPU reference is route_row in src/model/layers/moe.cpp.
 #include <cuda_runtime.h>

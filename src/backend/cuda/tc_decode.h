@@ -1,6 +1,6 @@
 #pragma once
-// Tensor-core weight products for decode (docs/backend-cuda.md, "Decode products on the tensor cores"): y = x
-// W^T for any number of rows (1 .. 64 a tile, tiles of 64 rows side by side in one launch), W MLX affine
+// Tensor-core weight products for decode (docs/cuda-products.md, "Decode products on the tensor cores"): y =
+// x W^T for any number of rows (1 .. 64 a tile, tiles of 64 rows side by side in one launch), W MLX affine
 // (bits 2-6, 8; group 32/64/128) or dense bf16, with `mma.sync` m16n8k16: the weights are the A operand (16
 // outputs a fragment), the rows the B operand (8 rows a fragment, so one row costs a fragment of 8, not 16).
 //

@@ -1,5 +1,5 @@
 #pragma once
-// Tensor-core weight products for prompt passes (docs/backend-cuda.md, "Prompt path"): y = x W^T for many
+// Tensor-core weight products for prompt passes (docs/cuda-model.md, "Prompt path"): y = x W^T for many
 // rows of fp32 x, W MLX affine (bits 2-8, group 32/64/128, bf16 scales/biases) or dense bf16, on fixed tiles
 // of 64 rows (expert tiles: 16, 32 or 64) x 64 outputs x 32 columns with `mma.sync` m16n8k16 (bf16 in, fp32
 // accumulate). Row invariant by construction: a row's result is the same sequence of MMAs over its own x row

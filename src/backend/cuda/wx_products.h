@@ -1,5 +1,5 @@
 #pragma once
-// Weight x activation products on the GPU for decode windows of 1-16 rows (docs/backend-cuda.md):
+// Weight x activation products on the GPU for decode windows of 1-16 rows (docs/cuda-products.md):
 // y[r*ldy + o] = sum_i W[o,i] * x[r*x.ld + i], fp32 accumulation, row invariant by construction.
 #include <cuda_runtime.h>
 
@@ -54,7 +54,7 @@ void dense_wx(const DenseBf16Weight& w, const Activations& x, int n_rows, float*
               cudaStream_t stream);
 
 // The kernel that runs one-row products (n_rows == 1) of affine_wx and dense_wx; every choice gives the same
-// bits (docs/backend-cuda.md "Kernels"). Process-wide; the default is DS_CUDA_ROW_KERNEL when set (its name,
+// bits (docs/cuda-products.md "Kernels"). Process-wide; the default is DS_CUDA_ROW_KERNEL when set (its name,
 // below), else PairedStaged; Paired and PairedStaged run lockstep-exact on shapes with too few tasks for them
 // (wx_row_choice.h). For benches and checks.
 enum class RowKernel {
@@ -126,7 +126,7 @@ void affine_wx_expert_windows(const AffineWeight& w, const ExpertWindow* windows
 void moe_expert_windows(const int32_t* topk, int n_rows, int k, int n_experts, ExpertWindow* windows,
                         int32_t* row_ids, int32_t* slot_of, cudaStream_t stream);
 
-// The hyper-connection mix's tail for ONE row, in one launch (docs/backend-cuda.md): low = silu(joint[0..R) *
+// The hyper-connection mix's tail for ONE row, in one launch (docs/cuda-model.md): low = silu(joint[0..R) *
 // inv_s), mix = up low (up [4 D, R]; each output's chain that of affine_wx), x[d] = (sum_k sigmoid(mix[k D +
 // d]) * normed[k D + d]) * (1/4) with k in order, and with iota set iota[k] = 2 sigmoid(joint[R + k] * inv_s)
 // for k < 4: the bits of hc_activations, affine_wx and hc_combine run apart. False, with nothing enqueued,

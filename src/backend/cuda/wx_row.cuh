@@ -1,5 +1,5 @@
 #pragma once
-// One-row products (R = 1) with 8 outputs a warp in two halves (fmarow, docs/backend-cuda.md "Kernels"): the
+// One-row products (R = 1) with 8 outputs a warp in two halves (fmarow, docs/cuda-products.md "Kernels"): the
 // chains, butterfly and slice merge of every affine_wx / dense_wx tier, bit for bit, run with fewer issued
 // instructions a code and no lane left idle on a row of 80 units.
 //

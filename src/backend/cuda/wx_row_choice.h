@@ -1,5 +1,5 @@
 #pragma once
-// The shape rule between the paired and the lockstep one-row kernels (docs/backend-cuda.md "Kernels"): a
+// The shape rule between the paired and the lockstep one-row kernels (docs/cuda-products.md "Kernels"): a
 // paired task holds twice the outputs, so a product with few of them (a router, one expert) runs on half the
 // warps; below paired_min_tasks() tasks the paired and paired-staged choices run lockstep-exact instead, for
 // affine_wx / dense_wx at one row and the grouped expert products alike. The same bits either way.
@@ -8,7 +8,8 @@
 namespace ds::cuda {
 
 // Tasks a paired launch needs to be taken: by default DS_CUDA_PAIRED_MIN_TASKS when set, else 2 x the GPU's
-// SMs (the device current at the first call); 0 takes it for every shape. Process-wide; for benches and checks.
+// SMs (the device current at the first call); 0 takes it for every shape. Process-wide; for benches and
+// checks.
 void set_paired_min_tasks(int64_t n);
 int64_t paired_min_tasks();
 

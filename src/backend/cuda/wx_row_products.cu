@@ -1,5 +1,5 @@
 // The one-row (R = 1) weight-product kernels and the process-wide choice between them (RowKernel,
-// wx_products.h). Every choice gives the same bits: the chains of docs/backend-cuda.md "The arithmetic".
+// wx_products.h). Every choice gives the same bits: the chains of docs/cuda-products.md "The arithmetic".
 #include <algorithm>
 #include <array>
 #include <atomic>

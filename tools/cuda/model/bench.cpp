@@ -159,7 +159,7 @@ void run_bench(const std::string& config_path, int bits, int group, const std::v
       for (const auto& [c, k] : kinds) std::printf("    %5d  %s\n", c, k.c_str());
     }
     std::fflush(stdout);
-    // The other one-row kernels (the same bits, docs/backend-cuda.md "Kernels"), against the default line.
+    // The other one-row kernels (the same bits, docs/cuda-products.md "Kernels"), against the default line.
     const RowKernel row_kernel = one_row_kernel();
     for (RowKernel k :
          {RowKernel::Lockstep, RowKernel::LockstepExact, RowKernel::Paired, RowKernel::PairedStaged}) {

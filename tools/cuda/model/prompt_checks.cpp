@@ -1,4 +1,4 @@
-// The prompt path of CudaModel (docs/backend-cuda.md, "Prompt path"): fixtures within the float64 bound
+// The prompt path of CudaModel (docs/cuda-model.md, "Prompt path"): fixtures within the float64 bound
 // through prompt passes; a prompt split at multiples of 64 (or into passes) == one pass, and a stream's
 // prompt alone == beside other streams' prompts, bit for bit (split off the 64-grid: within 1e-3 of the
 // largest logit, as DeltaNet's chunks follow the cut); and prompt tokens/s at the real shape.

@@ -1,5 +1,5 @@
 #pragma once
-// The engine's CUDA backend (docs/backend-cuda.md, "Engine"): runtime/model_backend.h over CudaModel. States
+// The engine's CUDA backend (docs/cuda-engine.md, "Engine"): runtime/model_backend.h over CudaModel. States
 // live on the device (StreamState::backend holds a CudaStreamState; a StreamState copy is a device-to-device
 // copy, which is what the prompt cache stores). Draft rollback restores the recurrent parts saved before the
 // window and re-runs the kept rows at the next forward, batched (windows == one-token steps bit for bit on

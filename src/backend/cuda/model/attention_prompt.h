@@ -1,5 +1,5 @@
 #pragma once
-// Attention of prompt rows past the indexer's budget (docs/backend-cuda.md "Prompt path"): each row attends
+// Attention of prompt rows past the indexer's budget (docs/cuda-model.md "Prompt path"): each row attends
 // over its chosen key blocks and its tail, as attend_generic (generic_mixers.cu) does one warp per (row,
 // head), but one block per (row, kv head) whose warps are the kv head's q heads, so every gathered key and
 // value is read once for all of them, in tiles of 32 keys staged in shared memory.

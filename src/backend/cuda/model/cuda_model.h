@@ -1,5 +1,5 @@
 #pragma once
-// The whole model's decode path on the GPU (docs/backend-cuda.md, "Whole model"): windows of tokens of many
+// The whole model's decode path on the GPU (docs/cuda-model.md, "Whole model"): windows of tokens of many
 // streams per call, one launch sequence per layer op, logits for each segment's last row (or every row).
 // Weights are uploaded from a bound ModelWeights in their checkpoint encodings, or made at random on the GPU
 // from a config; the embedding and PLE tables stay in host memory and their rows are gathered per call.
@@ -31,7 +31,7 @@ struct AttentionSelection;
 struct DeltaNetShape;
 struct DeltaRuleChunks;
 
-// The weight products of decode calls (docs/backend-cuda.md, "Decode products on the tensor cores"): the FMA
+// The weight products of decode calls (docs/cuda-products.md, "Decode products on the tensor cores"): the FMA
 // kernels (wx_products.h) or the tensor-core ones (tc_decode.h) for every matrix with at least
 // tensor_min_rows outputs that they take (a choice by the matrix alone, so a row's bits never depend on the
 // call's rows either way). The defaults come from DS_CUDA_DECODE_PRODUCTS: fma (or unset), tensor,
@@ -66,7 +66,7 @@ struct CudaModelOptions {
   // off by default, as the per-pair products measured faster at 1-64 streams (docs/receipts/cuda-decode.md).
   bool expert_windows = false;
   // In a graph, each kernel launches while the one before it runs (programmatic dependent launch, Hopper);
-  // changes no bits (docs/backend-cuda.md "Programmatic launch").
+  // changes no bits (docs/cuda-model.md "Programmatic launch").
   bool programmatic_launch = true;
   // Matrices over the same activations uploaded as one matrix where they share an encoding, one product
   // (hc down|inject, router|shared gate|up|shared gate); off: one product each, same layout, same bits.
@@ -142,7 +142,7 @@ struct CudaSegment {
   std::span<const int32_t> tokens;
   bool all_logits = false;
   // A prompt pass (as ForwardSegment::prompt on the CPU): tensor-core products, experts grouped into tiles
-  // (docs/backend-cuda.md, "Prompt path"). A call's segments are all prompt or all decode.
+  // (docs/cuda-model.md, "Prompt path"). A call's segments are all prompt or all decode.
   bool prompt = false;
   // DEVICE memory for tokens.size() * mtp_hidden_width() floats: receives every row's H for the MTP head
   // (the streams before the final mixer), or null. It stays on the device; copy it to the host only if

@@ -1,4 +1,4 @@
-// CudaModel's hyper-connection mix (docs/backend-cuda.md "Whole model"): the separate ops, or with
+// CudaModel's hyper-connection mix (docs/cuda-model.md "Whole model"): the separate ops, or with
 // fused_hc the two launches of hc_kernels.h (down|inject split by stream). CPU math:
 // src/model/layers/hyper_connection.cpp.
 #include "backend/cuda/model/cuda_model.h"

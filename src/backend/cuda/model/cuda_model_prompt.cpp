@@ -1,4 +1,4 @@
-// The prompt path of CudaModel (docs/backend-cuda.md, "Prompt path"): in a prompt pass every product runs on
+// The prompt path of CudaModel (docs/cuda-model.md, "Prompt path"): in a prompt pass every product runs on
 // the tensor cores (tc_products.h), DeltaNet's rule in chunks of 64 positions (deltanet_chunked.h), the
 // routed experts grouped into tiles of one expert's rows, the attention of rows past the indexer's budget
 // only over their chosen blocks (attention_prompt.h), and a long prompt call runs in passes cut at multiples

@@ -1,4 +1,4 @@
-// CudaModel's MTP draft head (docs/mtp.md, docs/backend-cuda.md "MTP head"; CPU math: Model::mtp_forward in
+// CudaModel's MTP draft head (docs/mtp.md, docs/cuda-model.md "MTP head"; CPU math: Model::mtp_forward in
 // src/model/mtp.cpp): the embedding rows gathered on the host, the hidden rows read from device pointers, the
 // head's attention layer run by the main layers' functions on cache slot cfg_.layers, the final mixer and
 // lm_head only for the rows that want logits. A call of an already seen shape replays its parked CUDA graph.

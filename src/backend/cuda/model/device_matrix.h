@@ -42,7 +42,7 @@ bool upload_joined(const std::vector<const MatrixWeight*>& gate, const std::vect
 // Several matrices over the same x as one product: their rows one after another in one matrix (`joined`),
 // uploaded so when the parts share cols and encoding, else one product per part (`parts`). Output rows are
 // `width` floats, part i at column offset[i]. A joined output equals its part's product bit for bit (a
-// product's chain for an output depends on the encoding and cols alone, docs/backend-cuda.md).
+// product's chain for an output depends on the encoding and cols alone, docs/cuda-products.md).
 struct JointMatrix {
   DeviceMatrix joined;
   std::vector<DeviceMatrix> parts;

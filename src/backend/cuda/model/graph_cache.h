@@ -1,5 +1,5 @@
 #pragma once
-// CUDA graphs of a CudaModel's calls parked by call shape (docs/backend-cuda.md "CUDA graphs"): a drafted
+// CUDA graphs of a CudaModel's calls parked by call shape (docs/cuda-model.md "CUDA graphs"): a drafted
 // round alternates a few shapes (the plain round, verify windows of each depth, the MTP head's catch-up rows
 // and one-row chain steps), each replayed from its own graph instead of captured again at every change.
 #include <cuda_runtime.h>

@@ -1,5 +1,5 @@
 #pragma once
-// The hyper-connection mix of a decode call in two launches per mix (docs/backend-cuda.md "Whole model"),
+// The hyper-connection mix of a decode call in two launches per mix (docs/cuda-model.md "Whole model"),
 // with the down|inject product split by stream: hc_head block (tile, g, r) norms stream g of row r (the
 // pending inject added, rms_norm_rows' order and bits) and writes its outputs' partial products over that
 // stream's D columns; hc_tail sums the S partials in a fixed order, then the activations + the up product +

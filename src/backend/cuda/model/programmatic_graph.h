@@ -1,5 +1,5 @@
 #pragma once
-// Programmatic dependent launch for a captured decode round (docs/backend-cuda.md "Programmatic launch").
+// Programmatic dependent launch for a captured decode round (docs/cuda-model.md "Programmatic launch").
 #include <cuda_runtime.h>
 
 #include <cstddef>

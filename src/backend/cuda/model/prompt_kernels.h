@@ -1,5 +1,5 @@
 #pragma once
-// Small kernels of the prompt path (docs/backend-cuda.md, "Prompt path").
+// Small kernels of the prompt path (docs/cuda-model.md, "Prompt path").
 #include <cuda_runtime.h>
 
 #include "backend/cuda/attention_decode.h"

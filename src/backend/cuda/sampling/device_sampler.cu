@@ -1,6 +1,6 @@
 // The keyed sampler's row-parallel passes and its call: penalties in place, pass A (each chunk's best logit),
 // the kept set (kept_set.cu), pass B (Gumbel-max over it). Passes split a row over blocks and combine their
-// partial bests with the same tie rule, so no result depends on the split (docs/backend-cuda.md, "Sampling").
+// partial bests with the same tie rule, so no result depends on the split (docs/cuda-engine.md, "Sampling").
 #include <cuda_runtime.h>
 
 #include <algorithm>

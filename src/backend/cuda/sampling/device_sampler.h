@@ -1,5 +1,5 @@
 #pragma once
-// The keyed sampler on the GPU (docs/backend-cuda.md, "Sampling"): draws rows of logits that stay on the
+// The keyed sampler on the GPU (docs/cuda-engine.md, "Sampling"): draws rows of logits that stay on the
 // device, each the token ds::KeyedSampler::sample gives for the same row, params, position, history and mask
 // (bit for bit: the same IEEE double operations through the DS_HOST_DEVICE noise and mass functions, and
 // order-free reductions: Gumbel-max ties to the lower id, integer masses, radix selection of the kept set).

@@ -1,5 +1,5 @@
 // The kept set of a filtered row (min-p, then top-k, then top-p) as a bound on the rank key, found on a short
-// candidate list instead of the whole row (docs/backend-cuda.md, "Sampling"):
+// candidate list instead of the whole row (docs/cuda-engine.md, "Sampling"):
 // - plan: the row's argmax from pass A (greedy rows are done), then for top-k rows a floor, the k-th largest
 //   of pass A's thread maxima (at most the k-th largest logit, as the host's select_top_k floor from block
 //   maxima); top-p-alone rows get a histogram of mass by offset bin;

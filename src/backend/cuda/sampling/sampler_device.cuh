@@ -1,7 +1,7 @@
 #pragma once
 // What the sampler's kernels share (device_sampler.cu: the row-parallel passes; kept_set.cu: the kept set of
 // the filters): the packed inputs, the per-row state, the scratch layout, the prepared logit, the rank key
-// and the order-free bests (docs/backend-cuda.md, "Sampling").
+// and the order-free bests (docs/cuda-engine.md, "Sampling").
 #include <cuda_runtime.h>
 
 #include <climits>
