@@ -62,24 +62,6 @@ void fill_random(DeviceBuffer& b, uint64_t seed) {
           "cudaMemcpy (bench fill)");
 }
 
-// Median milliseconds of one call of `launch(copy)`, timing batches of launches over rotating copies.
-template <class Launch>
-double median_ms(const Launch& launch, int n_copies, int reps, const Stream& stream) {
-  const int batch = std::max(n_copies, 16);
-  for (int i = 0; i < batch; ++i) launch(i % n_copies);  // warm-up: module load, clocks
-  Event start, stop;
-  std::vector<double> t;
-  for (int rep = 0; rep < reps; ++rep) {
-    start.record(stream.get());
-    for (int i = 0; i < batch; ++i) launch((rep * batch + i) % n_copies);
-    stop.record(stream.get());
-    stop.synchronize();
-    t.push_back(stop.ms_since(start) / batch);
-  }
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
-}
-
 double copy_ceiling_gbs(DeviceBuffer& a, const Stream& stream) {
   const size_t bytes = size_t(1) << 30;
   DeviceBuffer b(bytes);

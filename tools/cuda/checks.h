@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "backend/cuda/device_buffer.h"
+#include "backend/cuda/stream.h"
 #include "backend/cuda/wx_products.h"
 
 namespace ds::cuda::wxcheck {
@@ -25,6 +26,29 @@ std::vector<T> download(const DeviceBuffer& b, size_t n) {
   std::vector<T> h(n);
   if (n > 0) b.download(h.data(), n * sizeof(T));
   return h;
+}
+
+// The benches' timing: the median over `reps` batches of one call of `launch(copy)`, each batch of at least
+// 16 launches rotating over `n_copies` copies (after a warm-up batch: module load, clocks).
+template <class Launch>
+double median_ms(const Launch& launch, int n_copies, int reps, const Stream& stream) {
+  const int batch = std::max(n_copies, 16);
+  for (int i = 0; i < batch; ++i) launch(i % n_copies);
+  Event start, stop;
+  std::vector<double> t;
+  for (int rep = 0; rep < reps; ++rep) {
+    start.record(stream.get());
+    for (int i = 0; i < batch; ++i) launch((rep * batch + i) % n_copies);
+    stop.record(stream.get());
+    stop.synchronize();
+    t.push_back(stop.ms_since(start) / batch);
+  }
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+template <class Launch>
+double median_us(const Launch& launch, int n_copies, int reps, const Stream& stream) {
+  return 1e3 * median_ms(launch, n_copies, reps, stream);
 }
 
 // The benches' routed pairs: `lists` rows' top-k experts (distinct within a row, shuffled), all of x row 0.

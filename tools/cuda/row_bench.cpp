@@ -33,24 +33,6 @@ const int kFormats[][2] = {{4, 32}, {6, 64}};
 const RowKernel kKernels[] = {RowKernel::Lockstep, RowKernel::LockstepExact, RowKernel::Paired,
                               RowKernel::PairedStaged};
 
-// Median microseconds of one launch over batches that rotate through the copies.
-template <class Launch>
-double median_us(const Launch& launch, int n_copies, int reps, const Stream& stream) {
-  const int batch = std::max(n_copies, 16);
-  for (int i = 0; i < batch; ++i) launch(i % n_copies);
-  Event start, stop;
-  std::vector<double> t;
-  for (int rep = 0; rep < reps; ++rep) {
-    start.record(stream.get());
-    for (int i = 0; i < batch; ++i) launch((rep * batch + i) % n_copies);
-    stop.record(stream.get());
-    stop.synchronize();
-    t.push_back(stop.ms_since(start) * 1e3 / batch);
-  }
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
-}
-
 // The grouped expert products of a decode step (11 pairs: top-10 and the shared expert, 512 experts, one
 // row), x f32, lockstep against paired (every shape) and the default with its rule.
 void run_grouped_row_bench(int reps, std::mt19937_64& rng, DeviceBuffer& x, DeviceBuffer& y,

@@ -65,23 +65,6 @@ TiledWeight tiled(const AffineWeight& a) {
   return t;
 }
 
-template <class Launch>
-double median_us(const Launch& launch, int n_copies, int reps, const Stream& stream) {
-  const int batch = std::max(n_copies, 16);
-  for (int i = 0; i < batch; ++i) launch(i % n_copies);
-  std::vector<double> t;
-  for (int rep = 0; rep < reps; ++rep) {
-    Event start, stop;
-    start.record(stream.get());
-    for (int i = 0; i < batch; ++i) launch((rep * batch + i) % n_copies);
-    stop.record(stream.get());
-    stop.synchronize();
-    t.push_back(1000.0 * stop.ms_since(start) / batch);
-  }
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
-}
-
 }  // namespace
 
 void run_tc_decode_bench(int reps) {
