@@ -404,27 +404,21 @@ void launch_grouped(const char* op, const AffineWeight& w, const ExpertRow* pair
       kernel<<<static_cast<unsigned>(resident_blocks<kernel>(tasks)), block, 0, stream>>>(
           m, w.rows, w.n_experts, n_x_rows, pairs, n_pairs, rows, y, ldy, out);
     };
-    const detail::F32Rows f32{static_cast<const float*>(x.data), x.ld};
-    if (x.type == ActType::F32) {
+    auto launch_for = [&](const auto& rows) {  // the paired or the lockstep kernel for this row type
+      using Rows = std::decay_t<decltype(rows)>;
       if (paired)
-        launch(std::integral_constant<decltype(&paired_grouped_row_kernel<B, detail::F32Rows, Out>),
-                                      paired_grouped_row_kernel<B, detail::F32Rows, Out>>{},
-               f32);
+        launch(std::integral_constant<decltype(&paired_grouped_row_kernel<B, Rows, Out>),
+                                      paired_grouped_row_kernel<B, Rows, Out>>{},
+               rows);
       else
-        launch(std::integral_constant<decltype(&grouped_row_kernel<B, detail::F32Rows, Out>),
-                                      grouped_row_kernel<B, detail::F32Rows, Out>>{},
-               f32);
-    } else if constexpr (kPlain) {
-      const detail::Bf16Rows bf16{static_cast<const uint16_t*>(x.data), x.ld};
-      if (paired)
-        launch(std::integral_constant<decltype(&paired_grouped_row_kernel<B, detail::Bf16Rows, Out>),
-                                      paired_grouped_row_kernel<B, detail::Bf16Rows, Out>>{},
-               bf16);
-      else
-        launch(std::integral_constant<decltype(&grouped_row_kernel<B, detail::Bf16Rows, Out>),
-                                      grouped_row_kernel<B, detail::Bf16Rows, Out>>{},
-               bf16);
-    }
+        launch(std::integral_constant<decltype(&grouped_row_kernel<B, Rows, Out>),
+                                      grouped_row_kernel<B, Rows, Out>>{},
+               rows);
+    };
+    if (x.type == ActType::F32)
+      launch_for(detail::F32Rows{static_cast<const float*>(x.data), x.ld});
+    else if constexpr (kPlain)
+      launch_for(detail::Bf16Rows{static_cast<const uint16_t*>(x.data), x.ld});
   });
   check_launch(op);
 }
