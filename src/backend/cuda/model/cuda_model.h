@@ -93,7 +93,7 @@ struct CudaModelOptions {
   bool prompt_chunked_deltanet = false;
   // Prompt passes run DeltaNet's conv and per-token rule as deltanet_prompt.h's kernels (token ranges, a
   // cp.async ring of 16-token stages): the same bits as the decode kernels, 1 barrier a token instead of 4
-  // and no global round trip a token (docs/receipts/cuda-prompt.md "promptdn"). Off: the decode kernels.
+  // and no global round trip a token (docs/receipts/cuda-prompt.md, prompt9). Off: the decode kernels.
   bool prompt_staged_deltanet = true;
   // Prompt rows past the indexer's budget attend by attention_prompt_selected (a block per row and kv head);
   // off: the any-shape kernel, one warp per (row, head).
