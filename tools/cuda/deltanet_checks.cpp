@@ -38,7 +38,7 @@ struct StepResult {
 StepResult run_step(const DeltaNetCase& c, const DeviceWeights& w, const std::vector<int>& sel, int t0, int n,
                     const std::vector<std::vector<float>>& conv_states,
                     const std::vector<std::vector<float>>& states, const Stream& stream, bool chunked = false,
-                    const std::vector<int>& pos0 = {}, bool separate_norm = false) {
+                    const std::vector<int>& pos0 = {}, bool separate_norm = false, bool staged = false) {
   const DeltaNetShape& s = c.shape;
   const int64_t cd = s.conv_dim(), vd = s.value_dim(), nv = s.nv;
   std::vector<float> mixed, z, b, a;
@@ -71,7 +71,7 @@ StepResult run_step(const DeltaNetCase& c, const DeviceWeights& w, const std::ve
   scratch.fill_bytes(0xFF);
   const DeltaRuleChunks chunks{max_count, scratch.as<float>(), scratch.bytes()};
   deltanet_decode(s, w.view(), d_wins.as<DeltaNetWindow>(), static_cast<int>(wins.size()), r, rows,
-                  stream.get(), chunked ? &chunks : nullptr, separate_norm);
+                  stream.get(), chunked ? &chunks : nullptr, separate_norm, staged);
   stream.synchronize();
   StepResult out;
   out.core = download<float>(core, rows * vd);
@@ -152,6 +152,14 @@ void check_shape(Tally& tally, const DeltaNetShape& s, const std::string& name, 
   bool apart_same = same_bits(apart.core, full.core);
   for (int i = 0; i < nw; ++i) apart_same = apart_same && same_bits(apart.states[i], full.states[i]);
   tally.expect(apart_same, "deltanet " + name + ": rule + gated norm in one launch == apart (bits)");
+  // The prompt kernels (staged) on these short windows == the decode kernels, bit for bit.
+  const StepResult staged = run_step(c, w, all, 0, 1 << 30, conv0, st0, stream, false, {}, true, true);
+  bool staged_same = same_bits(staged.core, full.core);
+  for (int i = 0; i < nw; ++i)
+    staged_same = staged_same && same_bits(staged.states[i], full.states[i]) &&
+                  same_bits(staged.conv_states[i], full.conv_states[i]);
+  tally.expect(staged_same,
+               "deltanet " + name + ": the prompt (staged) kernels == the decode kernels (bits)");
 
   // Each window alone (its rows at row 0, one window per launch) == inside the full launch, bit for bit.
   bool alone_same = true;
@@ -295,6 +303,48 @@ void check_chunked(Tally& tally, const DeltaNetShape& s, const std::string& name
   tally.expect(odd_ratio <= 1.0, what + ": a window cut off the grid stays within the bound");
 }
 
+// The prompt kernels (deltanet_prompt.h) on prompt-length windows (several conv token ranges and rule
+// stages, ends off both grids) == the per-token decode kernels, bit for bit: core, states and conv states.
+void check_staged(Tally& tally, const DeltaNetShape& s, const std::string& name, std::mt19937_64& rng) {
+  const std::vector<int> counts = {700, 37, 130, 300, 1, 90, 16, 17};
+  const DeltaNetCase c = random_deltanet_case(s, counts, rng);
+  const DeviceWeights w(c);
+  std::vector<std::vector<float>> conv0, st0;
+  std::vector<int> all;
+  for (const auto& hw : c.windows) {
+    conv0.push_back(hw.conv_state);
+    st0.push_back(hw.state);
+    all.push_back(static_cast<int>(all.size()));
+  }
+  Stream stream;
+  const StepResult old = run_step(c, w, all, 0, 1 << 30, conv0, st0, stream, false, {}, true);
+  const StepResult staged = run_step(c, w, all, 0, 1 << 30, conv0, st0, stream, false, {}, true, true);
+  bool same = same_bits(staged.core, old.core), finite = true;
+  for (size_t i = 0; i < all.size(); ++i)
+    same = same && same_bits(staged.states[i], old.states[i]) &&
+           same_bits(staged.conv_states[i], old.conv_states[i]);
+  for (float x : staged.core) finite = finite && std::isfinite(x);
+  // Each window alone (one launch each) == inside the 8-window launch.
+  bool alone = true;
+  int64_t packed = 0;
+  const int64_t vd = s.value_dim();
+  for (size_t i = 0; i < all.size(); ++i) {
+    const int cnt = c.windows[i].count;
+    const StepResult one =
+        run_step(c, w, {static_cast<int>(i)}, 0, 1 << 30, conv0, st0, stream, false, {}, true, true);
+    alone = alone && std::memcmp(one.core.data(), staged.core.data() + packed * vd, cnt * vd * 4) == 0 &&
+            same_bits(one.states[i], staged.states[i]) &&
+            same_bits(one.conv_states[i], staged.conv_states[i]);
+    packed += cnt;
+  }
+  std::printf("deltanet staged %-21s vs the decode kernels: %s; alone == together: %s\n", name.c_str(),
+              same ? "bit-identical" : "DIFFERENT", alone ? "yes" : "NO");
+  const std::string what = "deltanet staged " + name;
+  tally.expect(finite, what + ": every core output written and finite");
+  tally.expect(same, what + ": == the per-token decode kernels on windows of up to 700 tokens (bits)");
+  tally.expect(alone, what + ": each window alone == inside the 8-window launch (bits)");
+}
+
 void check_arguments(Tally& tally) {
   DeltaNetShape bad;
   bad.dk = 64;
@@ -335,6 +385,11 @@ void run_deltanet_checks(Tally& tally) {
   check_shape(tally, small, "small 2/6 dv64 silu K3", rng);
   check_chunked(tally, flash, "flashnext 16/48", rng);
   check_chunked(tally, small, "small 2/6 dv64", rng);
+  check_staged(tally, flash, "flashnext 16/48", rng);
+  DeltaNetShape odd = small;  // value_dim 576: the last conv block half past the channels
+  odd.dv = 96;
+  odd.conv_kernel = 2;
+  check_staged(tally, odd, "small 2/6 dv96 K2", rng);
   check_arguments(tally);
 }
 
@@ -342,8 +397,11 @@ namespace {
 
 // Microseconds of one step of `streams` windows of `window` tokens at shape s (the per-token or the chunked
 // rule), over `reps` launches after 3 warm-ups.
-double time_step(const DeltaNetShape& s, int streams, int window, bool chunked, int reps,
+enum class StepKind { Fused, Separate, Staged, Chunked };
+
+double time_step(const DeltaNetShape& s, int streams, int window, StepKind kind, int reps,
                  std::mt19937_64& rng) {
+  const bool chunked = kind == StepKind::Chunked;
   const int rows = streams * window;
   const int64_t cd = s.conv_dim(), vd = s.value_dim(), state_n = int64_t{s.nv} * s.dk * s.dv;
   DeltaNetCase weights_only = random_deltanet_case(s, {1}, rng);
@@ -370,7 +428,7 @@ double time_step(const DeltaNetShape& s, int streams, int window, bool chunked, 
   Event start, stop;
   auto launch = [&] {
     deltanet_decode(s, w.view(), d_wins.as<DeltaNetWindow>(), streams, r, rows, stream.get(),
-                    chunked ? &chunks : nullptr);
+                    chunked ? &chunks : nullptr, kind != StepKind::Fused, kind == StepKind::Staged);
   };
   for (int i = 0; i < 3; ++i) launch();
   start.record(stream.get());
@@ -393,20 +451,24 @@ void run_deltanet_bench(int reps) {
   const int64_t state_n = int64_t{s.nv} * s.dk * s.dv;
   for (int streams : {1, 8, 32, 128}) {
     for (int window : {1, 4, 16}) {
-      const double us = time_step(s, streams, window, false, reps, rng);
+      const double us = time_step(s, streams, window, StepKind::Fused, reps, rng);
       const double gbs = streams * 2.0 * state_n * 4 / (us * 1e3);
       std::printf("%8d %7d %10.2f %12.0f %7.1f%% %12.3f\n", streams, window, us, gbs, gbs / 43.0,
                   us / (streams * window));
     }
   }
   std::printf(
-      "\nDeltaNet prompt step (conv, rule, gated norm), Flash Next shape: per-token vs chunked rule\n");
-  std::printf("%8s %7s %14s %14s %9s\n", "streams", "window", "per-token us", "chunked us", "speed-up");
+      "\nDeltaNet prompt step (conv, rule, gated norm), Flash Next shape: the per-token kernels (rule and "
+      "norm apart, as prompt passes ran them), the staged prompt kernels (same bits), the chunked rule\n");
+  std::printf("%8s %7s %14s %11s %14s %9s\n", "streams", "window", "per-token us", "staged us", "chunked us",
+              "staged x");
   for (auto [streams, window] :
        {std::pair{1, 2048}, std::pair{4, 512}, std::pair{1, 512}, std::pair{1, 64}}) {
-    const double a = time_step(s, streams, window, false, std::max(2, reps / 4), rng);
-    const double b = time_step(s, streams, window, true, std::max(2, reps / 4), rng);
-    std::printf("%8d %7d %14.1f %14.1f %8.2fx\n", streams, window, a, b, a / b);
+    const int n = std::max(2, reps / 4);
+    const double a = time_step(s, streams, window, StepKind::Separate, n, rng);
+    const double b = time_step(s, streams, window, StepKind::Staged, n, rng);
+    const double c = time_step(s, streams, window, StepKind::Chunked, n, rng);
+    std::printf("%8d %7d %14.1f %11.1f %14.1f %8.2fx\n", streams, window, a, b, c, a / b);
   }
 }
 

@@ -5,6 +5,7 @@
 #include "backend/cuda/cuda_error.h"
 #include "backend/cuda/deltanet_chunked.h"
 #include "backend/cuda/deltanet_decode.h"
+#include "backend/cuda/deltanet_prompt.h"
 #include "backend/cuda/device_math.cuh"
 #include "backend/cuda/grid_dependency.cuh"
 
@@ -227,7 +228,7 @@ void fail(const std::string& what) {
 
 void deltanet_decode(const DeltaNetShape& s, const DeltaNetWeights& w, const DeltaNetWindow* windows,
                      int n_windows, const DeltaNetRows& rows, int n_rows, cudaStream_t stream,
-                     const DeltaRuleChunks* chunks, bool separate_norm) {
+                     const DeltaRuleChunks* chunks, bool separate_norm, bool staged) {
   if (s.dk != kKeyRows) fail("dk must be 128 (got " + std::to_string(s.dk) + ")");
   if (s.dv <= 0 || s.dv % kColumnsPerBlock != 0) fail("dv must be a positive multiple of 32");
   if (s.nk <= 0 || s.nv <= 0 || s.nv % s.nk != 0) fail("nv must be a positive multiple of nk");
@@ -249,12 +250,19 @@ void deltanet_decode(const DeltaNetShape& s, const DeltaNetWeights& w, const Del
   auto* conv = s.conv_kernel == 2   ? conv_norm_gates_kernel<2>
                : s.conv_kernel == 3 ? conv_norm_gates_kernel<3>
                                     : conv_norm_gates_kernel<4>;
-  conv<<<conv_grid, kKeyRows, 0, stream>>>(s, wins, rows.mixed, lm, w.conv_taps, rows.b, rows.a, lba, w.a_log,
-                                           w.dt_bias, rows.gates, q_scale, n_rows);
-  check_launch("deltanet_decode conv, q/k norm, gates");
+  if (staged) {
+    conv_norm_gates_staged(s, wins, n_windows, rows.mixed, lm, w.conv_taps, rows.b, rows.a, lba, w.a_log,
+                           w.dt_bias, rows.gates, q_scale, n_rows, stream);
+  } else {
+    conv<<<conv_grid, kKeyRows, 0, stream>>>(s, wins, rows.mixed, lm, w.conv_taps, rows.b, rows.a, lba,
+                                             w.a_log, w.dt_bias, rows.gates, q_scale, n_rows);
+    check_launch("deltanet_decode conv, q/k norm, gates");
+  }
   if (chunks != nullptr) {
     delta_rule_chunked(s, wins, n_windows, rows.mixed, lm, rows.gates, rows.core, n_rows, *chunks, stream);
-  } else if (s.dv <= kMaxFusedColumns && !separate_norm) {  // one block per (window, value head)
+  } else if (staged && delta_rule_staged_supported(s, rows.mixed, lm)) {
+    delta_rule_staged(s, wins, n_windows, rows.mixed, lm, rows.gates, rows.core, n_rows, stream);
+  } else if (s.dv <= kMaxFusedColumns && !separate_norm && !staged) {  // one block per (window, value head)
     const dim3 grid(1, static_cast<unsigned>(s.nv), static_cast<unsigned>(n_windows));
     delta_rule_norm_kernel<<<grid, 4 * s.dv, 0, stream>>>(s, wins, rows.mixed, lm, rows.gates, rows.z,
                                                           rows.ld_z(s), w.norm, rows.core, n_rows);

@@ -72,9 +72,11 @@ struct DeltaRuleChunks {
 // stream's outputs and states depend only on its own rows and states, not on the other windows, and a window
 // of L tokens gives the same bits as L successive one-token steps. With `chunks` the rule runs in chunks of
 // 64 positions aligned to each window's pos0 (a prompt pass): the bits then depend on the stream's own rows
-// and on where its windows start relative to the 64-grid.
+// and on where its windows start relative to the 64-grid. staged (prompt passes): the conv and the per-token
+// rule run as deltanet_prompt.h's kernels, built for long windows (the same bits; the norm apart).
 void deltanet_decode(const DeltaNetShape& shape, const DeltaNetWeights& w, const DeltaNetWindow* windows,
                      int n_windows, const DeltaNetRows& rows, int n_rows, cudaStream_t stream,
-                     const DeltaRuleChunks* chunks = nullptr, bool separate_norm = false);
+                     const DeltaRuleChunks* chunks = nullptr, bool separate_norm = false,
+                     bool staged = false);
 
 }  // namespace ds::cuda

@@ -7,7 +7,6 @@
 #include <cmath>
 
 #include "backend/cuda/model/cuda_model.h"
-#include "backend/cuda/tc_products.h"
 #include "core/error.h"
 #include "model_checks.h"
 
@@ -175,6 +174,15 @@ void run_prompt_real_heads(Tally& tally, const std::string& config_path) {
       rule_diff, rule_diff / bound, rule_same ? " BIT-IDENTICAL (chunked form not in use?)" : "");
   tally.expect(chunked.size() == prompt.size() && rule_diff <= bound && !rule_same,
                "real heads: the chunked rule runs when asked, within the bound of the per-token rule");
+  // The per-token rule through the staged prompt kernels (deltanet_prompt.h) and through the decode
+  // kernels: the same bits (whichever the default is, the other one here).
+  m.set_prompt_staged_deltanet(!opt.prompt_staged_deltanet);
+  CudaStreamState ps = m.new_state();
+  const bool staged_same = same_bits(prompt_pieces(m, ps, tokens, {}), prompt);
+  m.set_prompt_staged_deltanet(opt.prompt_staged_deltanet);
+  tally.expect_identical(
+      staged_same, "real heads: DeltaNet staged prompt kernels == decode kernels",
+      "real heads: a prompt pass with the staged DeltaNet kernels == with the decode kernels");
   std::vector<int32_t> other = tokens;
   std::reverse(other.begin(), other.end());
   const std::vector<float> wrong = prompt_pieces(m, far, other, {});
@@ -222,16 +230,15 @@ void run_prompt_bench(const std::string& config_path, const std::vector<int>& le
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - a).count();
   };
   run(2048);  // warm-up: scratch for a whole pass
-  // The model's default kernels under the prompt products' default output tiles, then under tiles of 64
-  // outputs at 4 blocks an SM (tc_products.h TiledConfig; the same bits), each at every length up to 8192 and
-  // by op kind at 2048 tokens. (The DeltaNet and attention variants: docs/receipts/cuda-prompt.md.)
-  const TiledConfig base = tiled_config();
-  for (const TiledConfig& c : {base, TiledConfig{64, 4}}) {
-    const bool other = c.tile_outputs != base.tile_outputs || c.min_blocks != base.min_blocks;
-    if (other && base.tile_outputs == 64 && base.min_blocks == 4) break;
-    set_tiled_config(c);
-    std::printf("prompt products: output tiles of %d, %d blocks an SM%s\n%8s %10s %12s\n", c.tile_outputs,
-                c.min_blocks, other ? "" : " (default)", "tokens", "seconds", "tokens/s");
+  // The model's default kernels, then with the other DeltaNet prompt kernels (prompt_staged_deltanet
+  // flipped; the same bits), each at every length up to 8192 and by op kind at 2048 tokens. (The output
+  // tilings, chunked rule and attention variants: docs/receipts/cuda-prompt.md.)
+  for (const bool other : {false, true}) {
+    const bool staged = other != opt.prompt_staged_deltanet;
+    m.set_prompt_staged_deltanet(staged);
+    std::printf("DeltaNet prompt kernels: %s%s\n%8s %10s %12s\n",
+                staged ? "staged (deltanet_prompt.h)" : "the decode kernels", other ? "" : " (default)",
+                "tokens", "seconds", "tokens/s");
     for (int n : lengths) {
       if (other && n > 8192) continue;
       const double s = run(n);
@@ -249,7 +256,7 @@ void run_prompt_bench(const std::string& config_path, const std::vector<int>& le
     for (auto& [k, ms] : ops) std::printf("    %-20s %9.2f ms %5.1f%%\n", k.c_str(), ms, 100 * ms / total);
     m.set_time_ops(false);
   }
-  set_tiled_config(base);
+  m.set_prompt_staged_deltanet(opt.prompt_staged_deltanet);
 }
 
 }  // namespace ds::cuda::modelcheck

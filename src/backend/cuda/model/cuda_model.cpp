@@ -122,7 +122,7 @@ void CudaModel::mixer(const Layer& L, int layer, int n, const float* x, float* y
     // value head walks a whole prompt window on as many SMs as heads, the rule alone on 4 blocks a head.
     if (fast)
       deltanet_decode(shape, w, wins, s.n_windows, rows, n, st, chunked ? &chunks : nullptr,
-                      /*separate_norm=*/prompt_pass_);
+                      /*separate_norm=*/prompt_pass_, /*staged=*/prompt_pass_ && opt_.prompt_staged_deltanet);
     else
       deltanet_decode_generic(shape, w, wins, s.n_windows, rows, n, st);
     op("deltanet out");

@@ -91,6 +91,10 @@ struct CudaModelOptions {
   // Prompt passes run DeltaNet's chunked (C = 64) rule (deltanet_chunked.h) instead of the per-token
   // recurrence: off by default, as it measured 1.5x slower on the H200 (docs/receipts/cuda-prompt.md).
   bool prompt_chunked_deltanet = false;
+  // Prompt passes run DeltaNet's conv and per-token rule as deltanet_prompt.h's kernels (token ranges, a
+  // cp.async ring of 16-token stages): the same bits as the decode kernels, 1 barrier a token instead of 4
+  // and no global round trip a token (docs/receipts/cuda-prompt.md, prompt9). Off: the decode kernels.
+  bool prompt_staged_deltanet = true;
   // Prompt rows past the indexer's budget attend by attention_prompt_selected (a block per row and kv head);
   // off: the any-shape kernel, one warp per (row, head).
   bool prompt_selected_tiles = true;
@@ -226,6 +230,7 @@ class CudaModel {
   void reset_op_times() { op_ms_.clear(); }
   void set_time_ops(bool on) { opt_.time_ops = on; }
   void set_prompt_chunked_deltanet(bool on) { opt_.prompt_chunked_deltanet = on; }
+  void set_prompt_staged_deltanet(bool on) { opt_.prompt_staged_deltanet = on; }
   void set_prompt_selected_tiles(bool on) { opt_.prompt_selected_tiles = on; }
   void set_graphs(bool on) { opt_.graphs = on; }
   void set_parked_graphs(int n, bool at_first_call);  // drops every parked graph
