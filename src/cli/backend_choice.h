@@ -34,7 +34,7 @@ void add_backend_options(CLI::App& cmd, std::string& backend, bool& cuda_prompt_
 // A row's bits depend on the family, never on a call's rows, so it is a setting like the backend: every reply
 // of one process is the same whatever else it decodes. auto: the tensor-core products when up to `parallel`
 // >= kTensorParallel streams decode together (measured 34-51% faster than FMA at 32-64 streams but 32% slower
-// at one: docs/receipts/cuda-decode.md "Column-split tensor products"), else FMA; with
+// at one: docs/receipts/cuda-decode-streams.md "Column-split tensor products"), else FMA; with
 // DS_CUDA_DECODE_PRODUCTS set, auto is the variable's family.
 constexpr int kTensorParallel = 16;
 std::string cuda_products_for(const std::string& choice, int parallel);

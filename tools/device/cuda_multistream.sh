@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # On the GPU machine: cuda_model_check's checks with DS_CUDA_DECODE_PRODUCTS=tensor-tall-all (the tensor decode
 # products on every matrix with at least as many outputs as columns), then the per-op tables at $STREAMS
-# (default 8,32,64) for the fma, tensor and tensor-tall products on $BENCH_CONFIG (docs/receipts/cuda-decode.md,
+# (default 8,32,64) for the fma, tensor and tensor-tall products on $BENCH_CONFIG (docs/receipts/cuda-decode-streams.md,
 # "Several streams"). Logs under $OUT; each part runs even when the other fails. Same variables as
 # cuda_model.sh (DS_VENDOR_INCLUDE, FIXTURE_ROOT, CUDA_BUILD_DIR, CHECK_TIMEOUT).
 set -uo pipefail

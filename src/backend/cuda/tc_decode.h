@@ -67,8 +67,9 @@ void tc_decode_force_column_slices(int slices);
 //   one MMA a k step for two rows, a lane pair meets the planes by one shuffle) and as plane accumulators
 //   from 4 rows (B columns are 8 rows, each plane its own accumulator: the chained MMA count); an MMA's
 //   D[i][n] depends only on A's row i, B's column n and C[i][n], so both give the same bits (checked).
-//   Measured (docs/receipts/cuda-decode.md, "Plane columns"): 1.06-1.17x chained at one row, 0.96-1.01x at
-//   8, about 1x at 16 (0.92-1.15x), 1.02-1.07x at 64; the expert tiles 1.12x at one stream, 0.96x at 8-64.
+//   Measured (docs/receipts/cuda-decode-streams.md, "Plane columns"): 1.06-1.17x chained at one row,
+//   0.96-1.01x at 8, about 1x at 16 (0.92-1.15x), 1.02-1.07x at 64; the expert tiles 1.12x at one stream,
+//   0.96x at 8-64.
 enum class TcPlanes { Chained, Columns };
 constexpr TcPlanes kDefaultTcPlanes = TcPlanes::Chained;
 // Sets the layout for every later launch (process-wide: set it before a model captures its graphs, which

@@ -226,7 +226,7 @@ void run_bench(const std::string& config_path, int bits, int group, const std::v
     std::printf("%8d %10d %12.3f %12.1f  (%s)\n", n, rounds, other_hc.ms_per_round, other_hc.tokens_per_s,
                 fused ? "hc mix as separate ops" : "split hc mix, hc_kernels");
     // The other routed-expert path (expert windows / per-pair products), same rounds; up to 8 streams (it
-    // measured slower at 8-64, docs/receipts/cuda-decode.md).
+    // measured slower at 8-64, docs/receipts/cuda-decode-streams.md).
     if (n > 8) continue;
     const bool windows = m.options().expert_windows;
     m.set_expert_windows(!windows);

@@ -38,8 +38,8 @@ struct DeltaRuleChunks;
 // tensor-all (tensor_min_rows 0: every matrix they take, for the checks) or tensor:ROWS[:COLS]. Below
 // tensor_min_cols columns (default 0; tensor:1024:512 leaves hc up, 320 columns, on the FMA products) a
 // matrix keeps the FMA products, and with them the one-row hc tail fusion. tensor-tall (tensor_tall_only)
-// takes only matrices with at least as many outputs as columns (docs/receipts/cuda-decode.md, "Several
-// streams").
+// takes only matrices with at least as many outputs as columns (docs/receipts/cuda-decode-streams.md,
+// "Several streams").
 enum class DecodeProducts { Fma, Tensor };
 DecodeProducts decode_products_default();
 int64_t tensor_min_rows_default();
@@ -63,7 +63,8 @@ struct CudaModelOptions {
   // second (the engine's CudaBackend: a one-off shape launches directly, cheaper than a capture).
   bool graph_at_first_call = true;
   // Routed experts as expert windows (each expert read once a step; bit-identical to the per-pair products):
-  // off by default, as the per-pair products measured faster at 1-64 streams (docs/receipts/cuda-decode.md).
+  // off by default, as the per-pair products measured faster at 1-64 streams
+  // (docs/receipts/cuda-decode-streams.md).
   bool expert_windows = false;
   // In a graph, each kernel launches while the one before it runs (programmatic dependent launch, Hopper);
   // changes no bits (docs/cuda-model.md "Programmatic launch").
@@ -73,17 +74,18 @@ struct CudaModelOptions {
   bool joint_products = true;
   // A decode call's hyper-connection mix in two launches per mix at every row count (hc_kernels.h: the norm
   // folded into the down|inject product split by stream, the partials summed by the tail); off: the separate
-  // ops. Other down|inject sums (checked within the float64 bounds); docs/receipts/cuda-decode.md, "hcchain".
+  // ops. Other down|inject sums (checked within the float64 bounds); docs/receipts/cuda-decode-batch1.md,
+  // "hcchain".
   bool fused_hc = true;
   // Outputs a warp of the split mix's hc_head computes (1 or 2; 0: hc_head_outputs_for_rows, 1 at one row):
-  // how many blocks share the down|inject product; the same bits either way (docs/receipts/cuda-decode.md,
-  // "hcfast").
+  // how many blocks share the down|inject product; the same bits either way
+  // (docs/receipts/cuda-decode-batch1.md, "hcfast").
   int hc_head_outputs = 0;
   // A decode call's MoE glue folded into the FMA expert products, each bit-identical to the separate ops
   // (checked): SwiGLU into the gate|up products' epilogue (on: 1-1.2% faster at 1-64 streams); the routing
   // into the router product at one row (its last warp) and the combine into the down products (the block
   // storing a tile's last slot sums it), both off: measured no faster and 4-9% slower on the H200
-  // (docs/receipts/cuda-decode.md, "fewnodes").
+  // (docs/receipts/cuda-decode-batch1.md, "fewnodes").
   bool fused_route = false;
   bool fused_swiglu = true;
   bool fused_combine = false;

@@ -35,7 +35,7 @@ void hc_head(const AffineWeight& down_inject, const float* H, const float* pendi
 
 // hc_head's outputs a warp for a call of n rows: 1 at one row (twice the blocks: on the H200 a batch-1
 // round 0.6% faster at 4-bit, 1.4% at 6-bit), 2 from two rows (1 cost 1.4% at 8 streams);
-// docs/receipts/cuda-decode.md, "hcfast". Either gives the same bits.
+// docs/receipts/cuda-decode-batch1.md, "hcfast". Either gives the same bits.
 int hc_head_outputs_for_rows(int n);
 
 // Per row r < n: joint[o] = (p0[o] + p1[o]) + (p2[o] + p3[o]) over hc_head's partials (rows ld_partial),
