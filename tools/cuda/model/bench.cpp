@@ -159,6 +159,19 @@ void run_bench(const std::string& config_path, int bits, int group, const std::v
       for (const auto& [c, k] : kinds) std::printf("    %5d  %s\n", c, k.c_str());
     }
     std::fflush(stdout);
+    // The greedy pick by the one-block argmax (the earlier kernel; the same ids), then the default again,
+    // each with the host's time a round: preparing the inputs, the launch, the wait for the ids.
+    for (const bool split : {false, true}) {
+      m.set_split_argmax(split);
+      m.reset_host_times();
+      const DecodeRate v = bench_decode_rounds(m, n, rounds, 1);
+      const CudaModel::HostTimes h = m.host_times();
+      const double per = 1e3 / static_cast<double>(std::max<int64_t>(h.calls, 1));
+      std::printf("%8d %10d %12.3f %12.1f  (%s; host a call: prep %.0f us, launch %.0f us, wait %.0f us)\n",
+                  n, rounds, v.ms_per_round, v.tokens_per_s,
+                  split ? "split argmax again" : "one-block argmax", h.prep_ms * per, h.launch_ms * per,
+                  h.wait_ms * per);
+    }
     // The other one-row kernels (the same bits, docs/cuda-products.md "Kernels"), against the default line.
     const RowKernel row_kernel = one_row_kernel();
     for (RowKernel k :

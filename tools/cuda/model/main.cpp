@@ -95,6 +95,7 @@ int main(int argc, char** argv) {
              "qwen4exp_mlx_8bit_g128", "qwen4exp_mlx_2bit_g32", "qwen35moe", "flashnext_tiny", "qwen3next"});
       });
       section(tally, "hc mix", [&] { mc::run_hc_checks(tally); });
+      section(tally, "argmax", [&] { mc::run_argmax_checks(tally); });
       section(tally, "fused moe glue", [&] { mc::run_moe_fused_checks(tally); });
       section(tally, "fast vs generic", [&] { mc::run_fast_vs_generic(tally, small_config); });
       section(tally, "prompt real heads", [&] { mc::run_prompt_real_heads(tally, small_config); });

@@ -66,6 +66,9 @@ void run_bench(const std::string& config_path, int bits, int group, const std::v
 void run_op_tables(const std::string& config_path, int bits, int group, const std::vector<int>& streams,
                    int rounds);
 
+// The greedy pick (argmax_checks.cpp): the split argmax == the one-block kernel == the host, ties and NaN
+// planted, several vocabulary sizes and row counts.
+void run_argmax_checks(Tally& tally);
 // The MoE glue folded into the FMA products (moe_fused_checks.cpp) == the separate launches, bit for bit.
 void run_moe_fused_checks(Tally& tally);
 // The hyper-connection mix kernels (hc_checks.cpp) at the real shape against float64, rows alone == together.

@@ -76,13 +76,21 @@ std::vector<int32_t> CudaModel::forward_greedy(std::span<const CudaSegment> segm
     return tokens;
   }
   const int64_t rows = run(segments);
-  argmax_rows(scratch_->logits, static_cast<int>(rows), cfg_.vocab_size, scratch_->argmax, stream_.get());
+  greedy_ids(static_cast<int>(rows));
   std::vector<int32_t> out(static_cast<size_t>(rows));
   check(cudaMemcpyAsync(out.data(), scratch_->argmax, out.size() * sizeof(int32_t), cudaMemcpyDeviceToHost,
                         stream_.get()),
         "CudaModel::forward_greedy: tokens");
   stream_.synchronize();
+  host_times_.wait_ms +=
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - launched_at_).count();
   return out;
+}
+
+void CudaModel::greedy_ids(int rows) {
+  Scratch& s = *scratch_;
+  argmax_rows(s.logits, rows, cfg_.vocab_size, s.argmax, stream_.get(),
+              opt_.split_argmax ? s.argmax_v : nullptr, opt_.split_argmax ? s.argmax_i : nullptr);
 }
 
 float* CudaModel::forward_on_device(std::span<const CudaSegment> segments, int64_t* rows) {
@@ -245,6 +253,8 @@ void CudaModel::ensure_scratch(int n) {
       {(void**)&s->logits, n * V * 4},
       {(void**)&s->want, n * 4},
       {(void**)&s->argmax, n * 4},
+      {(void**)&s->argmax_v, n * argmax_slices(V) * 4},
+      {(void**)&s->argmax_i, n * argmax_slices(V) * 4},
       {(void**)&s->tc_split, tc.split},
       {(void**)&s->tc_tiles, tc.tiles},
       {(void**)&s->tc_group, tc.group},
@@ -270,6 +280,7 @@ void CudaModel::ensure_scratch(int n) {
 
 int64_t CudaModel::run(std::span<const CudaSegment> segments) {
   const ModelConfig& c = cfg_;
+  const auto t_start = std::chrono::steady_clock::now();
   if (segments.empty()) fail("CudaModel::forward: no segments");
   prompt_pass_ = segments[0].prompt;
   struct EndPass {  // the flag holds for this call's launches only (mtp_forward runs the same members)
@@ -491,7 +502,12 @@ int64_t CudaModel::run(std::span<const CudaSegment> segments) {
                s.any_selecting ? 1 : 0,
                any_hidden ? 1 : 0};
   append_option_key(key);
+  const auto t_launch = std::chrono::steady_clock::now();
   launch(round_graphs_, key, use_graph, enqueue, true);
+  launched_at_ = std::chrono::steady_clock::now();
+  host_times_.prep_ms += std::chrono::duration<double, std::milli>(t_launch - t_start).count();
+  host_times_.launch_ms += std::chrono::duration<double, std::milli>(launched_at_ - t_launch).count();
+  ++host_times_.calls;
   for (const CudaSegment& sg : segments) {
     if (sg.keep_hidden) {
       // The kept rows now run from the older ones still held (if they reach this call's) to its last row.

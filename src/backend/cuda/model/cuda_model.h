@@ -5,6 +5,7 @@
 // from a config; the embedding and PLE tables stay in host memory and their rows are gathered per call.
 #include <cuda_runtime.h>
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -100,6 +101,9 @@ struct CudaModelOptions {
   // Prompt rows past the indexer's budget attend by attention_prompt_selected (a block per row and kv head);
   // off: the any-shape kernel, one warp per (row, head).
   bool prompt_selected_tiles = true;
+  // Greedy ids by the split argmax (a block per 2048-entry slice of a row, then a warp per row over the
+  // slices): the same ids as the one-block-a-row kernel (off), which is latency bound on a 248k vocabulary.
+  bool split_argmax = true;
   DecodeProducts decode_products = decode_products_default();
   int64_t tensor_min_rows = tensor_min_rows_default();
   int64_t tensor_min_cols = tensor_min_cols_default();
@@ -230,10 +234,20 @@ class CudaModel {
   // Milliseconds per op kind summed over calls since the last reset (with time_ops).
   const std::map<std::string, double>& op_times() const { return op_ms_; }
   void reset_op_times() { op_ms_.clear(); }
+  // Host time of the decode calls since the reset (for the bench): preparing a call's inputs (run, up to its
+  // launch), the launch (a graph replay or the direct launches), and for forward_greedy the wait from the
+  // launch's return to the ids on the host (the argmax launches, the copy, the GPU still running). ms in all.
+  struct HostTimes {
+    double prep_ms = 0, launch_ms = 0, wait_ms = 0;
+    int64_t calls = 0;
+  };
+  const HostTimes& host_times() const { return host_times_; }
+  void reset_host_times() { host_times_ = {}; }
   void set_time_ops(bool on) { opt_.time_ops = on; }
   void set_prompt_chunked_deltanet(bool on) { opt_.prompt_chunked_deltanet = on; }
   void set_prompt_staged_deltanet(bool on) { opt_.prompt_staged_deltanet = on; }
   void set_prompt_selected_tiles(bool on) { opt_.prompt_selected_tiles = on; }
+  void set_split_argmax(bool on) { opt_.split_argmax = on; }
   void set_graphs(bool on) { opt_.graphs = on; }
   void set_parked_graphs(int n, bool at_first_call);  // drops every parked graph
   void set_expert_windows(bool on) { opt_.expert_windows = on; }
@@ -281,6 +295,7 @@ class CudaModel {
   // iota_in: the previous mix's iota (for pending); iota_out: this mix's (null: none), a different buffer.
   void hc_mix(const struct DeviceHc& hc, int n, float* H, const float* pending, const float* iota_in,
               float* x, float* iota_out);
+  void greedy_ids(int rows);  // scratch argmax[r] = argmax of logits row r (split_argmax picks the kernels)
   void op(const char* name);  // starts timing `name` (ends the previous op)
   // Captures enqueue() (then the "end" timing op) on the model's stream as one instantiated graph, its
   // kernel-to-kernel edges programmatic with programmatic_launch (cuda_model_graph.cpp). Counts the graph's
@@ -341,6 +356,8 @@ class CudaModel {
   std::vector<int64_t> conv_off_, rec_off_, keys_off_, values_off_, ikeys_off_, iblocks_off_, ple_off_;
   int64_t state_floats_ = 0;
   std::map<std::string, double> op_ms_;
+  HostTimes host_times_;
+  std::chrono::steady_clock::time_point launched_at_;  // the last run's launch returned
   std::vector<std::pair<std::string, cudaEvent_t>> op_events_;
   GraphCache round_graphs_, head_graphs_;
   LaunchCounts launches_;

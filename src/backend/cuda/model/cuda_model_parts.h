@@ -97,6 +97,8 @@ struct CudaModel::Scratch {
       *attn;
   float *scores, *weights, *gu, *h, *slots, *sgu, *sh, *shared, *pkey, *pval, *qn, *gated, *gn;
   float *xs, *logits;
+  float* argmax_v;  // the split argmax's slice bests (argmax_slices(V) a row), and their indices
+  int32_t* argmax_i;
   int32_t *select_mode, *ids, *want, *argmax, *row_ids, *slot_of;
   uint8_t* chosen;
   ExpertRow *up_pairs, *down_pairs;

@@ -43,7 +43,7 @@ std::vector<int32_t> CudaModel::mtp_forward_greedy(std::span<const CudaMtpSegmen
   const int64_t rows = mtp_run(segments);
   std::vector<int32_t> out(static_cast<size_t>(rows));
   if (rows > 0) {
-    argmax_rows(scratch_->logits, static_cast<int>(rows), cfg_.vocab_size, scratch_->argmax, stream_.get());
+    greedy_ids(static_cast<int>(rows));
     check(cudaMemcpyAsync(out.data(), scratch_->argmax, out.size() * sizeof(int32_t), cudaMemcpyDeviceToHost,
                           stream_.get()),
           "CudaModel::mtp_forward_greedy: tokens");

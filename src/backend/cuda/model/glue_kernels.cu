@@ -193,6 +193,68 @@ __global__ void argmax_kernel(const float* logits, int64_t V, int32_t* ids) {
   if (threadIdx.x == 0) ids[blockIdx.x] = static_cast<int32_t>(best_i[0] == V ? 0 : best_i[0]);
 }
 
+// The split argmax. The candidate rule of argmax_kernel: a value enters only by `>` (NaN and -inf never do),
+// equal values keep the lower index. Its result is the lowest index of the row's largest non-NaN value
+// (0 when every value is NaN or -inf), whatever the partition: so slices first, then their bests, give the
+// one-block kernel's ids.
+__device__ inline void argmax_offer(float& bv, int32_t& bi, float v, int32_t i) {
+  if (v > bv || (v == bv && i < bi)) bv = v, bi = i;
+}
+
+// Block (p, r): row r's best over entries [p * kArgmaxSlice, (p + 1) * kArgmaxSlice) ∩ [0, V); a thread
+// loads its kArgmaxItems values first (all in flight), then offers them in ascending order.
+constexpr int kArgmaxThreads = 256, kArgmaxItems = kArgmaxSlice / kArgmaxThreads;
+static_assert(kArgmaxItems * kArgmaxThreads == kArgmaxSlice);
+
+__global__ void __launch_bounds__(kArgmaxThreads)
+    argmax_parts_kernel(const float* logits, int64_t V, int parts, float* part_v, int32_t* part_i) {
+  dev::grid_dependency_wait();
+  __shared__ float warp_v[kArgmaxThreads / kWarp];
+  __shared__ int32_t warp_i[kArgmaxThreads / kWarp];
+  const int64_t begin = int64_t{blockIdx.x} * kArgmaxSlice;
+  const float* row = logits + int64_t{blockIdx.y} * V;
+  float v[kArgmaxItems];
+#pragma unroll
+  for (int k = 0; k < kArgmaxItems; ++k) {
+    const int64_t i = begin + threadIdx.x + k * kArgmaxThreads;
+    v[k] = i < V ? row[i] : -INFINITY;  // -inf never enters
+  }
+  float bv = -INFINITY;
+  auto bi = static_cast<int32_t>(V);
+#pragma unroll
+  for (int k = 0; k < kArgmaxItems; ++k)
+    if (v[k] > bv) bv = v[k], bi = static_cast<int32_t>(begin + threadIdx.x + k * kArgmaxThreads);
+  for (int o = kWarp / 2; o > 0; o >>= 1) {
+    const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+    const int32_t oi = __shfl_xor_sync(0xffffffffu, bi, o);
+    argmax_offer(bv, bi, ov, oi);
+  }
+  const int warp = threadIdx.x / kWarp;
+  if (threadIdx.x % kWarp == 0) warp_v[warp] = bv, warp_i[warp] = bi;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    for (int w = 1; w < kArgmaxThreads / kWarp; ++w) argmax_offer(bv, bi, warp_v[w], warp_i[w]);
+    part_v[int64_t{blockIdx.y} * parts + blockIdx.x] = bv;
+    part_i[int64_t{blockIdx.y} * parts + blockIdx.x] = bi;
+  }
+}
+
+// One warp a row: the slices' bests, lane-strided in order, then the butterfly.
+__global__ void argmax_finish_kernel(const float* part_v, const int32_t* part_i, int parts, int64_t V,
+                                     int32_t* ids) {
+  dev::grid_dependency_wait();
+  const int64_t at = int64_t{blockIdx.x} * parts;
+  float bv = -INFINITY;
+  auto bi = static_cast<int32_t>(V);
+  for (int p = threadIdx.x; p < parts; p += kWarp) argmax_offer(bv, bi, part_v[at + p], part_i[at + p]);
+  for (int o = kWarp / 2; o > 0; o >>= 1) {
+    const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+    const int32_t oi = __shfl_xor_sync(0xffffffffu, bi, o);
+    argmax_offer(bv, bi, ov, oi);
+  }
+  if (threadIdx.x == 0) ids[blockIdx.x] = bi == V ? 0 : bi;
+}
+
 __device__ inline float load_weight(const void* w, bool bf16, int64_t i) {
   if (bf16) return __uint_as_float(static_cast<uint32_t>(static_cast<const uint16_t*>(w)[i]) << 16);
   return static_cast<const float*>(w)[i];
@@ -332,10 +394,26 @@ void copy_rows(const float* src, int64_t ld_src, const int32_t* rows, int n, int
   check_launch("copy_rows");
 }
 
-void argmax_rows(const float* logits, int n_rows, int64_t V, int32_t* ids, cudaStream_t stream) {
+int argmax_slices(int64_t V) {
+  return static_cast<int>((V + kArgmaxSlice - 1) / kArgmaxSlice);
+}
+
+void argmax_rows(const float* logits, int n_rows, int64_t V, int32_t* ids, cudaStream_t stream, float* part_v,
+                 int32_t* part_i) {
   if (n_rows <= 0) return;
-  argmax_kernel<<<n_rows, 256, 0, stream>>>(logits, V, ids);
-  check_launch("argmax_rows");
+  if (part_v == nullptr || part_i == nullptr) {
+    argmax_kernel<<<n_rows, 256, 0, stream>>>(logits, V, ids);
+    check_launch("argmax_rows");
+    return;
+  }
+  if (V >= INT32_MAX) throw ArgumentError("argmax_rows: a split row holds fewer than 2^31 - 1 entries");
+  if (n_rows > 65535) throw ArgumentError("argmax_rows: at most 65535 rows a split launch");
+  const int parts = argmax_slices(V);
+  argmax_parts_kernel<<<dim3(static_cast<unsigned>(parts), static_cast<unsigned>(n_rows)), kArgmaxThreads, 0,
+                        stream>>>(logits, V, parts, part_v, part_i);
+  check_launch("argmax_rows: slices");
+  argmax_finish_kernel<<<n_rows, kWarp, 0, stream>>>(part_v, part_i, parts, V, ids);
+  check_launch("argmax_rows: finish");
 }
 
 void plain_wx(const void* w, bool bf16, int64_t rows, int64_t cols, int64_t expert_stride, int n_experts,

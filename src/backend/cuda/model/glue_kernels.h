@@ -46,8 +46,14 @@ void moe_combine(const float* weights, const float* slots, const int32_t* slot_o
 // dst[j, :] = src[rows[j], :] for j < n (rows in device memory), width floats a row.
 void copy_rows(const float* src, int64_t ld_src, const int32_t* rows, int n, int width, float* dst,
                cudaStream_t stream);
-// ids[r] = the first index of the largest value of logits[r, 0..V).
-void argmax_rows(const float* logits, int n_rows, int64_t V, int32_t* ids, cudaStream_t stream);
+// ids[r] = the first index of the largest value of logits[r, 0..V) (NaN never, -inf never picked; 0 when
+// nothing is). With part_v and part_i (argmax_slices(V) entries a row each): split, a block per row and
+// kArgmaxSlice-entry slice, then a warp per row over the slices' bests; else one block a row. The same ids
+// either way (the rule's result does not depend on the partition); the slices depend on V alone.
+constexpr int kArgmaxSlice = 2048;
+int argmax_slices(int64_t V);
+void argmax_rows(const float* logits, int n_rows, int64_t V, int32_t* ids, cudaStream_t stream,
+                 float* part_v = nullptr, int32_t* part_i = nullptr);
 
 // Plain weight product y[p, o] = sum_i W_e[o, i] * x[row, i] with W fp32 or bf16 (`bf16`), rows x cols per
 // expert, experts `expert_stride` elements apart; (e, row) = pairs[p] when pairs is set, else (0, p). One
