@@ -125,33 +125,42 @@ void run_tc_decode_bench(int reps) {
   }
 
   // One row: the one-row kernel (tc_row.cu, tc_decode_row_kernel) against the small kernel it replaces (the
-  // same bits), both layouts; GB/s: the weight's bytes over the one-row kernel's time.
+  // same bits), both layouts; chained also per launch variant (DS_CUDA_TC_ROW_VARIANT: +1 one output block a
+  // block, +2 registers for 3 blocks an SM); GB/s: the weight's bytes over variant 0's time.
   const bool row_shipped = tc_decode_row_kernel_on();
   std::printf(
-      "\none row, small kernel vs one-row kernel (tc_row.cu): us\n%-15s %-9s %7s | %9s %9s %6s %5s | "
-      "%9s %9s %6s %5s\n",
-      "shape", "format", "MB", "chn small", "chn row", "GB/s", "x", "col small", "col row", "GB/s", "x");
+      "\none row, small kernel vs one-row kernel (tc_row.cu): us\n%-15s %-9s %7s | %9s %7s %7s %7s %7s %6s "
+      "%5s "
+      "| %9s %9s %6s %5s\n",
+      "shape", "format", "MB", "chn small", "row v0", "v1", "v2", "v3", "GB/s", "x", "col small", "col row",
+      "GB/s", "x");
   for (int bits : {4, 6}) {
     const int group = bits == 4 ? 32 : 64;
     for (const Shape& s : kShapes) {
       Copies c = make_copies(s.rows, s.cols, bits, group, 1);
       const double bytes = double(s.rows) * s.cols * bits / 8 + 4.0 * s.rows * (s.cols / group);
       std::printf("%-15s %d-bit g%-3d %7.2f", s.name, bits, group, bytes / 1e6);
-      for (int v = 0; v < 2; ++v) {
-        tc_decode_set_planes(v == 0 ? TcPlanes::Chained : TcPlanes::Columns);
-        double us[2];
-        for (int on = 0; on < 2; ++on) {
-          tc_decode_row_kernel(on != 0);
-          us[on] = median_us(
-              [&](int i) {
-                tc_decode_wx(tiled(c.w[i]), x.as<float>(), s.cols, 1, y.as<float>(), s.rows, scratch.data(),
-                             scratch.bytes(), stream.get());
-              },
-              static_cast<int>(c.w.size()), reps, stream);
-        }
-        std::printf(" | %9.1f %9.1f %6.0f %5.2f", us[0], us[1], bytes / (us[1] * 1e3), us[0] / us[1]);
-      }
-      std::printf("\n");
+      auto time = [&](bool row, int variant) {
+        tc_decode_row_kernel(row);
+        setenv("DS_CUDA_TC_ROW_VARIANT", std::to_string(variant).c_str(), 1);
+        return median_us(
+            [&](int i) {
+              tc_decode_wx(tiled(c.w[i]), x.as<float>(), s.cols, 1, y.as<float>(), s.rows, scratch.data(),
+                           scratch.bytes(), stream.get());
+            },
+            static_cast<int>(c.w.size()), reps, stream);
+      };
+      tc_decode_set_planes(TcPlanes::Chained);
+      const double small = time(false, 0);
+      double v[4];
+      for (int k = 0; k < 4; ++k) v[k] = time(true, k);
+      std::printf(" | %9.1f %7.1f %7.1f %7.1f %7.1f %6.0f %5.2f", small, v[0], v[1], v[2], v[3],
+                  bytes / (v[0] * 1e3), small / v[0]);
+      tc_decode_set_planes(TcPlanes::Columns);
+      const double col_small = time(false, 0), col_row = time(true, 0);
+      std::printf(" | %9.1f %9.1f %6.0f %5.2f\n", col_small, col_row, bytes / (col_row * 1e3),
+                  col_small / col_row);
+      unsetenv("DS_CUDA_TC_ROW_VARIANT");
     }
   }
   tc_decode_set_planes(shipped);

@@ -275,19 +275,24 @@ void check_row_kernel(Tally& tally, std::mt19937_64& rng, const Stream& s) {
             tc_decode_row_kernel(false);
             const std::vector<float> small = run_decode(t.w, x, cols, row, 1, s);
             tc_decode_row_kernel(true);
-            const std::vector<float> one = run_decode(t.w, x, cols, row, 1, s);
-            ++compared;
-            if (std::memcmp(small.data(), one.data(), small.size() * sizeof(float)) != 0 && bad.empty())
-              bad = " (first mismatch: " + std::to_string(rows) + "x" + std::to_string(cols) + ", " +
-                    std::to_string(tc_decode_column_slices(rows, cols)) + " slices, row " +
-                    std::to_string(row) + ")";
+            for (int variant = 0; variant < 4; ++variant) {  // DS_CUDA_TC_ROW_VARIANT: launch variants
+              setenv("DS_CUDA_TC_ROW_VARIANT", std::to_string(variant).c_str(), 1);
+              const std::vector<float> one = run_decode(t.w, x, cols, row, 1, s);
+              ++compared;
+              if (std::memcmp(small.data(), one.data(), small.size() * sizeof(float)) != 0 && bad.empty())
+                bad = " (first mismatch: " + std::to_string(rows) + "x" + std::to_string(cols) + ", " +
+                      std::to_string(tc_decode_column_slices(rows, cols)) + " slices, row " +
+                      std::to_string(row) + ", variant " + std::to_string(variant) + ")";
+            }
+            unsetenv("DS_CUDA_TC_ROW_VARIANT");
           }
         }
         tc_decode_force_column_slices(0);
       }
       tally.expect(bad.empty() && compared > 0,
                    format_name(bits, group) + ": one-row kernel == small kernel at one row, bit for bit, " +
-                       std::to_string(compared) + " launches (1, 2 and 4 column slices)" + bad);
+                       std::to_string(compared) + " launches (1, 2 and 4 column slices, 4 launch variants)" +
+                       bad);
     }
   tc_decode_row_kernel(shipped);
 }

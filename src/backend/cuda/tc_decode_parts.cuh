@@ -312,6 +312,11 @@ void launch_small(const DecodeWeight& W, Slicing sl, dim3 grid, int x_rows, bool
 // with rows of codes a multiple of 16 bytes (W.chunk16) and at most kInBlockMaxCols columns; the row split in
 // each block. The bits of launch_small at one row (the same MMAs and epilogue for the row), with less work a
 // unit: no work kept for the B columns that hold no row, precomputed copy offsets, cheaper scale indices.
+// Its launch variant (the same arithmetic, so the same bits), from DS_CUDA_TC_ROW_VARIANT (0..3) at every
+// launch, else kDefaultRowVariant: bit 0: one output block a block instead of persistent blocks; bit 1:
+// registers for 3 blocks an SM instead of 4. For the bench's before/after.
+constexpr int kDefaultRowVariant = 0;
+int tc_decode_row_variant();
 template <int Bits, bool PC>
 void launch_row(const DecodeWeight& W, Slicing sl, dim3 grid, const ExpertWindow* tiles, int n_rows,
                 const int32_t* row_ids, const DecodeX& X, float* y, int64_t ldy, int64_t n_experts,

@@ -105,8 +105,8 @@ __device__ __forceinline__ bool merge_row(const Slicing& sl, float (&v)[2], floa
 // Persistent over output blocks for a single matrix (block b takes output blocks b, b + gridDim.x, ...; each
 // warp's ring runs on into its next task's stages); expert tiles: one output block a block (grid.x covers
 // them), tile blockIdx.y.
-template <int Bits, bool PC>
-__global__ void __launch_bounds__(kThreads, 4)
+template <int Bits, bool PC, int MinBlocks>
+__global__ void __launch_bounds__(kThreads, MinBlocks)
     row_kernel(DecodeWeight W, Slicing sl, const ExpertWindow* tiles, int n_rows, const int32_t* row_ids,
                DecodeX X, float* y, int64_t ldy, int64_t n_experts) {
   using L = Stage<Bits>;
@@ -163,7 +163,7 @@ __global__ void __launch_bounds__(kThreads, 4)
   // Plane columns: this lane's output row g + 8 (t & 1), selected once (no runtime index into arrays).
   const int pc_off = pc_h ? row_off[1] : row_off[0];
   float* yr = y + first * ldy;
-  int64_t i = 0;  // the warp's stage counter over its tasks: ring slot i % KS
+  int slot = 0;  // the ring slot of the warp's next stage to decode (its stages over its tasks in order)
   for (int parity = 0; o0 < W.rows; o0 += step, parity ^= 1) {
     // Chained: acc[h] is D element 2h (output g + 8h, column 2t; the row's on t == 0). Plane columns: acc[0]
     // is this lane's d of output g + 8 (t & 1) (the row's on t < 2).
@@ -172,11 +172,11 @@ __global__ void __launch_bounds__(kThreads, 4)
 #pragma unroll
     for (int h = 0; h < 2; ++h)
       sb_r[h] = W.sb_base + min(o0 + g + 8 * (PC ? pc_h : h), W.rows - 1) * W.groups_per_row;
-    for (int64_t s = s_begin; s < s_end; ++s, ++i) {
-      issue_next(ring + ((i + KS - 1) % KS) * L::kWords);
+    for (int64_t s = s_begin; s < s_end; ++s, slot = slot == KS - 1 ? 0 : slot + 1) {
+      issue_next(ring + (slot == 0 ? KS - 1 : slot - 1) * L::kWords);  // the slot decoded last
       tc::cp_async_wait<KS - 1>();  // stage s has landed (this lane's copies) ...
       __syncwarp();                 // ... and every lane's
-      const uint32_t* st = ring + (i % KS) * L::kWords;
+      const uint32_t* st = ring + slot * L::kWords;
       const int64_t t0 = s * kUnitsPerStage;
       // The stage's scale words start at the word of its first group: li = parity + (u * 32) >> shift.
       const int64_t g0 = (t0 * 32) >> W.group_shift;
@@ -240,13 +240,11 @@ __global__ void __launch_bounds__(kThreads, 4)
   }
 }
 
-}  // namespace
-
-template <int Bits, bool PC>
-void launch_row(const DecodeWeight& W, Slicing sl, dim3 grid, const ExpertWindow* tiles, int n_rows,
-                const int32_t* row_ids, const DecodeX& X, float* y, int64_t ldy, int64_t n_experts,
-                cudaStream_t stream) {
-  constexpr auto kernel = row_kernel<Bits, PC>;
+template <int Bits, bool PC, int MinBlocks>
+void launch_variant(const DecodeWeight& W, Slicing sl, dim3 grid, bool persistent, const ExpertWindow* tiles,
+                    int n_rows, const int32_t* row_ids, const DecodeX& X, float* y, int64_t ldy,
+                    int64_t n_experts, cudaStream_t stream) {
+  constexpr auto kernel = row_kernel<Bits, PC, MinBlocks>;
   constexpr size_t ring = size_t{kWarps} * kRowStages * Stage<Bits>::kWords * 4;
   constexpr size_t merge = size_t{2} * kWarps * 64 * 4;
   // The split's planes, sums and pair sums (split_row_in_block), then the merge area.
@@ -273,8 +271,26 @@ void launch_row(const DecodeWeight& W, Slicing sl, dim3 grid, const ExpertWindow
   // A single matrix: persistent blocks over the output blocks (as many as are resident at once); expert
   // tiles: one output block a block.
   dim3 g = grid;
-  if (tiles == nullptr) g.x = static_cast<unsigned>(std::min<int64_t>(grid.x, int64_t{sms} * per_sm[T]));
+  if (tiles == nullptr && persistent)
+    g.x = static_cast<unsigned>(std::min<int64_t>(grid.x, int64_t{sms} * per_sm[T]));
   kernel<<<g, kThreads, bytes(T), stream>>>(W, sl, tiles, n_rows, row_ids, X, y, ldy, n_experts);
+}
+
+}  // namespace
+
+// Variants (tc_decode_row_variant; the same arithmetic, so the same bits): bit 0: one output block a block
+// instead of persistent blocks; bit 1: registers for 3 blocks an SM instead of 4.
+template <int Bits, bool PC>
+void launch_row(const DecodeWeight& W, Slicing sl, dim3 grid, const ExpertWindow* tiles, int n_rows,
+                const int32_t* row_ids, const DecodeX& X, float* y, int64_t ldy, int64_t n_experts,
+                cudaStream_t stream) {
+  const int v = tc_decode_row_variant();
+  if (v & 2)
+    launch_variant<Bits, PC, 3>(W, sl, grid, (v & 1) == 0, tiles, n_rows, row_ids, X, y, ldy, n_experts,
+                                stream);
+  else
+    launch_variant<Bits, PC, 4>(W, sl, grid, (v & 1) == 0, tiles, n_rows, row_ids, X, y, ldy, n_experts,
+                                stream);
 }
 
 #define DS_TC_ROW(B)                                                                               \
