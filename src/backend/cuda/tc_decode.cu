@@ -256,7 +256,7 @@ bool small_windows = true;     // tc_decode_small_windows
 int planes = -1;               // tc_decode_set_planes (a TcPlanes; -1: not yet read from the environment)
 bool one_row_in_block = true;  // tc_decode_one_row_in_block
 int forced_slices = 0;         // tc_decode_force_column_slices (0: the shape's rule)
-int row_kernel = -1;           // tc_decode_row_kernel (-1: not yet read from DS_CUDA_TC_ROW)
+int row_kernel = -1;  // tc_decode_row_kernel: 1 on, 0 off, 2 the default (Chained only); -1: not yet read
 
 // The layout, from DS_CUDA_TC_PLANES (columns | chained) on first use when no caller has set it.
 TcPlanes planes_now() {
@@ -273,20 +273,22 @@ TcPlanes planes_now() {
   return static_cast<TcPlanes>(planes);
 }
 
-// Whether one-row launches take the one-row kernel (tc_row.cu), from DS_CUDA_TC_ROW (1 | 0) on first use
-// when no caller has set it, else kDefaultTcRowKernel.
+// Whether one-row launches take the one-row kernel (tc_row.cu) under the current layout: DS_CUDA_TC_ROW (1:
+// both layouts, 0: off) on first use when no caller has set it; unset: kDefaultTcRowKernel under the Chained
+// layout only (the Columns layout's one-row kernel has the small kernel's bits by the same argument but has
+// not yet been through the device checks; tcrow10).
 bool row_kernel_now() {
   if (row_kernel < 0) {
     const char* v = std::getenv("DS_CUDA_TC_ROW");
     const std::string name = v != nullptr ? v : "";
     if (name.empty())
-      row_kernel = kDefaultTcRowKernel ? 1 : 0;
+      row_kernel = kDefaultTcRowKernel ? 2 : 0;
     else if (name == "1" || name == "0")
       row_kernel = name == "1" ? 1 : 0;
     else
       bad("DS_CUDA_TC_ROW", "must be 1 or 0 (got '" + name + "')");
   }
-  return row_kernel != 0;
+  return row_kernel == 1 || (row_kernel == 2 && planes_now() == TcPlanes::Chained);
 }
 
 // Whether a launch takes the small-window kernel, and whether its one row is split in the block (no split

@@ -13,8 +13,10 @@
 //   words of scales and biases) are computed once a warp; a stage's copy is a pointer bump per chunk.
 // - The scale and bias index of a unit: the stage's words start at the word of its first group, so a unit's
 //   local index is that word's parity (fixed per row for groups 32 and 64) plus (u * 32) >> shift.
-// The row is split by each block in shared memory (split_row_in_block, the split launch's bits), so no split
-// launch runs.
+// The row is split by each block in shared memory (split_row_in_block, unit-major, the split launch's bits),
+// so no split launch runs. A single matrix runs persistent blocks (as many as are resident), each warp's ring
+// running on into its next output block's stages; expert tiles one output block a block. Launch variants
+// (tc_decode_row_variant) change only the grid and the register budget, never the arithmetic.
 #include <algorithm>
 
 #include "backend/cuda/code_bits.h"
