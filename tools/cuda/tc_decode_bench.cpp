@@ -4,6 +4,7 @@
 // over copies that together exceed the 60 MB L2; CUDA events over batches of launches.
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <random>
 #include <set>
 #include <string>
@@ -78,16 +79,20 @@ void run_tc_decode_bench(int reps) {
   // three x planes chained in one accumulator or in B's columns (tc_decode_set_planes). GB/s: the weight's
   // bytes over the time; x: chained over columns.
   const TcPlanes shipped = tc_decode_planes();
-  std::printf(
-      "\ndecode products, FMA vs tensor cores (chained / columns: the planes' layout, the shape's S), x "
-      "fp32: "
-      "us, weight GB/s\n");
+  // DS_TC_BENCH_ONE_ROW set: the one-row tables alone (a short device call).
+  const bool one_row_only = std::getenv("DS_TC_BENCH_ONE_ROW") != nullptr;
+  if (!one_row_only)
+    std::printf(
+        "\ndecode products, FMA vs tensor cores (chained / columns: the planes' layout, the shape's S), x "
+        "fp32: "
+        "us, weight GB/s\n");
   std::printf("%-15s %-9s %7s %2s", "shape", "format", "MB", "S");
   for (int n : kRows) std::printf(" | %2d rows: fma   GB/s chained columns   GB/s     x", n);
   std::printf("\n");
   for (int bits : {4, 6}) {
     const int group = bits == 4 ? 32 : 64;
     for (const Shape& s : kShapes) {
+      if (one_row_only) break;
       Copies c = make_copies(s.rows, s.cols, bits, group, 1);
       const double bytes = double(s.rows) * s.cols * bits / 8 + 4.0 * s.rows * (s.cols / group);
       std::printf("%-15s %d-bit g%-3d %7.2f %2d", s.name, bits, group, bytes / 1e6,
@@ -119,6 +124,48 @@ void run_tc_decode_bench(int reps) {
     }
   }
 
+  // One row: the one-row kernel (tc_row.cu, tc_decode_row_kernel) against the small kernel it replaces (the
+  // same bits), both layouts; chained also per launch variant (DS_CUDA_TC_ROW_VARIANT: +1 one output block a
+  // block, +2 registers for 3 blocks an SM); GB/s: the weight's bytes over variant 0's time.
+  const bool row_shipped = tc_decode_row_kernel_on();
+  std::printf(
+      "\none row, small kernel vs one-row kernel (tc_row.cu): us\n%-15s %-9s %7s | %9s %7s %7s %7s %7s %6s "
+      "%5s "
+      "| %9s %9s %6s %5s\n",
+      "shape", "format", "MB", "chn small", "row v0", "v1", "v2", "v3", "GB/s", "x", "col small", "col row",
+      "GB/s", "x");
+  for (int bits : {4, 6}) {
+    const int group = bits == 4 ? 32 : 64;
+    for (const Shape& s : kShapes) {
+      Copies c = make_copies(s.rows, s.cols, bits, group, 1);
+      const double bytes = double(s.rows) * s.cols * bits / 8 + 4.0 * s.rows * (s.cols / group);
+      std::printf("%-15s %d-bit g%-3d %7.2f", s.name, bits, group, bytes / 1e6);
+      auto time = [&](bool row, int variant) {
+        tc_decode_row_kernel(row);
+        setenv("DS_CUDA_TC_ROW_VARIANT", std::to_string(variant).c_str(), 1);
+        return median_us(
+            [&](int i) {
+              tc_decode_wx(tiled(c.w[i]), x.as<float>(), s.cols, 1, y.as<float>(), s.rows, scratch.data(),
+                           scratch.bytes(), stream.get());
+            },
+            static_cast<int>(c.w.size()), reps, stream);
+      };
+      tc_decode_set_planes(TcPlanes::Chained);
+      const double small = time(false, 0);
+      double v[4];
+      for (int k = 0; k < 4; ++k) v[k] = time(true, k);
+      std::printf(" | %9.1f %7.1f %7.1f %7.1f %7.1f %6.0f %5.2f", small, v[0], v[1], v[2], v[3],
+                  bytes / (v[0] * 1e3), small / v[0]);
+      tc_decode_set_planes(TcPlanes::Columns);
+      const double col_small = time(false, 0), col_row = time(true, 0);
+      std::printf(" | %9.1f %9.1f %6.0f %5.2f\n", col_small, col_row, bytes / (col_row * 1e3),
+                  col_small / col_row);
+      unsetenv("DS_CUDA_TC_ROW_VARIANT");
+    }
+  }
+  tc_decode_set_planes(shipped);
+  tc_decode_row_kernel(row_shipped);
+
   // Routed experts: top-10 of 512 at 1, 8, 32, 64 streams; tiles (each expert read once) vs per-pair
   // products.
   std::printf(
@@ -133,6 +180,7 @@ void run_tc_decode_bench(int reps) {
   Copies gu = make_copies(1280, 2560, bits, group, n_experts),
          dn = make_copies(2560, 640, bits, group, n_experts);
   for (int streams : {1, 8, 32, 64}) {
+    if (one_row_only && streams != 1) break;
     const int lists = 16, total = streams * k;
     std::vector<DeviceBuffer> d_tiles, d_rows, d_slot, d_pairs_up, d_pairs_dn;
     std::vector<int> n_tiles;
@@ -193,6 +241,28 @@ void run_tc_decode_bench(int reps) {
                               2560, sc.data(), sc.bytes(), stream.get());
           },
           lists, reps, stream);
+    }
+    if (streams == 1) {  // tiles of one slot: the one-row kernel against the small kernel (shipped layout)
+      double off[2];
+      tc_decode_row_kernel(!row_shipped);
+      tc_decode_set_planes(shipped);
+      off[0] = median_us(
+          [&](int i) {
+            tc_decode_experts(tiled(gu.w[i % copies]), d_tiles[pick(i)].as<ExpertWindow>(), n_tiles[pick(i)],
+                              tier, d_rows[pick(i)].as<int32_t>(), x.as<float>(), 2560, streams,
+                              ygu.as<float>(), 1280, sc.data(), sc.bytes(), stream.get());
+          },
+          lists, reps, stream);
+      off[1] = median_us(
+          [&](int i) {
+            tc_decode_experts(tiled(dn.w[i % dn.w.size()]), d_tiles[pick(i)].as<ExpertWindow>(),
+                              n_tiles[pick(i)], tier, nullptr, h.as<float>(), 640, total, ydn.as<float>(),
+                              2560, sc.data(), sc.bytes(), stream.get());
+          },
+          lists, reps, stream);
+      tc_decode_row_kernel(row_shipped);
+      std::printf("(one stream, %s, one-row kernel %s: gate|up %.1f us, down %.1f us)\n",
+                  tc_planes_name(shipped), row_shipped ? "off" : "on", off[0], off[1]);
     }
     tc_decode_set_planes(shipped);
     const double p_dn = median_us(

@@ -251,6 +251,52 @@ void check_small_windows(Tally& tally, std::mt19937_64& rng, const Stream& s) {
   }
 }
 
+// The one-row kernel (tc_row.cu) against the kernel it replaces (the small kernel, one row split in the
+// block), bit for bit, for every bits x group on shapes with 1, 2 and 4 column slices (the shape's rule, and
+// forced 1 and 2 on 2560 columns), a partial last stage (2592 columns: 81 units, 4- and 8-bit: the others'
+// rows are not whole 16-byte chunks there and keep the small kernel) and partial output blocks, at rows 0
+// and 5 of x. Run under each layout.
+void check_row_kernel(Tally& tally, std::mt19937_64& rng, const Stream& s) {
+  const std::pair<int64_t, int64_t> shapes[] = {
+      {1030, 384}, {300, 2560}, {5000, 1280}, {9000, 640}, {200, 2592}};
+  const bool shipped = tc_decode_row_kernel_on();
+  for (int bits : {2, 3, 4, 5, 6, 8})
+    for (int group : {32, 64, 128}) {
+      int compared = 0;
+      std::string bad;
+      for (const auto& [rows, cols] : shapes) {
+        if ((cols / 32 * bits) % 4 != 0 || cols % group != 0) continue;  // the small kernel keeps these
+        const TcWeight t = make_weight(rows, cols, bits, group, 1, rng);
+        const DeviceBuffer x = upload(random_normal(8 * cols, 1.0f, rng));
+        for (int forced : {0, 1, 2}) {
+          if (forced != 0 && cols != 2560) continue;
+          tc_decode_force_column_slices(forced);
+          for (int row : {0, 5}) {
+            tc_decode_row_kernel(false);
+            const std::vector<float> small = run_decode(t.w, x, cols, row, 1, s);
+            tc_decode_row_kernel(true);
+            for (int variant = 0; variant < 4; ++variant) {  // DS_CUDA_TC_ROW_VARIANT: launch variants
+              setenv("DS_CUDA_TC_ROW_VARIANT", std::to_string(variant).c_str(), 1);
+              const std::vector<float> one = run_decode(t.w, x, cols, row, 1, s);
+              ++compared;
+              if (std::memcmp(small.data(), one.data(), small.size() * sizeof(float)) != 0 && bad.empty())
+                bad = " (first mismatch: " + std::to_string(rows) + "x" + std::to_string(cols) + ", " +
+                      std::to_string(tc_decode_column_slices(rows, cols)) + " slices, row " +
+                      std::to_string(row) + ", variant " + std::to_string(variant) + ")";
+            }
+            unsetenv("DS_CUDA_TC_ROW_VARIANT");
+          }
+        }
+        tc_decode_force_column_slices(0);
+      }
+      tally.expect(bad.empty() && compared > 0,
+                   format_name(bits, group) + ": one-row kernel == small kernel at one row, bit for bit, " +
+                       std::to_string(compared) + " launches (1, 2 and 4 column slices, 4 launch variants)" +
+                       bad);
+    }
+  tc_decode_row_kernel(shipped);
+}
+
 // The fixtures' small shapes (a few outputs, 32-512 columns), dense and 4-bit, at 1, 3 and 16 rows, within
 // the bound; and three products back to back on one scratch without a sync == each run alone (the model's
 // sequence: each split overwrites the planes the previous product read).
@@ -366,7 +412,9 @@ void run_tc_decode_checks(Tally& tally) {
     check_experts(tally, 4, 90, 3, 6, rng, s, kDecodeExpertTileRows);  // the model's decode tiles of 8
     check_experts(tally, 0, 16, 2, 8, rng, s, kDecodeExpertTileRows);
     check_small_windows(tally, rng, s);
-    check_experts(tally, 4, 1, 10, 16, rng, s, 1);  // one stream: tiles of one slot (the 1-row small kernel)
+    check_row_kernel(tally, rng, s);
+    // One stream: tiles of one slot (the one-row kernel, or the 1-row small kernel), each == alone.
+    check_experts(tally, 4, 1, 10, 16, rng, s, 1);
     // The model's decode tiles with the shared expert; 2560 columns: 4 column slices.
     check_experts(tally, 4, 1, 10, 16, rng, s, 1, true, 2560);
     check_experts(tally, 4, 13, 10, 24, rng, s, kDecodeExpertTileRows, true, 2560);

@@ -256,6 +256,7 @@ bool small_windows = true;     // tc_decode_small_windows
 int planes = -1;               // tc_decode_set_planes (a TcPlanes; -1: not yet read from the environment)
 bool one_row_in_block = true;  // tc_decode_one_row_in_block
 int forced_slices = 0;         // tc_decode_force_column_slices (0: the shape's rule)
+int row_kernel = -1;  // tc_decode_row_kernel: 1 on, 0 off, 2 the default (Chained only); -1: not yet read
 
 // The layout, from DS_CUDA_TC_PLANES (columns | chained) on first use when no caller has set it.
 TcPlanes planes_now() {
@@ -272,6 +273,24 @@ TcPlanes planes_now() {
   return static_cast<TcPlanes>(planes);
 }
 
+// Whether one-row launches take the one-row kernel (tc_row.cu) under the current layout: DS_CUDA_TC_ROW (1:
+// both layouts, 0: off) on first use when no caller has set it; unset: kDefaultTcRowKernel under the Chained
+// layout only (the Columns layout's one-row kernel has the small kernel's bits by the same argument but has
+// not yet been through the device checks; tcrow10).
+bool row_kernel_now() {
+  if (row_kernel < 0) {
+    const char* v = std::getenv("DS_CUDA_TC_ROW");
+    const std::string name = v != nullptr ? v : "";
+    if (name.empty())
+      row_kernel = kDefaultTcRowKernel ? 2 : 0;
+    else if (name == "1" || name == "0")
+      row_kernel = name == "1" ? 1 : 0;
+    else
+      bad("DS_CUDA_TC_ROW", "must be 1 or 0 (got '" + name + "')");
+  }
+  return row_kernel == 1 || (row_kernel == 2 && planes_now() == TcPlanes::Chained);
+}
+
 // Whether a launch takes the small-window kernel, and whether its one row is split in the block (no split
 // launch): affine weights (dense keeps the general kernel), windows of up to 8 rows, expert tiles of one slot
 // (tiles of 8 measured slower on it than on the general kernel: 8 staged rows a warp, 2 blocks an SM).
@@ -282,11 +301,18 @@ bool takes_in_block(const TiledWeight& w, int tier_rows, bool tiles) {
   return takes_small(w, tier_rows, tiles) && tier_rows <= 1 && one_row_in_block && w.cols <= kInBlockMaxCols;
 }
 
+// The one-row kernel: the in-block launches whose rows of codes are whole 16-byte chunks.
+bool takes_row(const TiledWeight& w, int tier_rows, bool tiles) {
+  return takes_in_block(w, tier_rows, tiles) && (w.cols / 32 * w.affine.bits) % 4 == 0 && row_kernel_now();
+}
+
 template <int Bits, bool PC>
 void launch_bits(const DecodeWeight& W, Slicing sl, dim3 grid, int tier_rows, bool small, bool in_block,
-                 const ExpertWindow* tiles, int n_rows, const int32_t* row_ids, const DecodeX& X, float* y,
-                 int64_t ldy, int64_t n_experts, cudaStream_t stream) {
-  if (Bits != 0 && small)
+                 bool row, const ExpertWindow* tiles, int n_rows, const int32_t* row_ids, const DecodeX& X,
+                 float* y, int64_t ldy, int64_t n_experts, cudaStream_t stream) {
+  if (Bits != 0 && row)
+    launch_row<Bits, PC>(W, sl, grid, tiles, n_rows, row_ids, X, y, ldy, n_experts, stream);
+  else if (Bits != 0 && small)
     launch_small<Bits, PC>(W, sl, grid, tier_rows, in_block, tiles, n_rows, row_ids, X, y, ldy, n_experts,
                            stream);
   else if (tier_rows <= 8)
@@ -322,7 +348,8 @@ void dispatch(const char* op, const TiledWeight& w, unsigned grid_y, int tier_ro
   auto* planes = static_cast<uint16_t*>(scratch);
   auto* sums = reinterpret_cast<float*>(static_cast<uint8_t*>(scratch) + plane_bytes(w.cols, n_x));
   const bool small = takes_small(w, tier_rows, tiles != nullptr),
-             in_block = takes_in_block(w, tier_rows, tiles != nullptr);
+             in_block = takes_in_block(w, tier_rows, tiles != nullptr),
+             row = takes_row(w, tier_rows, tiles != nullptr);
   if (!in_block) {  // the one-row in-block kernel splits its row itself
     const int64_t units = n_x * (w.cols / 32);
     decode_split_kernel<<<static_cast<unsigned>((units + 127) / 128), 128, 0, stream>>>(x, ldx, n_x, w.cols,
@@ -336,11 +363,11 @@ void dispatch(const char* op, const TiledWeight& w, unsigned grid_y, int tier_ro
   auto with_layout = [&](auto pc) {
     constexpr bool PC = decltype(pc)::value;
     if (w.dense != nullptr)
-      launch_bits<0, PC>(W, sl, grid, tier_rows, false, false, tiles, n_rows, row_ids, X, y, ldy, w.n_experts,
-                         stream);
+      launch_bits<0, PC>(W, sl, grid, tier_rows, false, false, false, tiles, n_rows, row_ids, X, y, ldy,
+                         w.n_experts, stream);
     else
       with_bits(w.affine.bits, [&](auto bits) {
-        launch_bits<decltype(bits)::value, PC>(W, sl, grid, tier_rows, small, in_block, tiles, n_rows,
+        launch_bits<decltype(bits)::value, PC>(W, sl, grid, tier_rows, small, in_block, row, tiles, n_rows,
                                                row_ids, X, y, ldy, w.n_experts, stream);
       });
   };
@@ -371,6 +398,25 @@ const char* tc_planes_name(TcPlanes p) {
 
 void tc_decode_one_row_in_block(bool on) {
   one_row_in_block = on;
+}
+
+void tc_decode_row_kernel(bool on) {
+  row_kernel = on ? 1 : 0;
+}
+
+namespace tcd {
+// Read at every launch (not cached), so the checks and bench can switch it with setenv between launches.
+int tc_decode_row_variant() {
+  const char* v = std::getenv("DS_CUDA_TC_ROW_VARIANT");
+  if (v == nullptr || v[0] == '\0') return kDefaultRowVariant;
+  if (v[1] != '\0' || v[0] < '0' || v[0] > '3')
+    bad("DS_CUDA_TC_ROW_VARIANT", std::string("must be 0..3 (got '") + v + "')");
+  return v[0] - '0';
+}
+}  // namespace tcd
+
+bool tc_decode_row_kernel_on() {
+  return row_kernel_now();
 }
 
 void tc_decode_force_column_slices(int slices) {

@@ -40,6 +40,16 @@ void tc_decode_small_windows(bool on);
 // splits the row into bf16 planes and tile sums itself, each block in shared memory (the split launch's
 // values, bit for bit), leaving the split launch out. On by default; process-wide.
 void tc_decode_one_row_in_block(bool on);
+// Whether those one-row launches (rows of codes a multiple of 16 bytes) take the one-row kernel (tc_row.cu,
+// tcrow10: the same bits, checked; no work kept for the 7 B columns that hold no row, precomputed copy
+// offsets, persistent blocks). A call sets it for both layouts. Without one, the first launch reads
+// DS_CUDA_TC_ROW (1: both layouts, 0: off; other values throw naming it), else kDefaultTcRowKernel under
+// TcPlanes::Chained only (Columns keeps the small kernel until its device checks have run). Process-wide (set
+// it before a model captures its graphs). tc_decode_row_kernel_on(): whether it is taken under the layout
+// now.
+constexpr bool kDefaultTcRowKernel = true;
+void tc_decode_row_kernel(bool on);
+bool tc_decode_row_kernel_on();
 
 // The column split, fixed by the matrix's shape (never by the row count), as the FMA products' column_slices:
 // S = 4 slices of the matrix's 4-unit stages when it has at most 4096 outputs (256 groups of 16), 2 up to

@@ -260,6 +260,42 @@ __device__ __forceinline__ float pr_combine(const float (&c)[kTerms][4], int e) 
   return __fadd_rn(__fadd_rn(c[2][e], c[1][e]), c[0][e]);
 }
 
+// The one-row kernels' split (tc_gemv.cu in_block, tc_row.cu), by the whole block into shared memory: planes
+// [kTerms][T][4] (lane t's uint4 of each unit, as decode_split_kernel stores them) and sums [T], each value
+// by decode_split_kernel's operations (tc::split3 per value, sum4 per 4 columns, the tile's tree over the 8
+// partial sums); row < 0: zeros. UnitMajor (tc_row.cu): planes [T][kTerms][4] instead, a unit's three planes
+// side by side.
+template <bool UnitMajor = false>
+__device__ __forceinline__ void split_row_in_block(const DecodeX& X, int64_t row, int64_t T, uint4* planes,
+                                                   float* sums, float* pair_sums) {
+  for (int64_t i = threadIdx.x; i < T * 4; i += kThreads) {
+    const int64_t unit = i >> 2;
+    const int b = static_cast<int>(i & 3);
+    float v[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+    if (row >= 0) {
+      const float4* src = reinterpret_cast<const float4*>(X.x + row * X.ldx + unit * 32 + 8 * b);
+      const float4 lo = src[0], hi = src[1];
+      v[0] = lo.x, v[1] = lo.y, v[2] = lo.z, v[3] = lo.w, v[4] = hi.x, v[5] = hi.y, v[6] = hi.z, v[7] = hi.w;
+    }
+    uint16_t parts[8][kTerms];
+#pragma unroll
+    for (int e = 0; e < 8; ++e) tc::split3(v[e], parts[e]);
+#pragma unroll
+    for (int j = 0; j < kTerms; ++j) {
+      auto pack = [&](int a, int c) { return uint32_t{parts[a][j]} | (uint32_t{parts[c][j]} << 16); };
+      planes[(UnitMajor ? unit * kTerms + j : j * T + unit) * 4 + b] =
+          make_uint4(pack(0, 4), pack(1, 5), pack(2, 6), pack(3, 7));
+    }
+    // q[2b] + q[2b+1] of the split kernel's tree8: (q0 + q1), (q2 + q3), (q4 + q5), (q6 + q7).
+    pair_sums[i] = __fadd_rn(tc::sum4(v[0], v[1], v[2], v[3]), tc::sum4(v[4], v[5], v[6], v[7]));
+  }
+  __syncthreads();
+  for (int64_t u = threadIdx.x; u < T; u += kThreads)
+    sums[u] = __fadd_rn(__fadd_rn(pair_sums[4 * u], pair_sums[4 * u + 1]),
+                        __fadd_rn(pair_sums[4 * u + 2], pair_sums[4 * u + 3]));
+  __syncthreads();
+}
+
 // The small-window product (tc_gemv.cu): windows (or expert tiles) of at most x_rows <= 8 rows, the bits of
 // decode_kernel<Bits, 1>; x and its tile sums ride in the weights' cp.async ring.
 // in_block: one row (x_rows 1, cols <= kInBlockMaxCols) split by each block from X.x into shared memory,
@@ -271,5 +307,20 @@ template <int Bits, bool PC>
 void launch_small(const DecodeWeight& W, Slicing sl, dim3 grid, int x_rows, bool in_block,
                   const ExpertWindow* tiles, int n_rows, const int32_t* row_ids, const DecodeX& X, float* y,
                   int64_t ldy, int64_t n_experts, cudaStream_t stream);
+
+// The one-row product (tc_row.cu): a launch of one row, or expert tiles of one slot, of MLX affine weights
+// with rows of codes a multiple of 16 bytes (W.chunk16) and at most kInBlockMaxCols columns; the row split in
+// each block. The bits of launch_small at one row (the same MMAs and epilogue for the row), with less work a
+// unit: no work kept for the B columns that hold no row, precomputed copy offsets, cheaper scale indices.
+// Its launch variant (the same arithmetic, so the same bits), from DS_CUDA_TC_ROW_VARIANT (0..3) at every
+// launch, else kDefaultRowVariant: bit 0: one output block a block instead of persistent blocks; bit 1:
+// registers for 3 blocks an SM instead of 4 (no spills; 4 blocks capped the chained kernels at 128 registers
+// with 8-40 bytes of spill and left too few units in flight). For the bench's before/after.
+constexpr int kDefaultRowVariant = 2;  // measured fastest (tcrow10: lm_head 4-bit g32 195 us, v0 276)
+int tc_decode_row_variant();
+template <int Bits, bool PC>
+void launch_row(const DecodeWeight& W, Slicing sl, dim3 grid, const ExpertWindow* tiles, int n_rows,
+                const int32_t* row_ids, const DecodeX& X, float* y, int64_t ldy, int64_t n_experts,
+                cudaStream_t stream);
 
 }  // namespace ds::cuda::tcd

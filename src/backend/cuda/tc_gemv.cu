@@ -63,38 +63,6 @@ __device__ __forceinline__ void issue_x(const DecodeX& X, const int64_t (&xr)[XR
   }
 }
 
-// The one-row kernel's split, by the whole block into shared memory: planes [kTerms][T][4] (lane t's uint4 of
-// each unit, as decode_split_kernel stores them) and sums [T], each value by decode_split_kernel's operations
-// (tc::split3 per value, sum4 per 4 columns, the tile's tree over the 8 partial sums); row < 0: zeros.
-__device__ __forceinline__ void split_row_in_block(const DecodeX& X, int64_t row, int64_t T, uint4* planes,
-                                                   float* sums, float* pair_sums) {
-  for (int64_t i = threadIdx.x; i < T * 4; i += kThreads) {
-    const int64_t unit = i >> 2;
-    const int b = static_cast<int>(i & 3);
-    float v[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
-    if (row >= 0) {
-      const float4* src = reinterpret_cast<const float4*>(X.x + row * X.ldx + unit * 32 + 8 * b);
-      const float4 lo = src[0], hi = src[1];
-      v[0] = lo.x, v[1] = lo.y, v[2] = lo.z, v[3] = lo.w, v[4] = hi.x, v[5] = hi.y, v[6] = hi.z, v[7] = hi.w;
-    }
-    uint16_t parts[8][kTerms];
-#pragma unroll
-    for (int e = 0; e < 8; ++e) tc::split3(v[e], parts[e]);
-#pragma unroll
-    for (int j = 0; j < kTerms; ++j) {
-      auto pack = [&](int a, int c) { return uint32_t{parts[a][j]} | (uint32_t{parts[c][j]} << 16); };
-      planes[(j * T + unit) * 4 + b] = make_uint4(pack(0, 4), pack(1, 5), pack(2, 6), pack(3, 7));
-    }
-    // q[2b] + q[2b+1] of the split kernel's tree8: (q0 + q1), (q2 + q3), (q4 + q5), (q6 + q7).
-    pair_sums[i] = __fadd_rn(tc::sum4(v[0], v[1], v[2], v[3]), tc::sum4(v[4], v[5], v[6], v[7]));
-  }
-  __syncthreads();
-  for (int64_t u = threadIdx.x; u < T; u += kThreads)
-    sums[u] = __fadd_rn(__fadd_rn(pair_sums[4 * u], pair_sums[4 * u + 1]),
-                        __fadd_rn(pair_sums[4 * u + 2], pair_sums[4 * u + 3]));
-  __syncthreads();
-}
-
 template <int Bits, int XR, bool InBlock, bool PC>
 __global__ void __launch_bounds__(kThreads)
     small_kernel(DecodeWeight W, Slicing sl, const ExpertWindow* tiles, int n_rows, const int32_t* row_ids,

@@ -1,0 +1,312 @@
+// The one-row tensor-core decode product (tcrow10; docs/cuda-products.md, "Decode products on the tensor
+// cores", "The one-row kernel"): a launch of one row, or expert tiles of one slot, of MLX affine weights
+// whose rows of codes are a multiple of 16 bytes and at most kInBlockMaxCols columns. The arithmetic of
+// small_kernel<Bits, 1, true, PC> (tc_gemv.cu), so of decode_kernel<Bits, 1, PC>, operation for operation
+// for the row: the same A fragments, the same B column of the row, the same MMA chain per unit, the same
+// epilogue in unit order, the same column slices and merge. What it leaves out is the work of the 7 B
+// columns (and D columns) that hold no row:
+// - An MMA's D[i][n] depends only on A's row i, B's column n and C[i][n]. So the lanes that feed the empty
+//   B columns (g != 0; plane columns: the zero column and row 1's) read the row's own fragment too (a
+//   broadcast from shared memory, no predicate, no zeros), and only the D elements of the row are carried:
+//   2 accumulators a lane (chained: elements 0 and 2, column 2t; t == 0 holds the row) instead of 4.
+// - RowCopy offsets: each lane's cp.async chunks of a stage (16-byte code chunks of the warp's 16 rows, the
+//   words of scales and biases) are computed once a warp; a stage's copy is a pointer bump per chunk.
+// - The scale and bias index of a unit: the stage's words start at the word of its first group, so a unit's
+//   local index is that word's parity (fixed per row for groups 32 and 64) plus (u * 32) >> shift.
+// The row is split by each block in shared memory (split_row_in_block, unit-major, the split launch's bits),
+// so no split launch runs. A single matrix runs persistent blocks (as many as are resident), each warp's ring
+// running on into its next output block's stages; expert tiles one output block a block. Launch variants
+// (tc_decode_row_variant) change only the grid and the register budget, never the arithmetic.
+#include <algorithm>
+
+#include "backend/cuda/code_bits.h"
+#include "backend/cuda/cuda_error.h"
+#include "backend/cuda/grid_dependency.cuh"
+#include "backend/cuda/tc_decode.h"
+#include "backend/cuda/tc_decode_parts.cuh"
+
+namespace ds::cuda::tcd {
+namespace {
+
+constexpr int kRowStages = 5;  // ring slots a warp: 4 stages in flight while one is decoded
+
+template <int Bits>
+struct RowCopy {
+  static constexpr int kChunks = (kWarpOutputs * Bits + 31) / 32;  // 16-byte code chunks a lane, full stage
+  // Lane chunk i is chunk c = lane + 32 i of the stage: row c / Bits, 16-byte chunk c % Bits of the row's
+  // stage (a tail stage copies those under its count), when c < 16 Bits.
+  const uint32_t* src[kChunks];  // the chunk's source at stage 0 of the current task
+  const uint32_t* sb;            // scales (lanes 0-15) or biases (16-31) as words
+  int64_t sb_row;                // bf16 index of the lane's row's first scale
+  int lane;
+
+  __device__ __forceinline__ RowCopy(const DecodeWeight& W, int64_t o0, int lane_) : lane(lane_) {
+    sb = lane < 16 ? W.scales : W.biases;
+    retarget(W, o0);
+  }
+  __device__ __forceinline__ static int row_of(int c) { return c / Bits; }
+  __device__ __forceinline__ static int chunk_of(int c) { return c - row_of(c) * Bits; }
+  // The warp's 16 outputs from o0 (rows past the matrix clamped to its last, as issue_stage).
+  __device__ __forceinline__ void retarget(const DecodeWeight& W, int64_t o0) {
+#pragma unroll
+    for (int i = 0; i < kChunks; ++i) {
+      const int c = lane + 32 * i;
+      const int64_t o = min(o0 + row_of(c), W.rows - 1);
+      src[i] = W.codes + (c < kWarpOutputs * Bits ? o * W.words_per_row + 4 * chunk_of(c) : 0);
+    }
+    sb_row = W.sb_base + min(o0 + (lane & 15), W.rows - 1) * W.groups_per_row;
+  }
+
+  // Stage s (units 4s .. 4s + nu - 1) of the current task into dst, or nothing when `live` is false; one
+  // commit group per call, as issue_stage.
+  __device__ __forceinline__ void issue(const DecodeWeight& W, bool live, int64_t s, int64_t T,
+                                        uint32_t* dst_stage) const {
+    if (live) {
+      const int64_t t0 = s * kUnitsPerStage;
+      const int nu = static_cast<int>(min(int64_t{kUnitsPerStage}, T - t0));
+      const int lim = nu * Bits / 4;  // 16-byte chunks a row in this stage (rows are whole chunks)
+      using L = Stage<Bits>;
+#pragma unroll
+      for (int i = 0; i < kChunks; ++i) {
+        const int c = lane + 32 * i, k = chunk_of(c);
+        if (c < kWarpOutputs * Bits && k < lim)
+          cp_async16(dst_stage + row_of(c) * L::kRowWords + 4 * k, src[i] + t0 * Bits, 16);
+      }
+      const int64_t i_lo = sb_row + ((t0 * 32) >> W.group_shift);
+      const int64_t i_hi = sb_row + (((t0 + nu) * 32 - 1) >> W.group_shift);
+      uint32_t* sb_dst = dst_stage + (lane & 15) * L::kRowWords + L::kCodeWords + 4 * (lane >> 4);
+      for (int64_t w = i_lo >> 1; w <= (i_hi >> 1); ++w) cp_async4(sb_dst + (w - (i_lo >> 1)), sb + w, 4);
+    }
+    cp_async_commit();
+  }
+};
+
+// The slices' merge of merge_slices ((s0 + s1) + (s2 + s3), or s0 + s1) for 2 values a lane, through a
+// merge area of its own (the ring holds the next task's stages in flight), double-buffered by the task's
+// parity so a slice warp's next write never meets the first slice's read of this task's parts.
+__device__ __forceinline__ bool merge_row(const Slicing& sl, float (&v)[2], float* area, int parity, int warp,
+                                          int lane) {
+  if (sl.slices == 1) return true;
+  const int group = warp / sl.slices, slice = warp % sl.slices;
+  float* base = area + parity * (kWarps * 64);
+  base[warp * 64 + lane] = v[0];
+  base[warp * 64 + 32 + lane] = v[1];
+  if (group == 0)
+    asm volatile("bar.sync 1, %0;" ::"r"(32 * sl.slices) : "memory");
+  else
+    asm volatile("bar.sync 2, %0;" ::"r"(32 * sl.slices) : "memory");
+  if (slice != 0) return false;
+  auto part = [&](int s, int k) { return base[(warp + s) * 64 + 32 * k + lane]; };
+#pragma unroll
+  for (int k = 0; k < 2; ++k)
+    v[k] = sl.slices == 2 ? __fadd_rn(part(0, k), part(1, k))
+                          : __fadd_rn(__fadd_rn(part(0, k), part(1, k)), __fadd_rn(part(2, k), part(3, k)));
+  return true;
+}
+
+// Persistent over output blocks for a single matrix (block b takes output blocks b, b + gridDim.x, ...; each
+// warp's ring runs on into its next task's stages); expert tiles: one output block a block (grid.x covers
+// them), tile blockIdx.y.
+template <int Bits, bool PC, int MinBlocks>
+__global__ void __launch_bounds__(kThreads, MinBlocks)
+    row_kernel(DecodeWeight W, Slicing sl, const ExpertWindow* tiles, int n_rows, const int32_t* row_ids,
+               DecodeX X, float* y, int64_t ldy, int64_t n_experts) {
+  using L = Stage<Bits>;
+  constexpr int KS = kRowStages;
+  extern __shared__ __align__(16) uint32_t smem[];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int slice = warp % sl.slices;
+  const int64_t group_off = (warp / sl.slices) * kWarpOutputs, step = int64_t{gridDim.x} * sl.block_outputs();
+  int64_t o0 = int64_t{blockIdx.x} * sl.block_outputs() + group_off;
+  if (tiles != nullptr) dev::grid_dependency_wait();
+  int64_t first = 0;
+  int count = 0;
+  if (tiles != nullptr) {
+    const ExpertWindow tw = tiles[blockIdx.y];
+    if (tw.count <= 0 || tw.count > 1 || tw.expert < 0 || tw.expert >= n_experts) return;  // whole block
+    first = tw.first, count = tw.count;
+    const int64_t e = tw.expert;
+    W.codes += e * W.rows * W.words_per_row;
+    W.sb_base += e * W.rows * W.groups_per_row;
+  } else {
+    first = int64_t{blockIdx.y} * kDecodeTileRows;
+    count = static_cast<int>(min(int64_t{1}, n_rows - first));
+  }
+  uint32_t* ring = smem + warp * (KS * L::kWords);
+  const int64_t T = W.cols / 32, n_stages = (T + kUnitsPerStage - 1) / kUnitsPerStage;
+  const int64_t s_begin = sl.begin(slice, n_stages), s_end = sl.end(slice, n_stages);
+  // The issue cursor: task output o_is, stage s_is (the tasks' stages in sequence; past the last: none).
+  RowCopy<Bits> copy(W, o0, lane);
+  int64_t o_is = o0, s_is = s_begin;
+  auto issue_next = [&](uint32_t* dst) {
+    copy.issue(W, o_is < W.rows, s_is, T, dst);
+    if (++s_is == s_end && o_is < W.rows) {
+      s_is = s_begin, o_is += step;
+      if (o_is < W.rows) copy.retarget(W, o_is);
+    }
+  };
+#pragma unroll
+  for (int s = 0; s < KS - 1; ++s) issue_next(ring + s * L::kWords);
+  if (tiles == nullptr) dev::grid_dependency_wait();
+  const int64_t xrow = count > 0 ? (row_ids != nullptr ? int64_t{row_ids[first]} : first) : -1;
+  uint4* xplanes = reinterpret_cast<uint4*>(smem + kWarps * KS * L::kWords);
+  float* xsums = reinterpret_cast<float*>(xplanes + kTerms * T * 4);
+  float* merge_area = xsums + 5 * T;  // after the split's sums and pair sums: [2][kWarps][2][32]
+  split_row_in_block<true>(X, xrow, T, xplanes, xsums, xsums + T);
+  if (o0 >= W.rows) return;  // uniform over the output group, which alone meets at the slices' barrier
+
+  const int pc_h = t & 1;
+  // The B column of lane (g, t) holds plane j of the row: chained every plane (column g == 0 is the row's,
+  // the others only feed D columns not kept); plane columns pc_term(g), any plane for the zero column.
+  const int pc_j = pc_term(g) < 0 ? 0 : pc_term(g);
+  // Unit u's plane j at xplanes[(u * kTerms + j) * 4 + t].
+  const uint4* xp = xplanes + (PC ? pc_j : 0) * 4 + t;
+  const int row_off[2] = {g * L::kRowWords, (g + 8) * L::kRowWords};
+  // Plane columns: this lane's output row g + 8 (t & 1), selected once (no runtime index into arrays).
+  const int pc_off = pc_h ? row_off[1] : row_off[0];
+  float* yr = y + first * ldy;
+  int slot = 0;  // the ring slot of the warp's next stage to decode (its stages over its tasks in order)
+  for (int parity = 0; o0 < W.rows; o0 += step, parity ^= 1) {
+    // Chained: acc[h] is D element 2h (output g + 8h, column 2t; the row's on t == 0). Plane columns: acc[0]
+    // is this lane's d of output g + 8 (t & 1) (the row's on t < 2).
+    float acc[2] = {0.0f, 0.0f};
+    int64_t sb_r[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+      sb_r[h] = W.sb_base + min(o0 + g + 8 * (PC ? pc_h : h), W.rows - 1) * W.groups_per_row;
+    for (int64_t s = s_begin; s < s_end; ++s, slot = slot == KS - 1 ? 0 : slot + 1) {
+      issue_next(ring + (slot == 0 ? KS - 1 : slot - 1) * L::kWords);  // the slot decoded last
+      tc::cp_async_wait<KS - 1>();  // stage s has landed (this lane's copies) ...
+      __syncwarp();                 // ... and every lane's
+      const uint32_t* st = ring + slot * L::kWords;
+      const int64_t t0 = s * kUnitsPerStage;
+      // The stage's scale words start at the word of its first group: li = parity + (u * 32) >> shift.
+      const int64_t g0 = (t0 * 32) >> W.group_shift;
+      int par[2];
+      const uint16_t* sbp[2];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        par[h] = static_cast<int>((sb_r[h] + g0) & 1);
+        sbp[h] = reinterpret_cast<const uint16_t*>(st + (PC ? pc_off : row_off[h]) + L::kCodeWords);
+      }
+      const float* sums = xsums + t0;
+      const uint4* xs = xp + t0 * (kTerms * 4);
+      auto unit_step = [&](int u) {
+        uint32_t P[2][4];
+#pragma unroll
+        for (int h = 0; h < 2; ++h) unit_pairs<Bits>(st + row_off[h] + u * Bits, t, P[h]);
+        const uint32_t a[2][4] = {{P[0][0], P[1][0], P[0][1], P[1][1]}, {P[0][2], P[1][2], P[0][3], P[1][3]}};
+        const int gl = (u * 32) >> W.group_shift;
+        const float sx = sums[u];
+        if constexpr (PC) {
+          const int li = par[0] + gl;
+          const float scale = from_bf16(sbp[0][li]), bias = from_bf16(sbp[0][8 + li]);
+          float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+          pc_mma(c, a, xs[u * kTerms * 4]);
+          const float d = pc_combine(c, t);
+          acc[0] = __fmaf_rn(bias, sx, __fmaf_rn(scale, d, acc[0]));
+        } else {
+          uint4 b[kTerms];
+#pragma unroll
+          for (int j = 0; j < kTerms; ++j) b[j] = xs[(u * kTerms + j) * 4];
+          float part[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+          // Per k step the smallest term first: decode_kernel's order.
+#pragma unroll
+          for (int ks = 0; ks < 2; ++ks)
+#pragma unroll
+            for (int j = kTerms - 1; j >= 0; --j)
+              mma_bf16(part, a[ks], ks == 0 ? b[j].x : b[j].z, ks == 0 ? b[j].y : b[j].w);
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int li = par[h] + gl;
+            const float scale = from_bf16(sbp[h][li]), bias = from_bf16(sbp[h][8 + li]);
+            acc[h] = __fmaf_rn(scale, part[2 * h], acc[h]);
+            acc[h] = __fmaf_rn(bias, sx, acc[h]);
+          }
+        }
+      };
+      stage_units(static_cast<int>(min(int64_t{kUnitsPerStage}, T - t0)), unit_step);
+      __syncwarp();  // every lane is done with stage s before its slot is refilled
+    }
+    if (!merge_row(sl, acc, merge_area, parity, warp, lane) || count <= 0) continue;
+    if constexpr (PC) {
+      const int64_t o = o0 + g + 8 * pc_h;
+      if (t < 2 && o < W.rows) yr[o] = acc[0];
+    } else {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int64_t o = o0 + g + 8 * h;
+        if (t == 0 && o < W.rows) yr[o] = acc[h];
+      }
+    }
+  }
+}
+
+template <int Bits, bool PC, int MinBlocks>
+void launch_variant(const DecodeWeight& W, Slicing sl, dim3 grid, bool persistent, const ExpertWindow* tiles,
+                    int n_rows, const int32_t* row_ids, const DecodeX& X, float* y, int64_t ldy,
+                    int64_t n_experts, cudaStream_t stream) {
+  constexpr auto kernel = row_kernel<Bits, PC, MinBlocks>;
+  constexpr size_t ring = size_t{kWarps} * kRowStages * Stage<Bits>::kWords * 4;
+  constexpr size_t merge = size_t{2} * kWarps * 64 * 4;
+  // The split's planes, sums and pair sums (split_row_in_block), then the merge area.
+  auto bytes = [](int64_t T) { return ring + static_cast<size_t>(T) * (kTerms * 64 + 4 + 16) + merge; };
+  static const int sms = [&] {
+    check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               static_cast<int>(bytes(kInBlockMaxCols / 32))),
+          "tc_decode (one row): cudaFuncSetAttribute");
+    int device = 0, n = 0;
+    check(cudaGetDevice(&device), "tc_decode (one row): cudaGetDevice");
+    check(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device),
+          "tc_decode (one row): multiprocessor count");
+    return n;
+  }();
+  // Blocks resident at once for this row width (its split takes shared memory), per T (at most 256 units).
+  static int per_sm[kInBlockMaxCols / 32 + 1] = {};
+  const int64_t T = W.cols / 32;
+  if (per_sm[T] == 0) {
+    int n = 0;
+    check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, kThreads, bytes(T)),
+          "tc_decode (one row): occupancy");
+    per_sm[T] = std::max(1, n);
+  }
+  // A single matrix: persistent blocks over the output blocks (as many as are resident at once); expert
+  // tiles: one output block a block.
+  dim3 g = grid;
+  if (tiles == nullptr && persistent)
+    g.x = static_cast<unsigned>(std::min<int64_t>(grid.x, int64_t{sms} * per_sm[T]));
+  kernel<<<g, kThreads, bytes(T), stream>>>(W, sl, tiles, n_rows, row_ids, X, y, ldy, n_experts);
+}
+
+}  // namespace
+
+// Variants (tc_decode_row_variant; the same arithmetic, so the same bits): bit 0: one output block a block
+// instead of persistent blocks; bit 1: registers for 3 blocks an SM instead of 4.
+template <int Bits, bool PC>
+void launch_row(const DecodeWeight& W, Slicing sl, dim3 grid, const ExpertWindow* tiles, int n_rows,
+                const int32_t* row_ids, const DecodeX& X, float* y, int64_t ldy, int64_t n_experts,
+                cudaStream_t stream) {
+  const int v = tc_decode_row_variant();
+  if (v & 2)
+    launch_variant<Bits, PC, 3>(W, sl, grid, (v & 1) == 0, tiles, n_rows, row_ids, X, y, ldy, n_experts,
+                                stream);
+  else
+    launch_variant<Bits, PC, 4>(W, sl, grid, (v & 1) == 0, tiles, n_rows, row_ids, X, y, ldy, n_experts,
+                                stream);
+}
+
+#define DS_TC_ROW(B)                                                                               \
+  template void launch_row<B, false>(const DecodeWeight&, Slicing, dim3, const ExpertWindow*, int, \
+                                     const int32_t*, const DecodeX&, float*, int64_t, int64_t,     \
+                                     cudaStream_t);                                                \
+  template void launch_row<B, true>(const DecodeWeight&, Slicing, dim3, const ExpertWindow*, int,  \
+                                    const int32_t*, const DecodeX&, float*, int64_t, int64_t, cudaStream_t);
+DS_TC_ROW(2)
+DS_TC_ROW(3)
+DS_TC_ROW(4)
+DS_TC_ROW(5)
+DS_TC_ROW(6)
+DS_TC_ROW(8)
+#undef DS_TC_ROW
+
+}  // namespace ds::cuda::tcd
