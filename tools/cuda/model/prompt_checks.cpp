@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "backend/cuda/model/cuda_model.h"
+#include "backend/cuda/tc_products_ring.h"
 #include "core/error.h"
 #include "model_checks.h"
 
@@ -230,15 +231,20 @@ void run_prompt_bench(const std::string& config_path, const std::vector<int>& le
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - a).count();
   };
   run(2048);  // warm-up: scratch for a whole pass
-  // The model's default kernels, then with the other DeltaNet prompt kernels (prompt_staged_deltanet
-  // flipped; the same bits), each at every length up to 8192 and by op kind at 2048 tokens. (The output
-  // tilings, chunked rule and attention variants: docs/receipts/cuda-prompt.md.)
-  for (const bool other : {false, true}) {
-    const bool staged = other != opt.prompt_staged_deltanet;
-    m.set_prompt_staged_deltanet(staged);
-    std::printf("DeltaNet prompt kernels: %s%s\n%8s %10s %12s\n",
-                staged ? "staged (deltanet_prompt.h)" : "the decode kernels", other ? "" : " (default)",
-                "tokens", "seconds", "tokens/s");
+  // The model's default kernels, then with the other prompt tile kernels for affine weights (tiled_ring: the
+  // ring kernel with either decode, or the register-staged kernel; the same bits), each at every length up
+  // to 8192 and by op kind at 2048 tokens. (The DeltaNet prompt kernels, output tilings, chunked rule and
+  // attention variants: docs/receipts/cuda-prompt.md.)
+  const int base = tiled_ring();
+  static const char* const kRingNames[] = {"register-staged kernel (tc_products.cu)",
+                                           "ring kernel, codes by conversions",
+                                           "ring kernel, 4-bit codes by LOP3"};
+  for (const int ring : {base, (base + 1) % 3, (base + 2) % 3}) {
+    const bool other = ring != base;
+    set_tiled_ring(ring);
+    std::printf("prompt tiles, affine weights: %s%s\n%8s %10s %12s\n", kRingNames[ring],
+                other ? "" : " (default)", "tokens", "seconds", "tokens/s");
+    run(2048);  // warm-up at this setting
     for (int n : lengths) {
       if (other && n > 8192) continue;
       const double s = run(n);
@@ -256,7 +262,7 @@ void run_prompt_bench(const std::string& config_path, const std::vector<int>& le
     for (auto& [k, ms] : ops) std::printf("    %-20s %9.2f ms %5.1f%%\n", k.c_str(), ms, 100 * ms / total);
     m.set_time_ops(false);
   }
-  m.set_prompt_staged_deltanet(opt.prompt_staged_deltanet);
+  set_tiled_ring(base);
 }
 
 }  // namespace ds::cuda::modelcheck
