@@ -329,8 +329,9 @@ void launch_rows(const TiledWeight& w, const Launch& l, const SplitX& X, float* 
                  cudaStream_t stream) {
   const TiledConfig c = tiled_config();
   if constexpr (Bits != 0)
-    if (c.tile_outputs == 128 && tiled_ring() != 0)
-      return launch_ring<Bits, M>(w, l, X, y, ldy, stream, tiled_ring() == 2);
+    if (const int ring = tiled_ring();
+        c.tile_outputs == 128 && (ring == 1 || ring == 2 || (ring == 3 && l.tiles != nullptr)))
+      return launch_ring<Bits, M>(w, l, X, y, ldy, stream, ring != 1);
   if (c.tile_outputs == 128) return launch_m<Bits, M, 128, 2>(w, l, X, y, ldy, stream);
   if constexpr (M == 64)  // the smaller row tiles fit 4 blocks without spilling
     if (c.min_blocks == 3) return launch_m<Bits, M, 64, 3>(w, l, X, y, ldy, stream);

@@ -38,10 +38,10 @@ TiledConfig& current_config() {
 int& current_ring() {
   static int ring = [] {
     const char* env = std::getenv("DS_CUDA_TILED_RING");
-    if (env == nullptr || *env == '\0') return 2;
+    if (env == nullptr || *env == '\0') return 3;
     const std::string v = env;
-    if (v != "0" && v != "1" && v != "2")
-      throw ArgumentError("DS_CUDA_TILED_RING must be 0, 1 or 2 (got '" + v + "')");
+    if (v != "0" && v != "1" && v != "2" && v != "3")
+      throw ArgumentError("DS_CUDA_TILED_RING must be 0, 1, 2 or 3 (got '" + v + "')");
     return v[0] - '0';
   }();
   return ring;
@@ -54,8 +54,8 @@ int tiled_ring() {
 }
 
 void set_tiled_ring(int ring) {
-  if (ring < 0 || ring > 2)
-    throw ArgumentError("set_tiled_ring: ring must be 0, 1 or 2 (got " + std::to_string(ring) + ")");
+  if (ring < 0 || ring > 3)
+    throw ArgumentError("set_tiled_ring: ring must be 0, 1, 2 or 3 (got " + std::to_string(ring) + ")");
   current_ring() = ring;
 }
 
