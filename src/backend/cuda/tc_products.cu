@@ -4,6 +4,8 @@
 // its sums arrive by cp.async into one of two stages during the previous tile's MMAs; the weights (codes as
 // exact bf16 integers, or bf16 values) and scales/biases are loaded a tile ahead into registers and stored
 // to one of two shared buffers; each warp loads its fragments by ldmatrix and runs its MMAs in a fixed order.
+// Affine weights at 128 outputs run the ring kernel instead where tiled_ring says (tc_products_ring.h; by
+// default the expert tiles): the same MMAs and epilogue, the data staged through cp.async three tiles ahead.
 #include <cuda_bf16.h>
 
 #include "backend/cuda/code_bits.h"
