@@ -4,11 +4,13 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 
 #include "backend/cuda/stream.h"
 #include "backend/cuda/tc_products.h"
+#include "backend/cuda/tc_products_ring.h"
 #include "checks.h"
 #include "host_reference.h"
 #include "tc_weight.h"
@@ -145,27 +147,45 @@ void check_experts(Tally& tally, int bits, int n_rows, int k, int n_experts, std
                name + ": every slot == its expert on its row alone (gate|up via row_ids, down in order)");
 }
 
+// An output tiling and the kernel of the affine tiles at 128 outputs (tc_products_ring.h).
+struct Tiling {
+  TiledConfig config;
+  int ring;
+};
+Tiling current_tiling() {
+  return {tiled_config(), tiled_ring()};
+}
+void set_tiling(const Tiling& t) {
+  set_tiled_config(t.config);
+  set_tiled_ring(t.ring);
+}
+
 // Every tiling of TiledConfig gives the same bits: dense products (with and without the k split) and
 // expert tiles of 16, 32 and 64 rows under each config == under the default.
 void check_configs_agree(Tally& tally, std::mt19937_64& rng, const Stream& s) {
-  const TiledConfig base = tiled_config();
-  const TiledConfig others[] = {{64, 4}, {64, 3}, {128, 2}};
+  const Tiling base = current_tiling();
+  // The register-staged kernel at every tiling, and the ring kernel (128/2, affine) with both decodes.
+  const Tiling others[] = {{{64, 4}, 0},  {{64, 3}, 0},  {{128, 2}, 0},
+                           {{128, 2}, 1}, {{128, 2}, 2}, {{128, 2}, 3}};
   struct Case {
     int bits, group;
     int64_t rows, cols;
   };
-  const Case cases[] = {{4, 32, 200, 384}, {6, 64, 136, 256}, {8, 128, 72, 2048}, {0, 0, 130, 320}};
+  // The ring's copies: 16-byte chunks (4, 8 bits), 8-byte (2, 6), 4-byte (3, 5); 96 columns at group 32 hold
+  // an odd count of groups a row (scales by plain loads).
+  const Case cases[] = {{4, 32, 200, 384}, {6, 64, 136, 256}, {8, 128, 72, 2048}, {0, 0, 130, 320},
+                        {3, 32, 90, 320},  {5, 128, 70, 512}, {2, 64, 40, 192},   {4, 32, 50, 96}};
   bool same = true;
   for (const Case& c : cases) {
     TcWeight t = make_weight(c.rows, c.cols, c.bits, c.group, 1, rng);
     const int n = 150;
     const DeviceBuffer x = upload(random_normal(n * c.cols, 1.0f, rng));
     const std::vector<float> want = run_tiled(t, x, c.cols, 0, n, s);
-    for (const TiledConfig& o : others) {
-      set_tiled_config(o);
+    for (const Tiling& o : others) {
+      set_tiling(o);
       const std::vector<float> got = run_tiled(t, x, c.cols, 0, n, s);
       same = same && std::memcmp(got.data(), want.data(), got.size() * sizeof(float)) == 0;
-      set_tiled_config(base);
+      set_tiling(base);
     }
   }
   // Experts: 120 rows top-3 of 8 (45 slots an expert), tiles of 64, 32 and 16, gate|up style (row_ids).
@@ -178,33 +198,40 @@ void check_configs_agree(Tally& tally, std::mt19937_64& rng, const Stream& s) {
   const DeviceBuffer d_topk = upload(topk), x = upload(random_normal(n_rows * cols, 1.0f, rng));
   std::vector<float> first;
   for (int tile_rows : {kTileRows, 32, 16})
-    for (const TiledConfig& o : {base, others[0], others[1]}) {
+    for (const Tiling& o : {base, others[0], others[1], others[2], others[3], others[4], others[5]}) {
       const int max_tiles = max_expert_tiles(n_rows, k, E, tile_rows);
       DeviceBuffer tiles(max_tiles * sizeof(ExpertWindow)), row_ids(total * 4), slot_of(total * 4),
           scratch(expert_tiles_scratch_bytes(E)), y(total * rows * 4);
       moe_expert_tiles(d_topk.as<int32_t>(), n_rows, k, E, tiles.as<ExpertWindow>(), max_tiles,
                        row_ids.as<int32_t>(), slot_of.as<int32_t>(), scratch.data(), s.get(), tile_rows);
       y.fill_bytes(0xFF);
-      set_tiled_config(o);
+      set_tiling(o);
       tiled_wx_experts(t.w, tiles.as<ExpertWindow>(), max_tiles, row_ids.as<int32_t>(), x.as<float>(), cols,
                        n_rows, y.as<float>(), rows, s.get(), tile_rows);
-      set_tiled_config(base);
+      set_tiling(base);
       s.synchronize();
       const std::vector<float> got = download<float>(y, total * rows);
       if (first.empty()) first = got;
       same = same && std::memcmp(got.data(), first.data(), got.size() * sizeof(float)) == 0;
     }
   tally.expect(same,
-               "tiled products: output tiles of 64 (4 or 3 blocks an SM) and 128, expert tiles of 64, 32 "
-               "and 16 rows: the same bits");
+               "tiled products: output tiles of 64 (4 or 3 blocks an SM) and 128, the ring kernel and the "
+               "register-staged one, expert tiles of 64, 32 and 16 rows: the same bits");
   bool refused = false;
   try {
     set_tiled_config({128, 4});
   } catch (const ArgumentError& e) {
     refused = std::string(e.what()).find("tile_outputs") != std::string::npos;
   }
-  tally.expect(refused && tiled_config().tile_outputs == base.tile_outputs,
+  tally.expect(refused && tiled_config().tile_outputs == base.config.tile_outputs,
                "set_tiled_config refuses 128/4 naming the field");
+  refused = false;
+  try {
+    set_tiled_ring(4);
+  } catch (const ArgumentError& e) {
+    refused = std::string(e.what()).find("ring") != std::string::npos;
+  }
+  tally.expect(refused && tiled_ring() == base.ring, "set_tiled_ring refuses 4 naming the field");
 }
 
 }  // namespace
@@ -282,11 +309,71 @@ double time_ms(int reps, const Stream& s, F&& f) {
   return b.ms_since(a) / reps;
 }
 
+// The routed experts of one MoE layer at prompt sizes: grouping + gate|up + down, 512 experts top-10. Under
+// DS_TC_BENCH_EXPERTS_ONLY (for a profiler: run_tc_bench does nothing else) 2048 rows in tiles of 64 only.
+void run_tc_expert_bench(int reps, const Stream& s, std::mt19937_64& rng, bool one_shape) {
+  const Tiling base = current_tiling();
+  std::printf("\nprompt expert path (512 experts top-10, gate|up 1280x2560, down 2560x640, 4-bit g32)\n");
+  std::printf("%6s %5s %7s %10s %10s %10s %10s %6s\n", "rows", "tile", "outputs", "group ms", "gate|up ms",
+              "down ms", "TFLOP/s", "rule");
+  const int E = 512, K = 10;
+  std::vector<DeviceBuffer> keep;
+  const TiledWeight gu = pattern_weight(1280, 2560, 4, 32, E, keep);
+  const TiledWeight dn = pattern_weight(2560, 640, 4, 32, E, keep);
+  for (int n : {512, 1024, 2048})
+    for (int tile_rows : {kTileRows, 32, 16}) {
+      if (one_shape && (n != 2048 || tile_rows != kTileRows)) continue;
+      std::vector<int32_t> topk(n * K);
+      std::vector<int32_t> ids(E);
+      for (int e = 0; e < E; ++e) ids[e] = e;
+      for (int r = 0; r < n; ++r) {
+        std::shuffle(ids.begin(), ids.end(), rng);
+        for (int j = 0; j < K; ++j) topk[r * K + j] = ids[j];
+      }
+      const int total = n * K, max_tiles = max_expert_tiles(n, K, E, tile_rows);
+      const DeviceBuffer d_topk = upload(topk);
+      const std::vector<float> xh = random_normal(int64_t{total} * 2560, 1.0f, rng);
+      const DeviceBuffer x = upload(xh);
+      DeviceBuffer tiles(max_tiles * sizeof(ExpertWindow)), row_ids(total * 4), slot_of(total * 4),
+          scratch(expert_tiles_scratch_bytes(E)), y1(int64_t{total} * 1280 * 4),
+          y2(int64_t{total} * 2560 * 4);
+      const double g_ms = time_ms(reps, s, [&] {
+        moe_expert_tiles(d_topk.as<int32_t>(), n, K, E, tiles.as<ExpertWindow>(), max_tiles,
+                         row_ids.as<int32_t>(), slot_of.as<int32_t>(), scratch.data(), s.get(), tile_rows);
+      });
+      // The variant the default takes at 128 outputs (tiled_ring 3: the ring for expert tiles).
+      const int rule_variant = base.ring == 0 ? 1 : base.ring == 1 ? 2 : 3;
+      for (int variant = 0; variant < 4; ++variant) {  // 64/4; 128/2 register-staged, ring 1, ring 2
+        const int outputs = variant == 0 ? 64 : 128;
+        set_tiling({{outputs, variant == 0 ? 4 : 2}, variant == 0 ? 0 : variant - 1});
+        const double u_ms = time_ms(reps, s, [&] {
+          tiled_wx_experts(gu, tiles.as<ExpertWindow>(), max_tiles, row_ids.as<int32_t>(), x.as<float>(),
+                           2560, n, y1.as<float>(), 1280, s.get(), tile_rows);
+        });
+        const double d_ms = time_ms(reps, s, [&] {
+          tiled_wx_experts(dn, tiles.as<ExpertWindow>(), max_tiles, nullptr, x.as<float>(), 640, total,
+                           y2.as<float>(), 2560, s.get(), tile_rows);
+        });
+        set_tiling(base);
+        const double flop = 2.0 * total * (1280.0 * 2560 + 2560.0 * 640);
+        const bool rule = prompt_expert_tile_rows(n, K, E) == tile_rows &&
+                          base.config.tile_outputs == outputs && (outputs == 64 || rule_variant == variant);
+        std::printf("%6d %5d %7s %10.3f %10.3f %10.3f %10.1f %6s\n", n, tile_rows,
+                    variant == 0   ? "64"
+                    : variant == 1 ? "128"
+                    : variant == 2 ? "128r1"
+                                   : "128r2",
+                    g_ms, u_ms, d_ms, flop / (g_ms + u_ms + d_ms) * 1e-9, rule ? "<-" : "");
+      }
+    }
+}
+
 }  // namespace
 
 void run_tc_bench(int reps) {
   Stream s;
   std::mt19937_64 rng(5);
+  if (std::getenv("DS_TC_BENCH_EXPERTS_ONLY") != nullptr) return run_tc_expert_bench(reps, s, rng, true);
   struct Shape {
     const char* name;
     int64_t rows, cols;
@@ -365,30 +452,32 @@ void run_tc_bench(int reps) {
 #endif
 
   // The output tiles (TiledConfig) on the same shapes.
-  const TiledConfig base = tiled_config();
-  const TiledConfig configs[] = {{64, 4}, {64, 3}, {128, 2}};
-  std::printf("\noutput tiles (outputs/blocks an SM), 4-bit g32, ms (default %d/%d)\n", base.tile_outputs,
-              base.min_blocks);
-  std::printf("%-18s %6s %10s %10s %10s\n", "matrix", "rows", "64/4", "64/3", "128/2");
+  const Tiling base = current_tiling();
+  const Tiling configs[] = {{{64, 4}, 0}, {{64, 3}, 0}, {{128, 2}, 0}, {{128, 2}, 2}};
+  std::printf(
+      "\noutput tiles (outputs/blocks an SM; ring: tc_products_ring.h), 4-bit g32, ms (default %d/%d, "
+      "ring %d)\n",
+      base.config.tile_outputs, base.config.min_blocks, base.ring);
+  std::printf("%-18s %6s %10s %10s %10s %10s\n", "matrix", "rows", "64/4", "64/3", "128/2", "128/2 ring");
   for (int n : {2048, 512}) {
     const std::vector<float> xh = random_normal(int64_t{n} * 10240, 1.0f, rng);
     const DeviceBuffer x = upload(xh);
-    double sums[3] = {0, 0, 0};
+    double sums[4] = {0, 0, 0, 0};
     for (const Shape& sh : shapes) {
       std::vector<DeviceBuffer> keep;
       const TiledWeight w = pattern_weight(sh.rows, sh.cols, 4, 32, 1, keep);
       DeviceBuffer y(int64_t{n} * sh.rows * 4);
-      double ms[3];
-      for (int c = 0; c < 3; ++c) {
-        set_tiled_config(configs[c]);
+      double ms[4];
+      for (int c = 0; c < 4; ++c) {
+        set_tiling(configs[c]);
         ms[c] = time_ms(reps, s,
                         [&] { tiled_wx(w, x.as<float>(), sh.cols, n, y.as<float>(), sh.rows, s.get()); });
         sums[c] += ms[c];
       }
-      set_tiled_config(base);
-      std::printf("%-18s %6d %10.3f %10.3f %10.3f\n", sh.name, n, ms[0], ms[1], ms[2]);
+      set_tiling(base);
+      std::printf("%-18s %6d %10.3f %10.3f %10.3f %10.3f\n", sh.name, n, ms[0], ms[1], ms[2], ms[3]);
     }
-    std::printf("%-18s %6d %10.3f %10.3f %10.3f\n", "sum", n, sums[0], sums[1], sums[2]);
+    std::printf("%-18s %6d %10.3f %10.3f %10.3f %10.3f\n", "sum", n, sums[0], sums[1], sums[2], sums[3]);
   }
 
   // The same kernel without row invariance: k cut into 2, 4 or 8 splits by separate blocks (the best per
@@ -423,52 +512,7 @@ void run_tc_bench(int reps) {
     std::printf("%-18s %6d %10.3f %10.3f %7s %+7.1f%%\n", "sum", n, sum_fixed, sum_split, "",
                 (sum_fixed / sum_split - 1.0) * 100.0);
   }
-
-  // The routed experts of one MoE layer at prompt sizes: grouping + gate|up + down, 512 experts top-10.
-  std::printf("\nprompt expert path (512 experts top-10, gate|up 1280x2560, down 2560x640, 4-bit g32)\n");
-  std::printf("%6s %5s %7s %10s %10s %10s %10s %6s\n", "rows", "tile", "outputs", "group ms", "gate|up ms",
-              "down ms", "TFLOP/s", "rule");
-  const int E = 512, K = 10;
-  std::vector<DeviceBuffer> keep;
-  const TiledWeight gu = pattern_weight(1280, 2560, 4, 32, E, keep);
-  const TiledWeight dn = pattern_weight(2560, 640, 4, 32, E, keep);
-  for (int n : {512, 1024, 2048})
-    for (int tile_rows : {kTileRows, 32, 16}) {
-      std::vector<int32_t> topk(n * K);
-      std::vector<int32_t> ids(E);
-      for (int e = 0; e < E; ++e) ids[e] = e;
-      for (int r = 0; r < n; ++r) {
-        std::shuffle(ids.begin(), ids.end(), rng);
-        for (int j = 0; j < K; ++j) topk[r * K + j] = ids[j];
-      }
-      const int total = n * K, max_tiles = max_expert_tiles(n, K, E, tile_rows);
-      const DeviceBuffer d_topk = upload(topk);
-      const std::vector<float> xh = random_normal(int64_t{total} * 2560, 1.0f, rng);
-      const DeviceBuffer x = upload(xh);
-      DeviceBuffer tiles(max_tiles * sizeof(ExpertWindow)), row_ids(total * 4), slot_of(total * 4),
-          scratch(expert_tiles_scratch_bytes(E)), y1(int64_t{total} * 1280 * 4),
-          y2(int64_t{total} * 2560 * 4);
-      const double g_ms = time_ms(reps, s, [&] {
-        moe_expert_tiles(d_topk.as<int32_t>(), n, K, E, tiles.as<ExpertWindow>(), max_tiles,
-                         row_ids.as<int32_t>(), slot_of.as<int32_t>(), scratch.data(), s.get(), tile_rows);
-      });
-      for (int outputs : {64, 128}) {
-        set_tiled_config(outputs == 64 ? TiledConfig{64, 4} : TiledConfig{128, 2});
-        const double u_ms = time_ms(reps, s, [&] {
-          tiled_wx_experts(gu, tiles.as<ExpertWindow>(), max_tiles, row_ids.as<int32_t>(), x.as<float>(),
-                           2560, n, y1.as<float>(), 1280, s.get(), tile_rows);
-        });
-        const double d_ms = time_ms(reps, s, [&] {
-          tiled_wx_experts(dn, tiles.as<ExpertWindow>(), max_tiles, nullptr, x.as<float>(), 640, total,
-                           y2.as<float>(), 2560, s.get(), tile_rows);
-        });
-        set_tiled_config(base);
-        const double flop = 2.0 * total * (1280.0 * 2560 + 2560.0 * 640);
-        const bool rule = prompt_expert_tile_rows(n, K, E) == tile_rows && base.tile_outputs == outputs;
-        std::printf("%6d %5d %7d %10.3f %10.3f %10.3f %10.1f %6s\n", n, tile_rows, outputs, g_ms, u_ms, d_ms,
-                    flop / (g_ms + u_ms + d_ms) * 1e-9, rule ? "<-" : "");
-      }
-    }
+  run_tc_expert_bench(reps, s, rng, false);
 }
 
 }  // namespace ds::cuda::wxcheck

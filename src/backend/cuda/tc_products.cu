@@ -4,23 +4,26 @@
 // its sums arrive by cp.async into one of two stages during the previous tile's MMAs; the weights (codes as
 // exact bf16 integers, or bf16 values) and scales/biases are loaded a tile ahead into registers and stored
 // to one of two shared buffers; each warp loads its fragments by ldmatrix and runs its MMAs in a fixed order.
+// Affine weights at 128 outputs run the ring kernel instead where tiled_ring says (tc_products_ring.h; by
+// default the expert tiles): the same MMAs and epilogue, the data staged through cp.async three tiles ahead.
 #include <cuda_bf16.h>
 
 #include "backend/cuda/code_bits.h"
 #include "backend/cuda/cuda_error.h"
 #include "backend/cuda/tc_common.cuh"
 #include "backend/cuda/tc_products.h"
+#include "backend/cuda/tc_products_parts.cuh"
+#include "backend/cuda/tc_products_ring.h"
 
 namespace ds::cuda {
 
 namespace {
 
-constexpr int kPad = 40;  // bf16 per shared row (32 + 8): a warp's ldmatrix rows hit 32 distinct banks
+using namespace tiled;
 using tc::cp_async16;
 using tc::cp_async4;
 using tc::cp_async_commit;
 using tc::from_bf16;
-using tc::kTerms;
 using tc::ldmatrix_x4;
 using tc::mma_bf16;
 using tc::mma_bf16_zero;
@@ -29,41 +32,11 @@ using tc::to_bf16;
 
 constexpr int kStages = 2;
 
-// A tile of M rows x N outputs: 2N threads (two per output for the weight loads), kWm x kWn warps, each kMi
-// x kNi fragments of 16 x 8.
-template <int M, int N>
-struct Tile {
-  static_assert(M == 16 || M == 32 || M == 64, "row tiles of 16, 32 or 64");
-  static_assert(N == 64 || N == 128, "output tiles of 64 or 128");
-  static constexpr int kThreads = 2 * N;
-  static constexpr int kWm = M == 16 ? 1 : 2, kWn = kThreads / 32 / kWm;
-  static constexpr int kRows = M / kWm, kOuts = N / kWn;
-  static constexpr int kMi = kRows / 16, kNi = kOuts / 8;
-};
-
 template <int M, int N>
 struct TileSmem {
   uint16_t x[kStages][kTerms][M][kPad];
   uint16_t w[kStages][N][kPad];
   float scale[kStages][N], bias[kStages][N], sumx[kStages][M];
-};
-
-// Which rows a tile covers: y rows first .. first+count-1, x rows through row_ids (or first + j), expert.
-struct TileRows {
-  int64_t first;
-  int count;
-  int64_t expert;
-};
-
-// The weight of one expert as the kernel reads it. Bits 0: dense bf16.
-template <int Bits>
-struct TileWeight {
-  const uint32_t* codes;
-  const uint16_t* scales;
-  const uint16_t* biases;
-  const uint16_t* dense;
-  int64_t rows, cols, words_per_row, groups_per_row;
-  int group;
 };
 
 // Weight data of one k tile held in registers while the previous tile computes.
@@ -151,28 +124,6 @@ __device__ __forceinline__ void load_tile(TileLoad<Bits>& L, const ThreadWeight<
   }
 }
 
-// Code j of the unit's bit stream (j is a constant after unrolling, so the indexing stays in registers).
-template <int Bits>
-__device__ __forceinline__ uint32_t code_at(const uint32_t (&w)[Bits], int j) {
-  const int bit = j * Bits, wi = bit / 32, sh = bit % 32;
-  uint32_t v = w[wi] >> sh;
-  if (sh + Bits > 32) v |= w[wi + 1] << (32 - sh);
-  return v & ((1u << Bits) - 1u);
-}
-
-template <int Bits, int J0>
-__device__ __forceinline__ void store_codes(uint16_t* dst, const uint32_t (&w)[Bits]) {
-  uint32_t packed[8];
-#pragma unroll
-  for (int p = 0; p < 8; ++p) {
-    const uint32_t lo = to_bf16(static_cast<float>(code_at<Bits>(w, J0 + 2 * p)));  // q < 256: exact
-    const uint32_t hi = to_bf16(static_cast<float>(code_at<Bits>(w, J0 + 2 * p + 1)));
-    packed[p] = lo | (hi << 16);
-  }
-  reinterpret_cast<uint4*>(dst)[0] = make_uint4(packed[0], packed[1], packed[2], packed[3]);
-  reinterpret_cast<uint4*>(dst)[1] = make_uint4(packed[4], packed[5], packed[6], packed[7]);
-}
-
 template <int Bits, int M, int N>
 __device__ __forceinline__ void store_tile(TileSmem<M, N>& sm, int st, const TileLoad<Bits>& L) {
   const int t = threadIdx.x;
@@ -214,35 +165,6 @@ __global__ void split_kernel(const float* x, int64_t ldx, int64_t n_x, int64_t c
   }
   sums[i] = tc::tree8(q);
 }
-
-// x as the tile kernel reads it (split_kernel's output).
-struct SplitX {
-  const uint16_t* planes;  // [kTerms, n_x, cols]
-  const float* sums;       // [n_x, cols / 32]
-  int64_t n_x, cols;
-};
-
-// This thread's x copies, its pointers set up once: tile rows (t/4) % M and (t/4 + T/4) % M for T threads
-// (plane 0, its 8 columns at (t % 4) * 8) and the sums of tile row t; x row 0 where the tile has no such row
-// (copied as zeros).
-struct ThreadCopy {
-  const uint16_t* row[2];
-  const float* sum;
-  int64_t plane_stride;  // n_x * cols
-  bool has[3];
-
-  __device__ ThreadCopy(const SplitX& X, const int64_t (&xr)[3]) {
-    const int chunk = threadIdx.x % 4;
-    plane_stride = X.n_x * X.cols;
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      has[i] = xr[i] >= 0;
-      row[i] = X.planes + (has[i] ? xr[i] : 0) * X.cols + chunk * 8;
-    }
-    has[2] = xr[2] >= 0;
-    sum = X.sums + (has[2] ? xr[2] : 0) * (X.cols / kTileCols);
-  }
-};
 
 // Copies k tile kt of the tile's x rows into stage st: three planes of M rows x 32 columns (12 M chunks of
 // 16 bytes; chunk c = t + T i is plane c / 4M, row (c / 4) % M, 8 columns at c % 4) and the M rows' sums
@@ -389,35 +311,6 @@ __global__ void __launch_bounds__(Tile<M, N>::kThreads, MinBlocks)
       }
 }
 
-template <int Bits>
-TileWeight<Bits> tile_weight(const TiledWeight& w) {
-  TileWeight<Bits> t{};
-  t.rows = w.rows;
-  t.cols = w.cols;
-  if constexpr (Bits == 0) {
-    t.dense = w.dense;
-  } else {
-    t.codes = w.affine.codes;
-    t.scales = w.affine.scales;
-    t.biases = w.affine.biases;
-    t.group = w.affine.group;
-    t.words_per_row = w.cols / 32 * Bits;
-    t.groups_per_row = w.cols / w.affine.group;
-  }
-  return t;
-}
-
-// One launch's shape: row tiles of `tile_m` rows (16, 32 or 64), `splits` k ranges writing partials to y +
-// z * split_stride.
-struct Launch {
-  const ExpertWindow* tiles;
-  unsigned row_tiles;
-  int tile_m, n_rows;
-  const int32_t* row_ids;
-  int splits;
-  int64_t split_stride;
-};
-
 template <int Bits, int M, int N, int MinBlocks>
 void launch_m(const TiledWeight& w, const Launch& l, const SplitX& X, float* y, int64_t ldy,
               cudaStream_t stream) {
@@ -437,6 +330,10 @@ template <int Bits, int M>
 void launch_rows(const TiledWeight& w, const Launch& l, const SplitX& X, float* y, int64_t ldy,
                  cudaStream_t stream) {
   const TiledConfig c = tiled_config();
+  if constexpr (Bits != 0)
+    if (const int ring = tiled_ring();
+        c.tile_outputs == 128 && (ring == 1 || ring == 2 || (ring == 3 && l.tiles != nullptr)))
+      return launch_ring<Bits, M>(w, l, X, y, ldy, stream, ring != 1);
   if (c.tile_outputs == 128) return launch_m<Bits, M, 128, 2>(w, l, X, y, ldy, stream);
   if constexpr (M == 64)  // the smaller row tiles fit 4 blocks without spilling
     if (c.min_blocks == 3) return launch_m<Bits, M, 64, 3>(w, l, X, y, ldy, stream);

@@ -6,6 +6,7 @@
 
 #include "backend/cuda/cuda_error.h"
 #include "backend/cuda/tc_products.h"
+#include "backend/cuda/tc_products_ring.h"
 
 namespace ds::cuda {
 
@@ -34,7 +35,29 @@ TiledConfig& current_config() {
   return config;
 }
 
+int& current_ring() {
+  static int ring = [] {
+    const char* env = std::getenv("DS_CUDA_TILED_RING");
+    if (env == nullptr || *env == '\0') return 3;
+    const std::string v = env;
+    if (v != "0" && v != "1" && v != "2" && v != "3")
+      throw ArgumentError("DS_CUDA_TILED_RING must be 0, 1, 2 or 3 (got '" + v + "')");
+    return v[0] - '0';
+  }();
+  return ring;
+}
+
 }  // namespace
+
+int tiled_ring() {
+  return current_ring();
+}
+
+void set_tiled_ring(int ring) {
+  if (ring < 0 || ring > 3)
+    throw ArgumentError("set_tiled_ring: ring must be 0, 1, 2 or 3 (got " + std::to_string(ring) + ")");
+  current_ring() = ring;
+}
 
 TiledConfig tiled_config() {
   return current_config();

@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "backend/cuda/model/cuda_model.h"
+#include "backend/cuda/tc_products_ring.h"
 #include "core/error.h"
 #include "model_checks.h"
 
@@ -230,33 +231,41 @@ void run_prompt_bench(const std::string& config_path, const std::vector<int>& le
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - a).count();
   };
   run(2048);  // warm-up: scratch for a whole pass
-  // The model's default kernels, then with the other DeltaNet prompt kernels (prompt_staged_deltanet
-  // flipped; the same bits), each at every length up to 8192 and by op kind at 2048 tokens. (The output
-  // tilings, chunked rule and attention variants: docs/receipts/cuda-prompt.md.)
-  for (const bool other : {false, true}) {
-    const bool staged = other != opt.prompt_staged_deltanet;
-    m.set_prompt_staged_deltanet(staged);
-    std::printf("DeltaNet prompt kernels: %s%s\n%8s %10s %12s\n",
-                staged ? "staged (deltanet_prompt.h)" : "the decode kernels", other ? "" : " (default)",
-                "tokens", "seconds", "tokens/s");
+  // The model's default kernels, then two other choices of the prompt tile kernel for affine weights
+  // (tiled_ring: the register-staged kernel, the ring kernel, or the ring for the expert tiles alone; the
+  // same bits), each at every length up to 8192 and by op kind at 1024 and 2048 tokens. (The DeltaNet prompt
+  // kernels, output tilings, chunked rule and attention variants: docs/receipts/cuda-prompt.md.)
+  const int base = tiled_ring();
+  static const char* const kRingNames[] = {
+      "register-staged kernel (tc_products.cu) everywhere", "ring kernel everywhere, codes by conversions",
+      "ring kernel everywhere, 4-bit codes by LOP3",
+      "ring kernel for the expert tiles, register-staged for single matrices"};
+  for (const int ring : {base, base == 0 ? 3 : 0, base == 2 ? 3 : 2}) {
+    const bool other = ring != base;
+    set_tiled_ring(ring);
+    std::printf("prompt tiles, affine weights: %s%s\n%8s %10s %12s\n", kRingNames[ring],
+                other ? "" : " (default)", "tokens", "seconds", "tokens/s");
+    run(2048);  // warm-up at this setting
     for (int n : lengths) {
       if (other && n > 8192) continue;
       const double s = run(n);
       std::printf("%8d %10.3f %12.1f\n", n, s, n / s);
       std::fflush(stdout);
     }
-    m.set_time_ops(true);
-    m.reset_op_times();
-    run(2048);
-    std::vector<std::pair<std::string, double>> ops(m.op_times().begin(), m.op_times().end());
-    std::sort(ops.begin(), ops.end(), [](auto& a, auto& b) { return a.second > b.second; });
-    double total = 0;
-    for (auto& [k, ms] : ops) total += ms;
-    std::printf("  GPU time of a 2048-token prompt by op (%.1f ms in all):\n", total);
-    for (auto& [k, ms] : ops) std::printf("    %-20s %9.2f ms %5.1f%%\n", k.c_str(), ms, 100 * ms / total);
-    m.set_time_ops(false);
+    for (const int n : {1024, 2048}) {
+      m.set_time_ops(true);
+      m.reset_op_times();
+      run(n);
+      std::vector<std::pair<std::string, double>> ops(m.op_times().begin(), m.op_times().end());
+      std::sort(ops.begin(), ops.end(), [](auto& a, auto& b) { return a.second > b.second; });
+      double total = 0;
+      for (auto& [k, ms] : ops) total += ms;
+      std::printf("  GPU time of a %d-token prompt by op (%.1f ms in all):\n", n, total);
+      for (auto& [k, ms] : ops) std::printf("    %-20s %9.2f ms %5.1f%%\n", k.c_str(), ms, 100 * ms / total);
+      m.set_time_ops(false);
+    }
   }
-  m.set_prompt_staged_deltanet(opt.prompt_staged_deltanet);
+  set_tiled_ring(base);
 }
 
 }  // namespace ds::cuda::modelcheck

@@ -1,0 +1,138 @@
+#pragma once
+// The prompt tiles' pieces shared by the two tile kernels (tc_products.cu: a tile's weights loaded a tile
+// ahead into registers; tc_products_ring.cu: weights and x through a ring of cp.async stages): the tile
+// shapes, the weight and x views, the code decode and the per-thread x copies. Internal to the tiled
+// products.
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "backend/cuda/tc_common.cuh"
+#include "backend/cuda/tc_products.h"
+
+namespace ds::cuda::tiled {
+
+constexpr int kPad = 40;  // bf16 per shared row (32 + 8): a warp's ldmatrix rows hit 32 distinct banks
+using tc::from_bf16;
+using tc::kTerms;
+using tc::to_bf16;
+
+// A tile of M rows x N outputs: 2N threads (two per output for the weight loads), kWm x kWn warps, each kMi
+// x kNi fragments of 16 x 8.
+template <int M, int N>
+struct Tile {
+  static_assert(M == 16 || M == 32 || M == 64, "row tiles of 16, 32 or 64");
+  static_assert(N == 64 || N == 128, "output tiles of 64 or 128");
+  static constexpr int kThreads = 2 * N;
+  static constexpr int kWm = M == 16 ? 1 : 2, kWn = kThreads / 32 / kWm;
+  static constexpr int kRows = M / kWm, kOuts = N / kWn;
+  static constexpr int kMi = kRows / 16, kNi = kOuts / 8;
+};
+
+// Which rows a tile covers: y rows first .. first+count-1, x rows through row_ids (or first + j), expert.
+struct TileRows {
+  int64_t first;
+  int count;
+  int64_t expert;
+};
+
+// The weight of one expert as the kernel reads it. Bits 0: dense bf16.
+template <int Bits>
+struct TileWeight {
+  const uint32_t* codes;
+  const uint16_t* scales;
+  const uint16_t* biases;
+  const uint16_t* dense;
+  int64_t rows, cols, words_per_row, groups_per_row;
+  int group;
+};
+
+// Code j of the unit's bit stream (j is a constant after unrolling, so the indexing stays in registers).
+template <int Bits>
+__device__ __forceinline__ uint32_t code_at(const uint32_t (&w)[Bits], int j) {
+  const int bit = j * Bits, wi = bit / 32, sh = bit % 32;
+  uint32_t v = w[wi] >> sh;
+  if (sh + Bits > 32) v |= w[wi + 1] << (32 - sh);
+  return v & ((1u << Bits) - 1u);
+}
+
+template <int Bits, int J0>
+__device__ __forceinline__ void store_codes(uint16_t* dst, const uint32_t (&w)[Bits]) {
+  uint32_t packed[8];
+#pragma unroll
+  for (int p = 0; p < 8; ++p) {
+    const uint32_t lo = to_bf16(static_cast<float>(code_at<Bits>(w, J0 + 2 * p)));  // q < 256: exact
+    const uint32_t hi = to_bf16(static_cast<float>(code_at<Bits>(w, J0 + 2 * p + 1)));
+    packed[p] = lo | (hi << 16);
+  }
+  reinterpret_cast<uint4*>(dst)[0] = make_uint4(packed[0], packed[1], packed[2], packed[3]);
+  reinterpret_cast<uint4*>(dst)[1] = make_uint4(packed[4], packed[5], packed[6], packed[7]);
+}
+
+// x as the tile kernel reads it (split_kernel's output).
+struct SplitX {
+  const uint16_t* planes;  // [kTerms, n_x, cols]
+  const float* sums;       // [n_x, cols / 32]
+  int64_t n_x, cols;
+};
+
+// This thread's x copies, its pointers set up once: tile rows (t/4) % M and (t/4 + T/4) % M for T threads
+// (plane 0, its 8 columns at (t % 4) * 8) and the sums of tile row t; x row 0 where the tile has no such row
+// (copied as zeros).
+struct ThreadCopy {
+  const uint16_t* row[2];
+  const float* sum;
+  int64_t plane_stride;  // n_x * cols
+  bool has[3];
+
+  __device__ ThreadCopy(const SplitX& X, const int64_t (&xr)[3]) {
+    const int chunk = threadIdx.x % 4;
+    plane_stride = X.n_x * X.cols;
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      has[i] = xr[i] >= 0;
+      row[i] = X.planes + (has[i] ? xr[i] : 0) * X.cols + chunk * 8;
+    }
+    has[2] = xr[2] >= 0;
+    sum = X.sums + (has[2] ? xr[2] : 0) * (X.cols / kTileCols);
+  }
+};
+
+template <int Bits>
+TileWeight<Bits> tile_weight(const TiledWeight& w) {
+  TileWeight<Bits> t{};
+  t.rows = w.rows;
+  t.cols = w.cols;
+  if constexpr (Bits == 0) {
+    t.dense = w.dense;
+  } else {
+    t.codes = w.affine.codes;
+    t.scales = w.affine.scales;
+    t.biases = w.affine.biases;
+    t.group = w.affine.group;
+    t.words_per_row = w.cols / 32 * Bits;
+    t.groups_per_row = w.cols / w.affine.group;
+  }
+  return t;
+}
+
+// One launch's shape: row tiles of `tile_m` rows (16, 32 or 64), `splits` k ranges writing partials to y +
+// z * split_stride.
+struct Launch {
+  const ExpertWindow* tiles;
+  unsigned row_tiles;
+  int tile_m, n_rows;
+  const int32_t* row_ids;
+  int splits;
+  int64_t split_stride;
+};
+
+// The tiles of one launch (Launch) with x split (SplitX): the ring kernel's launch for affine weights at
+// output tiles of 128 (tc_products_ring.cu, instantiated for bits 2-6/8 and M 16/32/64); lop3: 4-bit codes
+// made bf16 by LOP3 and a bf16x2 FMA (other bits: the conversions either way).
+template <int Bits, int M>
+void launch_ring(const TiledWeight& w, const Launch& l, const SplitX& X, float* y, int64_t ldy,
+                 cudaStream_t stream, bool lop3);
+
+}  // namespace ds::cuda::tiled
