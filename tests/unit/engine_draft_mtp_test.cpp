@@ -274,6 +274,19 @@ class SlowLandingHead final : public DraftSource {
   std::vector<int64_t> drafted_at_;
 };
 
+// The CPU backend with a fixed cost a forward call, as a GPU's round costs about the same at 1 and 5 rows:
+// the depth policy finds that drafting pays (on the CPU alone a window's rows cost as much as rounds).
+class FixedCostBackend final : public test::WrappedCpuBackend {
+ public:
+  explicit FixedCostBackend(const Model& m) : WrappedCpuBackend(m, "fixed-cost") {}
+  std::vector<float> forward(std::span<const ForwardSegment> segments) const override {
+    std::this_thread::sleep_for(std::chrono::milliseconds(3));
+    return cpu_.forward(segments);
+  }
+  bool has_mtp() const override { return cpu_.has_mtp(); }
+  int64_t mtp_hidden_width() const override { return cpu_.mtp_hidden_width(); }
+};
+
 // A guard's rest longer than kMaxIdleHeadRows rounds leaves the head following the stream (it catches up
 // during the rest): drafting resumes after it. Before, the head's idle rows were dropped past
 // kMaxIdleHeadRows as if the depth policy had given up on them, so the first rest of 64 rounds (the third)
@@ -291,7 +304,7 @@ TEST(DraftGuardRest, TheHeadResumesAfterALongRest) {
   o.draft_guard = true;
   o.max_drafts = 4;
   o.draft_source = source;
-  Engine engine(m, o);
+  Engine engine(std::make_shared<FixedCostBackend>(m), o);
   expect_same(test::run_on(engine, r), want, "drafts with guard rests");
   EXPECT_GE(engine.stats().draft_rests, 3) << "the guard rested 16, 32 and 64 rounds";
   const std::vector<int64_t> at = source->drafted_at();
