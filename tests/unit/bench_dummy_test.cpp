@@ -160,7 +160,7 @@ TEST(ContextOption, NegativeIsRefusedNamingTheOption) {
   const std::string dir = test::fixture("qwen4exp_base").string();
   // serve under a timeout: without the check it would serve until killed.
   for (const std::string& cmd : {"run " + dir + " -p hi --max-tokens 2", "serve " + dir + " --port 0"})
-    for (const std::string& context : {" --context=-5", " --context -5"}) {
+    for (const char* context : {" --context=-5", " --context -5"}) {
       auto [out, rc] = run_cli(cmd + context);
       EXPECT_NE(rc, 0) << cmd << context;
       EXPECT_NE(out.find("--context must be a positive number of positions"), std::string::npos)
