@@ -81,6 +81,10 @@ bool drafts_on(const std::string& backend, bool no_drafts, bool cuda_drafts) {
 LoadedBackend load_backend(const std::string& name, const std::string& model_dir, int64_t context,
                            [[maybe_unused]] bool cuda_prompt_path,
                            [[maybe_unused]] const std::string& cuda_products, [[maybe_unused]] int parallel) {
+  // Checked before anything loads; a negative count was once taken silently as the default.
+  if (context < 0)
+    fail("--context must be a positive number of positions (0 or absent: the backend's default), got {}",
+         context);
   if (name == "cpu") return load_cpu(model_dir, context);  // --cuda-prompt-passes is the CUDA backend's alone
   if (name != "cuda") fail("--backend '{}' is not one of cpu, cuda", name);
 #ifdef DELTASERVE_HAS_CUDA

@@ -22,7 +22,8 @@ struct LoadedBackend {
 // reserve that much device memory for every stream).
 constexpr int64_t kCudaDefaultContext = 8192;
 
-// `context` 0: the backend's default (the model's max positions on the CPU, kCudaDefaultContext on CUDA).
+// `context` 0: the backend's default (the model's max positions on the CPU, kCudaDefaultContext on CUDA); a
+// negative one is refused naming --context.
 // `cuda_prompt_path`: CUDA prompts as prompt passes (cuda::CudaBackend's option; the CLI's default since they
 // measured 1.7x the decode windows' prompt tokens/s through the engine: docs/receipts/cuda-prompt.md).
 // `--backend`, `--cuda-prompt-passes` and `--cuda-drafts`, the options run and serve share.

@@ -204,9 +204,10 @@ void Engine::Impl::plan_windows() {
   // source drafts that deep (and not at all for 0).
   const auto hints = depths([&](const DraftAsk& a) { return rest ? 0 : a.max; },
                             drafter->uses_hidden() ? &head_costs : nullptr);
+  bool head_calls = false;
   for (size_t i = 0; i < asks.size(); ++i) {
     asks[i].depth_hint = hints[i].depth;
-    round_drafting = round_drafting || hints[i].depth > 0;
+    head_calls = head_calls || hints[i].depth > 0;
   }
   try {
     std::lock_guard lock(forward_mutex());  // a model-based source runs on the shared thread pool
@@ -214,14 +215,30 @@ void Engine::Impl::plan_windows() {
   } catch (const std::exception&) {
     // Drafts never change a reply, so a failed source (the MTP head's call failing on the GPU) only costs
     // this round's drafts; the head stops following these streams, as after a failed follow_prompt_rows.
+    // The round drafts nothing: the guard must not count it as drafting (nor, its time spent on a failure,
+    // as a plain round).
     for (DraftAsk& a : asks) {
       drop_head_rows(*a.state);
       a.state->truncate_mtp(0);
     }
+    round_source_failed = true;
     return;
   }
-  for (size_t i = 0; i < asks.size(); ++i)
-    if (head_rows_pending(model, streams[i]->state) > kMaxIdleHeadRows) drop_head_rows(streams[i]->state);
+  round_drafting = round_drafting || head_calls;
+  // A head idle past kMaxIdleHeadRows (the policy chose no drafts) stops following its stream, so its
+  // pending rows do not grow with the reply. Idle because the guard rests, it catches up instead (one head
+  // call, no logits): a rest ends, and dropping would end drafting for every running stream for good once
+  // a rest outlasts kMaxIdleHeadRows rounds (rests double to DraftGuard::kMaxRest).
+  std::vector<HeadRows> catch_up;
+  for (size_t i = 0; i < asks.size(); ++i) {
+    Stream& s = *streams[i];
+    if (head_rows_pending(model, s.state) <= kMaxIdleHeadRows) continue;
+    if (rest)
+      catch_up.push_back({&s.state, s.request.prompt, s.generated, {}, {}});
+    else
+      drop_head_rows(s.state);
+  }
+  follow_prompt_rows(catch_up);
 
   // The drafts are made: what they cost to make no longer matters, only the window's rows.
   const auto choices = depths(

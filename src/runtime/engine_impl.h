@@ -117,7 +117,7 @@ struct Engine::Impl {
   bool try_calibrate_costs();        // false (tables left uncalibrated) when a call of the calibration threw
   void note_calibration(double ms);  // adds to stats.draft_calibration_ms
   bool captures_hidden(const StreamState& state) const;
-  void follow_prompt_rows(std::span<HeadRows> items);
+  void follow_prompt_rows(std::span<HeadRows> items);  // also catches up a resting head (plan_windows)
 
   std::shared_ptr<const ModelBackend> backend;
   const ModelBackend& model;
@@ -141,11 +141,12 @@ struct Engine::Impl {
   KeyedSampler sampler;
   std::shared_ptr<DraftSource> drafter;
   RoundCosts round_costs;
-  HeadCosts head_costs;         // the MTP head's calls, when the source runs it
-  DraftGuard draft_guard;       // drafting's realized speed against plain rounds' (options.draft_guard)
-  bool round_drafting = false;  // this round ran head calls or verify windows (plan_windows)
-  int calibration_skips = 0;    // rounds left before a failed calibration is tried again
-  int calibration_backoff = 1;  // the next such wait: doubles per failure (to 256), 1 after a success
+  HeadCosts head_costs;              // the MTP head's calls, when the source runs it
+  DraftGuard draft_guard;            // drafting's realized speed against plain rounds' (options.draft_guard)
+  bool round_drafting = false;       // this round ran head calls or verify windows (plan_windows)
+  bool round_source_failed = false;  // this round's draft source threw: neither a drafting nor a plain round
+  int calibration_skips = 0;         // rounds left before a failed calibration is tried again
+  int calibration_backoff = 1;       // the next such wait: doubles per failure (to 256), 1 after a success
   std::vector<std::unique_ptr<Stream>> running;
   std::deque<WarmJob> warm;
   std::thread thread;

@@ -124,7 +124,7 @@ void Engine::Impl::run_round() {
     seg.hidden = o.hidden.data();
   };
   const auto round_start = EngineClock::now();
-  round_drafting = false;
+  round_drafting = round_source_failed = false;
   plan_windows();
   int64_t decode_rows = 0;
   for (auto& s : running)
@@ -227,7 +227,7 @@ void Engine::Impl::run_round() {
   }
   std::erase_if(warm, [](const WarmJob& w) { return w.state.position >= w.target; });
   if (options.draft_guard && decode_rows == rows && options.drafts && options.draft_depth == 0 &&
-      round_costs.calibrated()) {
+      round_costs.calibrated() && !round_source_failed) {
     // A round of decode rows alone, start to finish (the head's calls and the host's draws included).
     int64_t tokens = 0;
     for (const RowOwner& o : owners) tokens += static_cast<int64_t>(o.stream->generated.size() - o.generated);

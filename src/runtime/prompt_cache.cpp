@@ -65,14 +65,25 @@ void PromptCache::insert(std::span<const int32_t> prefix, const StreamState& sta
     lru_.erase(it->second);
     index_.erase(it);
   }
-  const int64_t bytes = static_cast<int64_t>(state.bytes() + prefix.size() * sizeof(int32_t));
-  if (bytes > capacity_) return;  // would evict everything and still not fit
-  // Room first, then the copy: the same entries go as evicting after, but the states held never exceed the
-  // capacity (on a GPU a copy is device memory).
-  evict_to(capacity_ - bytes);
-  lru_.push_front(Entry{key, std::vector<int32_t>(prefix.begin(), prefix.end()), state, bytes});
+  const int64_t token_bytes = static_cast<int64_t>(prefix.size() * sizeof(int32_t));
+  const int64_t estimate = static_cast<int64_t>(state.bytes()) + token_bytes;
+  if (estimate > capacity_) return;  // would evict everything and still not fit
+  // Room first, by the live state's size, then the copy: the same entries go as evicting after, but the
+  // states held stay within the capacity while the copy is made (on a GPU a copy is device memory).
+  evict_to(capacity_ - estimate);
+  lru_.push_front(Entry{key, std::vector<int32_t>(prefix.begin(), prefix.end()), state, 0});
+  // The entry counts what its copy holds, which need not be the live state's size (a CUDA snapshot leaves
+  // out the live state's rewind parts and the kept hidden rows no longer held); a copy larger than the
+  // estimate evicts older entries, one larger than the whole budget is not kept.
+  Entry& e = lru_.front();
+  e.bytes = static_cast<int64_t>(e.state.bytes()) + token_bytes;
+  if (e.bytes > capacity_) {
+    lru_.pop_front();
+    return;
+  }
   index_[key] = lru_.begin();
-  bytes_ += bytes;
+  bytes_ += e.bytes;
+  evict_to(capacity_);
 }
 
 void PromptCache::evict_to(int64_t limit) {

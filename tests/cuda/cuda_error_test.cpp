@@ -1,8 +1,8 @@
 // CudaError's lost-context record (what CudaBackend::failure() and so the server's /health report): only the
 // errors after which CUDA's context is gone are kept, the first one wins. Needs the CUDA runtime, no GPU.
-#include <gtest/gtest.h>
-
 #include "backend/cuda/cuda_error.h"
+
+#include <gtest/gtest.h>
 
 namespace ds::cuda {
 namespace {
@@ -18,6 +18,53 @@ TEST(CudaError, OnlyLostContextErrorsAreRecorded) {
   const CudaError later("DeviceSampler: tokens", cudaErrorLaunchFailure);
   EXPECT_EQ(LostContext::message(), fault.what()) << "the first lost-context error is the one reported";
   EXPECT_NE(std::string(fault.what()).find("cudaErrorIllegalAddress"), std::string::npos);
+}
+
+// Every sticky error of CUDA 13's driver_types.h (documented "the process must be terminated and relaunched"
+// or "the device cannot be used again"), the hardware faults, and the codes that mean there is no context or
+// device to serve on are a lost context; recoverable errors are not.
+TEST(CudaError, StickyErrorsAreALostContext) {
+  const cudaError_t sticky[] = {
+      cudaErrorIllegalAddress,
+      cudaErrorLaunchFailure,
+      cudaErrorLaunchTimeout,
+      cudaErrorHardwareStackError,
+      cudaErrorIllegalInstruction,
+      cudaErrorMisalignedAddress,
+      cudaErrorInvalidAddressSpace,
+      cudaErrorInvalidPc,
+      cudaErrorAssert,
+      cudaErrorTensorMemoryLeak,
+      cudaErrorContained,
+      cudaErrorMpsClientTerminated,
+      cudaErrorExternalDevice,
+      cudaErrorECCUncorrectable,
+      cudaErrorNvlinkUncorrectable,
+      cudaErrorContextIsDestroyed,
+      cudaErrorDeviceUninitialized,
+      cudaErrorInitializationError,
+      cudaErrorNoDevice,
+      cudaErrorDevicesUnavailable,
+      cudaErrorUnknown,
+  };
+  for (cudaError_t code : sticky) EXPECT_TRUE(lost_context(code)) << cudaGetErrorName(code);
+  const cudaError_t recoverable[] = {
+      cudaSuccess,
+      cudaErrorMemoryAllocation,
+      cudaErrorInvalidValue,
+      cudaErrorInvalidConfiguration,
+      cudaErrorLaunchOutOfResources,
+      cudaErrorInvalidDeviceFunction,
+      cudaErrorInvalidResourceHandle,
+      cudaErrorNotReady,
+      cudaErrorNotSupported,
+      cudaErrorStreamCaptureInvalidated,
+      cudaErrorStreamCaptureUnsupported,
+      cudaErrorGraphExecUpdateFailure,
+      cudaErrorCooperativeLaunchTooLarge,
+      cudaErrorTimeout,
+  };
+  for (cudaError_t code : recoverable) EXPECT_FALSE(lost_context(code)) << cudaGetErrorName(code);
 }
 
 }  // namespace

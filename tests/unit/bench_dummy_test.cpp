@@ -109,7 +109,8 @@ TEST(BenchCommand, TinyConfigPrintsJson) {
 
 // Stdout+stderr and exit status of `deltaserve bench ARGS`.
 std::pair<std::string, int> run_cli(const std::string& args) {
-  const std::string cmd = std::string(DELTASERVE_BINARY) + " " + args + " 2>&1";
+  // Under a timeout: a command that should have been refused (serve) must not hang the test.
+  const std::string cmd = "timeout 60 " + std::string(DELTASERVE_BINARY) + " " + args + " 2>&1";
   std::unique_ptr<FILE, int (*)(FILE*)> pipe(popen(cmd.c_str(), "r"), pclose);
   std::string out;
   std::array<char, 4096> buf{};
@@ -151,6 +152,21 @@ TEST(BackendOption, RunAndServeNameTheChoices) {
   const std::string tiny = std::string(DELTASERVE_SOURCE_DIR) + "/models/flashnext-tiny";
   auto [with_flag, rc3] = run_cli("run " + tiny + " -p hi --max-tokens 2 --cuda-drafts");
   EXPECT_EQ(rc3, 0) << with_flag;
+}
+
+// A negative --context is refused naming the option, by run and serve alike, before anything loads (it was
+// taken silently as the default: run decoded, serve served).
+TEST(ContextOption, NegativeIsRefusedNamingTheOption) {
+  // A model with a tokenizer, so that without the check both commands would get as far as decoding.
+  const std::string dir = std::string(DELTASERVE_SOURCE_DIR) + "/models/flashnext-tiny";
+  // serve under a timeout: without the check it would serve until killed.
+  for (const std::string& cmd : {"run " + dir + " -p hi --max-tokens 2", "serve " + dir + " --port 0"})
+    for (const char* context : {" --context=-5", " --context -5"}) {
+      auto [out, rc] = run_cli(cmd + context);
+      EXPECT_NE(rc, 0) << cmd << context;
+      EXPECT_NE(out.find("--context must be a positive number of positions"), std::string::npos)
+          << cmd << context << ": " << out;
+    }
 }
 
 }  // namespace

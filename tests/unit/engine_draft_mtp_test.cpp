@@ -3,10 +3,15 @@
 // prompt-cache hit; and the head's drafts are its golden chained drafts, some of which land.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <chrono>
 #include <mutex>
+#include <thread>
 
 #include "engine_test_support.h"
 #include "head_only_drafter.h"
+#include "runtime/mtp_drafter.h"
+#include "runtime/stream_memory.h"
 
 namespace ds {
 namespace {
@@ -227,6 +232,88 @@ TEST(MtpDrafter, FirstProposalIsTheGoldenChain) {
     ASSERT_FALSE(head->proposals.empty()) << name;
     EXPECT_EQ(head->proposals[0], ref["chain_drafts"].get<std::vector<int32_t>>()) << name;
   }
+}
+
+// A source that follows the stream with the model's head as MtpDrafter does (its pending rows run through the
+// head, none left idle) but drafts the plain reply's own next tokens (every draft lands), and sleeps in each
+// call that drafts: drafting measures far slower than plain rounds, so the draft guard rests 16, 32, 64 ...
+// rounds. `drafted_at`: the reply's length at each call that drafted.
+class SlowLandingHead final : public DraftSource {
+ public:
+  SlowLandingHead(const Model& m, std::vector<int32_t> reply) : cpu_(m), reply_(std::move(reply)) {}
+  void propose(std::span<DraftAsk> asks) override {
+    std::vector<HeadRows> items;
+    std::vector<size_t> owner;
+    for (size_t i = 0; i < asks.size(); ++i) {
+      const DraftAsk& a = asks[i];
+      if (a.depth_hint <= 0 || !head_in_sync(cpu_, *a.state)) continue;
+      items.push_back({a.state, a.prompt, a.reply, {}, {}});
+      owner.push_back(i);
+    }
+    if (items.empty()) return;
+    run_head_rows(cpu_, items, MtpLogits::None);
+    std::lock_guard lock(mutex_);
+    for (size_t i : owner) {
+      DraftAsk& a = asks[i];
+      for (size_t d = 0; d < static_cast<size_t>(std::min(a.max, a.depth_hint)); ++d)
+        if (a.reply.size() + d < reply_.size()) a.drafts.push_back(reply_[a.reply.size() + d]);
+      drafted_at_.push_back(static_cast<int64_t>(a.reply.size()));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(60));
+  }
+  bool uses_hidden() const override { return true; }
+  std::vector<int64_t> drafted_at() {
+    std::lock_guard lock(mutex_);
+    return drafted_at_;
+  }
+
+ private:
+  CpuBackend cpu_;
+  std::vector<int32_t> reply_;
+  std::mutex mutex_;
+  std::vector<int64_t> drafted_at_;
+};
+
+// The CPU backend with a fixed cost a forward call, as a GPU's round costs about the same at 1 and 5 rows:
+// the depth policy finds that drafting pays (on the CPU alone a window's rows cost as much as rounds).
+class FixedCostBackend final : public test::WrappedCpuBackend {
+ public:
+  explicit FixedCostBackend(const Model& m) : WrappedCpuBackend(m, "fixed-cost") {}
+  std::vector<float> forward(std::span<const ForwardSegment> segments) const override {
+    std::this_thread::sleep_for(std::chrono::milliseconds(3));
+    return cpu_.forward(segments);
+  }
+  bool has_mtp() const override { return cpu_.has_mtp(); }
+  int64_t mtp_hidden_width() const override { return cpu_.mtp_hidden_width(); }
+};
+
+// A guard's rest longer than kMaxIdleHeadRows rounds leaves the head following the stream (it catches up
+// during the rest): drafting resumes after it. Before, the head's idle rows were dropped past
+// kMaxIdleHeadRows as if the depth policy had given up on them, so the first rest of 64 rounds (the third)
+// ended drafting for every running stream for good.
+TEST(DraftGuardRest, TheHeadResumesAfterALongRest) {
+  const Model m(test::fixture("qwen4exp_mtp"));
+  const GenerationRequest r =
+      test::make_request(test::random_prompt(20, m.config().vocab_size, 91), 400, false, 91);
+  const Reply want = run_plain(m, r);
+  auto source = std::make_shared<SlowLandingHead>(m, want.tokens);
+  EngineOptions o;
+  o.parallel = 1;
+  o.prompt_cache_gib = 0;
+  o.draft_depth = 0;  // the depth policy, with the guard
+  o.draft_guard = true;
+  o.max_drafts = 4;
+  o.draft_source = source;
+  Engine engine(std::make_shared<FixedCostBackend>(m), o);
+  expect_same(test::run_on(engine, r), want, "drafts with guard rests");
+  EXPECT_GE(engine.stats().draft_rests, 3) << "the guard rested 16, 32 and 64 rounds";
+  const std::vector<int64_t> at = source->drafted_at();
+  ASSERT_FALSE(at.empty());
+  int64_t longest_gap = 0;
+  for (size_t i = 1; i < at.size(); ++i) longest_gap = std::max(longest_gap, at[i] - at[i - 1]);
+  EXPECT_GT(longest_gap, kMaxIdleHeadRows) << "drafting resumed after a rest of more than kMaxIdleHeadRows "
+                                              "rounds (last drafting call at reply length "
+                                           << at.back() << ")";
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include <stdexcept>
 
 #include "engine_test_support.h"
+#include "runtime/draft_policy.h"
 
 namespace ds {
 namespace {
@@ -248,6 +249,27 @@ TEST_F(EngineFailure, FailedDraftSourceCostsOnlyTheDrafts) {
   Engine engine(backend, o);
   expect_two_plain_replies_undrafted(engine);
   EXPECT_GT(drafter->calls.load(), 0);
+}
+
+// With the depth policy and the draft guard, a round whose source failed drafted nothing: it is no drafting
+// round for the guard, so a source failing at every round never makes drafting "measure slower" and rest
+// (before: each failed round counted as a drafting round of one token a stream, and its time, the failure's
+// included, against plain rounds: the guard rested after kProbeRounds of them).
+TEST_F(EngineFailure, FailedDraftSourceRoundsAreNoDraftingRounds) {
+  auto backend = std::make_shared<FailingBackend>(*model_);
+  auto drafter = std::make_shared<ThrowingDrafter>();
+  EngineOptions o = plain_options(1);
+  o.drafts = true;
+  o.draft_depth = 0;  // the depth policy, calibrated when the engine starts
+  o.draft_guard = true;
+  o.draft_source = drafter;
+  Engine engine(backend, o);
+  const GenerationRequest r = request(10, 6 * DraftGuard::kProbeRounds, 15);
+  const test::Reply got = test::run_on(engine, r);
+  test::expect_same(got, test::run_plain(*model_, r), "a source failing at every round");
+  EXPECT_EQ(got.final.drafted_tokens, 0);
+  EXPECT_GE(drafter->calls.load(), DraftGuard::kProbeRounds) << "the policy asked the source every round";
+  EXPECT_EQ(engine.stats().draft_rests, 0) << "failed rounds were counted as drafting rounds";
 }
 
 // The depth policy's calibration failing (its windows fail on the device) costs only the drafts: the replies

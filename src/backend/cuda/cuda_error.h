@@ -8,10 +8,16 @@
 
 namespace ds::cuda {
 
-// Errors after which the process's CUDA context is lost: every later call fails with the same code (CUDA's
-// documentation of each: "the process must be terminated and relaunched").
+// Errors after which the process's CUDA context cannot be used again (the backend cannot serve again): every
+// later call fails with the same code. CUDA 13's driver_types.h documents most of these "This leaves the
+// process in an inconsistent state ... the process must be terminated and relaunched" (or, for
+// cudaErrorAssert, "the device cannot be used again"); the rest mean a hardware fault (uncorrectable
+// ECC/NVLink), a context that is gone (destroyed, uninitialised), no device to run on, or an internal error
+// CUDA cannot say more of. A recoverable error (out of memory, an invalid argument, a launch configuration, a
+// not-ready query) is not one.
 inline bool lost_context(cudaError_t code) {
   switch (code) {
+    // Documented "the process must be terminated and relaunched".
     case cudaErrorIllegalAddress:
     case cudaErrorLaunchFailure:
     case cudaErrorLaunchTimeout:
@@ -21,7 +27,21 @@ inline bool lost_context(cudaError_t code) {
     case cudaErrorInvalidAddressSpace:
     case cudaErrorInvalidPc:
     case cudaErrorAssert:
+    case cudaErrorTensorMemoryLeak:
+    case cudaErrorContained:
+    case cudaErrorMpsClientTerminated:
+    case cudaErrorExternalDevice:
+    // Hardware faults.
     case cudaErrorECCUncorrectable:
+    case cudaErrorNvlinkUncorrectable:
+    // No context or no device to run on.
+    case cudaErrorContextIsDestroyed:
+    case cudaErrorDeviceUninitialized:
+    case cudaErrorInitializationError:
+    case cudaErrorNoDevice:
+    case cudaErrorDevicesUnavailable:
+    // An internal error: nothing says the context survived it.
+    case cudaErrorUnknown:
       return true;
     default:
       return false;

@@ -384,6 +384,10 @@ void tc_decode_small_windows(bool on) {
   small_windows = on;
 }
 
+bool tc_decode_small_windows_on() {
+  return small_windows;
+}
+
 void tc_decode_set_planes(TcPlanes p) {
   planes = static_cast<int>(p);
 }
@@ -419,11 +423,23 @@ bool tc_decode_row_kernel_on() {
   return row_kernel_now();
 }
 
+int tc_decode_row_launch_variant() {
+  return tcd::tc_decode_row_variant();
+}
+
+bool tc_decode_one_row_in_block_on() {
+  return one_row_in_block;
+}
+
 void tc_decode_force_column_slices(int slices) {
   if (slices != 0 && slices != 1 && slices != 2 && slices != 4)
     bad("tc_decode_force_column_slices",
         "slices must be 0 (the shape's rule), 1, 2 or 4 (got " + std::to_string(slices) + ")");
   forced_slices = slices;
+}
+
+int tc_decode_forced_column_slices() {
+  return forced_slices;
 }
 
 int tc_decode_column_slices(int64_t rows, int64_t cols) {

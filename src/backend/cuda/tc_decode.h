@@ -36,10 +36,12 @@ constexpr int64_t kDecodeMinRows = 1024;
 // (tc_gemv.cu: x and its tile sums staged in the weights' cp.async ring; the same bits as the general kernel,
 // checked) instead of the general one. On by default; off is for the bench's before/after. Process-wide.
 void tc_decode_small_windows(bool on);
+bool tc_decode_small_windows_on();
 // Whether that kernel, for one row (a launch of one row or expert tiles of one slot) of at most 8192 columns,
 // splits the row into bf16 planes and tile sums itself, each block in shared memory (the split launch's
 // values, bit for bit), leaving the split launch out. On by default; process-wide.
 void tc_decode_one_row_in_block(bool on);
+bool tc_decode_one_row_in_block_on();
 // Whether those one-row launches (rows of codes a multiple of 16 bytes) take the one-row kernel (tc_row.cu,
 // tcrow10: the same bits, checked; no work kept for the 7 B columns that hold no row, precomputed copy
 // offsets, persistent blocks). A call sets it for both layouts. Without one, the first launch reads
@@ -50,6 +52,8 @@ void tc_decode_one_row_in_block(bool on);
 constexpr bool kDefaultTcRowKernel = true;
 void tc_decode_row_kernel(bool on);
 bool tc_decode_row_kernel_on();
+// The one-row kernel's launch variant now (DS_CUDA_TC_ROW_VARIANT, else the default; tc_decode_parts.cuh).
+int tc_decode_row_launch_variant();
 
 // The column split, fixed by the matrix's shape (never by the row count), as the FMA products' column_slices:
 // S = 4 slices of the matrix's 4-unit stages when it has at most 4096 outputs (256 groups of 16), 2 up to
@@ -67,6 +71,7 @@ int tc_decode_column_slices(int64_t rows, int64_t cols);
 // Forces S (1, 2 or 4, still halved to the stage count) for every matrix, or 0: the rule above. For the
 // bench's before/after only (a process-wide switch; the bits change with it). Throws on other values.
 void tc_decode_force_column_slices(int slices);
+int tc_decode_forced_column_slices();  // 0: the rule
 
 // Where a tile's three x planes meet: the family's arithmetic at every row count (process-wide, so no row's
 // bits depend on a call's rows; the bits differ between the two, both within the bound below).

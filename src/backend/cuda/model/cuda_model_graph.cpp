@@ -12,7 +12,11 @@
 
 #include "backend/cuda/cuda_error.h"
 #include "backend/cuda/model/cuda_model.h"
+#include "backend/cuda/model/graph_option_key.h"
 #include "backend/cuda/model/programmatic_graph.h"
+#include "backend/cuda/tc_decode.h"
+#include "backend/cuda/tc_products.h"
+#include "backend/cuda/tc_products_ring.h"
 #include "backend/cuda/wx_products.h"
 #include "backend/cuda/wx_row_choice.h"
 #include "core/error.h"
@@ -129,13 +133,38 @@ void CudaModel::forget_graphs(const void* address) {
 }
 
 void CudaModel::append_option_key(GraphKey& key) const {
-  key.insert(key.end(),
-             {opt_.time_ops ? 1 : 0, opt_.expert_windows ? 1 : 0, opt_.programmatic_launch ? 1 : 0,
-              opt_.fused_hc ? 1 : 0, opt_.hc_head_outputs,
-              (opt_.fused_route ? 1 : 0) + (opt_.fused_swiglu ? 2 : 0) + (opt_.fused_combine ? 4 : 0),
-              static_cast<int64_t>(opt_.decode_products), opt_.tensor_tall_only ? 1 : 0,
-              static_cast<int64_t>(one_row_kernel()), paired_min_tasks(),
-              paired_grouped() ? 1 : 0});  // process-wide: the same bits
+  GraphOptionKey o;
+  o.time_ops = opt_.time_ops;
+  o.expert_windows = opt_.expert_windows;
+  o.programmatic_launch = opt_.programmatic_launch;
+  o.fused_hc = opt_.fused_hc;
+  o.hc_head_outputs = opt_.hc_head_outputs;
+  o.fused_route = opt_.fused_route;
+  o.fused_swiglu = opt_.fused_swiglu;
+  o.fused_combine = opt_.fused_combine;
+  o.decode_products = static_cast<int64_t>(opt_.decode_products);
+  o.tensor_min_rows = opt_.tensor_min_rows;
+  o.tensor_min_cols = opt_.tensor_min_cols;
+  o.tensor_tall_only = opt_.tensor_tall_only;
+  o.generic_mixers = opt_.generic_mixers;
+  o.prompt_chunked_deltanet = opt_.prompt_chunked_deltanet;
+  o.prompt_staged_deltanet = opt_.prompt_staged_deltanet;
+  o.prompt_selected_tiles = opt_.prompt_selected_tiles;
+  o.split_argmax = opt_.split_argmax;
+  o.row_kernel = static_cast<int64_t>(one_row_kernel());
+  o.paired_min_tasks = paired_min_tasks();
+  o.paired_grouped = paired_grouped();
+  o.tc_planes = static_cast<int64_t>(tc_decode_planes());
+  o.tc_small_windows = tc_decode_small_windows_on();
+  o.tc_one_row_in_block = tc_decode_one_row_in_block_on();
+  o.tc_forced_slices = tc_decode_forced_column_slices();
+  o.tc_row_kernel = tc_decode_row_kernel_on();
+  o.tc_row_variant = tc_decode_row_launch_variant();
+  const TiledConfig tiled = tiled_config();
+  o.tiled_outputs = tiled.tile_outputs;
+  o.tiled_min_blocks = tiled.min_blocks;
+  o.tiled_ring = tiled_ring();
+  append_graph_option_key(key, o);
 }
 
 void CudaModel::launch(GraphCache& cache, const GraphKey& key, bool use_graph,

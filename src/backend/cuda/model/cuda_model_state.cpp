@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "backend/cuda/model/cuda_model.h"
+#include "backend/cuda/model/kept_rows.h"
 #include "core/error.h"
 
 namespace ds::cuda {
@@ -54,19 +55,30 @@ void CudaModel::copy_state(const CudaStreamState& from, CudaStreamState& to) con
   to.position = from.position;
   to.ple_context = from.ple_context;
   to.mtp_position = from.mtp_position;
-  // The head's kept rows travel with the state (a snapshot resumes with the head in step).
+  // The head's kept rows travel with the state (a snapshot resumes with the head in step): only the rows
+  // held, into a ring sized for them (kept_rows.h), not the whole ring (a 2048-row prompt piece grows it to
+  // 2048 rows, 80 MiB at Flash Next, for the few rows the head has yet to read).
   const cudaStream_t st = stream_.get();
+  const KeptHiddenRows& k = from.kept;
+  const int64_t held = std::max<int64_t>(k.end - k.first, 0);
+  if (held > k.capacity)
+    fail("CudaModel::copy_state: the kept rows {}..{} do not fit their ring of {}", k.first, k.end,
+         k.capacity);
+  const int64_t W = mtp_hidden_width(), capacity = std::min(kept_ring_rows(held), k.capacity);
+  const size_t row_bytes = static_cast<size_t>(W) * sizeof(float);
   auto same_size = [&](DeviceBuffer& buffer, size_t bytes) {
     if (buffer.bytes() == bytes) return;
     if (buffer.bytes() > 0) check(cudaStreamSynchronize(st), "CudaModel::copy_state");  // may be read still
     buffer = DeviceBuffer(bytes);
   };
-  same_size(to.kept.ring, from.kept.ring.bytes());
-  same_size(to.kept.last_out, from.kept.last_out.bytes());
-  copy_async(to.kept.ring.data(), from.kept.ring.data(), from.kept.ring.bytes(), st, "CudaModel::copy_state");
-  copy_async(to.kept.last_out.data(), from.kept.last_out.data(), from.kept.last_out.bytes(), st,
-             "CudaModel::copy_state");
-  to.kept.capacity = from.kept.capacity, to.kept.first = from.kept.first, to.kept.end = from.kept.end;
+  same_size(to.kept.ring, static_cast<size_t>(capacity) * row_bytes);
+  same_size(to.kept.last_out, k.last_out.bytes());
+  for (const KeptRowRun& r : kept_row_runs(k.first, k.first + held, k.capacity, capacity))
+    copy_async(to.kept.ring.as<char>() + static_cast<size_t>(r.to_slot) * row_bytes,
+               k.ring.as<char>() + static_cast<size_t>(r.from_slot) * row_bytes,
+               static_cast<size_t>(r.rows) * row_bytes, st, "CudaModel::copy_state");
+  copy_async(to.kept.last_out.data(), k.last_out.data(), k.last_out.bytes(), st, "CudaModel::copy_state");
+  to.kept.capacity = capacity, to.kept.first = k.first, to.kept.end = k.first + held;
 }
 
 void CudaModel::reserve_kept_rows(CudaStreamState& state, int64_t first, int64_t end) const {
