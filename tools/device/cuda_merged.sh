@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# On the GPU machine, one call: the merged tree's whole-model checks (fma and tensor-all), the engine contract
+# (plain and --prompt-path), the lean decode bench (tensor at 1/8/64 streams, fma at 1/8; 4-bit g32) and the
+# prompt bench (PROMPTS, default 2048,8192), each part under its own timeout, logs under $OUT, a summary.
+# Programs: DS_PREBUILT, a .tar.xz of cuda_model_check, cuda_engine_contract, cuda_wx_check and lib/ (their
+# non-system libraries: libcudart.so.13, libfmt.so.9), built here with -DDELTASERVE_CUDA=ON for sm_90a and
+# carried (docs/receipts/cuda-decode-merged.md "session 10"). SKIP_6=0 adds 6-bit g64 at one stream.
+# Usage: DS_PREBUILT=.dev/X/prebuilt.tar.xz BENCH_CONFIG=.dev/X/flashnext-large-config.json tools/device/cuda_merged.sh
+set -uo pipefail
+out=${OUT:-/tmp/out}; mkdir -p "$out"
+t0=$(date +%s); stamp() { echo "[$(($(date +%s) - t0)) s] $*" | tee -a "$out/summary.txt"; }
+nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.mem --format=csv,noheader | tee -a "$out/summary.txt"
+b=/tmp/pb; mkdir -p $b && tar -xJf "${DS_PREBUILT:?DS_PREBUILT names the .tar.xz of the programs}" -C $b
+export LD_LIBRARY_PATH=$b/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+cfg=${BENCH_CONFIG:?BENCH_CONFIG names the real-shape config (a copy of flashnext-large-config.json)}
+small=tests/cuda/flashnext-small-real-heads.json
+checks() {
+  for fam in $1; do
+    stamp "== checks $fam =="
+    DS_CUDA_DECODE_PRODUCTS=$fam timeout ${CHECK_T:-100} $b/cuda_model_check . --small-config $small > "$out/checks-$fam.log" 2>&1
+    echo "rc=$? FAIL lines: $(grep -cE '^ *FAIL ' "$out/checks-$fam.log")" | tee -a "$out/summary.txt"; tail -2 "$out/checks-$fam.log" | tee -a "$out/summary.txt"
+  done
+}
+contract() {
+  stamp "== contract =="
+  timeout ${CONTRACT_T:-100} $b/cuda_engine_contract models/flashnext-tiny --backend cuda > "$out/contract.log" 2>&1; echo "rc=$?" | tee -a "$out/summary.txt"
+  tail -4 "$out/contract.log" | tee -a "$out/summary.txt"
+  timeout ${CONTRACT_T:-100} $b/cuda_engine_contract models/flashnext-tiny --backend cuda --prompt-path > "$out/contract-prompt.log" 2>&1; echo "rc=$?" | tee -a "$out/summary.txt"
+  tail -4 "$out/contract-prompt.log" | tee -a "$out/summary.txt"
+}
+wx() {
+  if [[ -n "${WX_ONLY:-}" ]]; then
+    stamp "== cuda_wx_check --only $WX_ONLY =="
+    timeout ${WX_T:-90} $b/cuda_wx_check --only "$WX_ONLY" --no-bench > "$out/wx.log" 2>&1; echo "rc=$?" | tee -a "$out/summary.txt"; tail -3 "$out/wx.log" | tee -a "$out/summary.txt"
+  fi
+}
+bench() {  # family streams
+  local fam=$1 STREAMS=$2
+  stamp "== lean bench $fam 4:32 streams ${STREAMS:-1,8,32,64} =="
+  DS_CUDA_DECODE_PRODUCTS=$fam timeout ${BENCH_T:-150} $b/cuda_model_check . --no-checks --lean-bench --bench $cfg \
+    --encoding 4:32 --streams ${STREAMS:-1,8,32,64} --rounds ${ROUNDS:-8} > "$out/bench-$fam-${STREAMS//,/_}.log" 2>&1
+  echo "rc=$?" | tee -a "$out/summary.txt"; grep -iE "tok/s|streams" "$out/bench-$fam-${STREAMS//,/_}.log" | head -20 | tee -a "$out/summary.txt"
+}
+six() {
+  stamp "== lean bench fma 6:64 1 stream =="
+  timeout ${BENCH_T:-150} $b/cuda_model_check . --no-checks --lean-bench --bench $cfg --encoding 6:64 --streams 1 --rounds ${ROUNDS:-8} > "$out/bench-6.log" 2>&1
+  echo "rc=$?" | tee -a "$out/summary.txt"; grep -iE "tok/s" "$out/bench-6.log" | head -6 | tee -a "$out/summary.txt"
+}
+prompts() {
+  stamp "== prompts ${PROMPTS-2048,8192} =="
+  timeout ${PROMPT_T:-150} $b/cuda_model_check . --no-checks --bench $cfg --prompt ${PROMPTS-2048,8192} > "$out/prompt.log" 2>&1
+  echo "rc=$?" | tee -a "$out/summary.txt"; grep -iE "tok/s" "$out/prompt.log" | head -12 | tee -a "$out/summary.txt"
+}
+checks fma
+contract
+bench tensor 1,8,64
+bench fma 1,8
+checks tensor-all
+prompts
+[[ "${SKIP_6:-1}" == 1 ]] || six
+stamp done
