@@ -81,14 +81,15 @@ void run_tc_decode_bench(int reps) {
   const TcPlanes shipped = tc_decode_planes();
   // DS_TC_BENCH_ONE_ROW set: the one-row tables alone (a short device call).
   const bool one_row_only = std::getenv("DS_TC_BENCH_ONE_ROW") != nullptr;
-  if (!one_row_only)
+  if (!one_row_only) {
     std::printf(
         "\ndecode products, FMA vs tensor cores (chained / columns: the planes' layout, the shape's S), x "
         "fp32: "
         "us, weight GB/s\n");
-  std::printf("%-15s %-9s %7s %2s", "shape", "format", "MB", "S");
-  for (int n : kRows) std::printf(" | %2d rows: fma   GB/s chained columns   GB/s     x", n);
-  std::printf("\n");
+    std::printf("%-15s %-9s %7s %2s", "shape", "format", "MB", "S");
+    for (int n : kRows) std::printf(" | %2d rows: fma   GB/s chained columns   GB/s     x", n);
+    std::printf("\n");
+  }
   for (int bits : {4, 6}) {
     const int group = bits == 4 ? 32 : 64;
     for (const Shape& s : kShapes) {

@@ -297,6 +297,44 @@ void check_row_kernel(Tally& tally, std::mt19937_64& rng, const Stream& s) {
   tc_decode_row_kernel(shipped);
 }
 
+// The one-row kernel's persistent blocks taking several output blocks each (check_row_kernel's shapes have
+// at most 157 output blocks, fewer than the 396-660 resident at once, so each block there runs one task):
+// 100000 x 128 (1 slice, 1563 output blocks: the ring runs on into the next task's stages) and 24000 x 640
+// forced to 2 and 4 slices (750 and 1500 output blocks: the merge area's parity alternates), at row 5, the
+// persistent variants 0 and 2 == the small kernel, bit for bit.
+void check_row_kernel_persistent(Tally& tally, std::mt19937_64& rng, const Stream& s) {
+  const bool shipped = tc_decode_row_kernel_on();
+  struct Case {
+    int bits, group;
+    int64_t rows, cols;
+    int forced;
+  };
+  const Case cases[] = {{4, 32, 100000, 128, 0}, {6, 64, 100000, 128, 0}, {3, 128, 100000, 128, 0},
+                        {4, 32, 24000, 640, 2},  {4, 32, 24000, 640, 4},  {8, 128, 24000, 640, 4}};
+  for (const Case& c : cases) {
+    const TcWeight t = make_weight(c.rows, c.cols, c.bits, c.group, 1, rng);
+    const DeviceBuffer x = upload(random_normal(8 * c.cols, 1.0f, rng));
+    tc_decode_force_column_slices(c.forced);
+    const int slices = tc_decode_column_slices(c.rows, c.cols);
+    tc_decode_row_kernel(false);
+    const std::vector<float> small = run_decode(t.w, x, c.cols, 5, 1, s);
+    tc_decode_row_kernel(true);
+    bool same = true;
+    for (int variant : {0, 2}) {
+      setenv("DS_CUDA_TC_ROW_VARIANT", std::to_string(variant).c_str(), 1);
+      const std::vector<float> one = run_decode(t.w, x, c.cols, 5, 1, s);
+      same = same && std::memcmp(small.data(), one.data(), small.size() * sizeof(float)) == 0;
+    }
+    unsetenv("DS_CUDA_TC_ROW_VARIANT");
+    tc_decode_force_column_slices(0);
+    tally.expect(same, format_name(c.bits, c.group) + ": one-row kernel, persistent blocks over several " +
+                           "output blocks (" + std::to_string(c.rows) + "x" + std::to_string(c.cols) + ", " +
+                           std::to_string(slices) +
+                           " slices, variants 0 and 2) == small kernel, bit for bit");
+  }
+  tc_decode_row_kernel(shipped);
+}
+
 // The fixtures' small shapes (a few outputs, 32-512 columns), dense and 4-bit, at 1, 3 and 16 rows, within
 // the bound; and three products back to back on one scratch without a sync == each run alone (the model's
 // sequence: each split overwrites the planes the previous product read).
@@ -413,6 +451,7 @@ void run_tc_decode_checks(Tally& tally) {
     check_experts(tally, 0, 16, 2, 8, rng, s, kDecodeExpertTileRows);
     check_small_windows(tally, rng, s);
     check_row_kernel(tally, rng, s);
+    check_row_kernel_persistent(tally, rng, s);
     // One stream: tiles of one slot (the one-row kernel, or the 1-row small kernel), each == alone.
     check_experts(tally, 4, 1, 10, 16, rng, s, 1);
     // The model's decode tiles with the shared expert; 2560 columns: 4 column slices.

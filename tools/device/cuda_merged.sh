@@ -4,7 +4,8 @@
 # prompt bench (PROMPTS, default 2048,8192), each part under its own timeout, logs under $OUT, a summary.
 # Programs: DS_PREBUILT, a .tar.xz of cuda_model_check, cuda_engine_contract, cuda_wx_check and lib/ (their
 # non-system libraries: libcudart.so.13, libfmt.so.9), built here with -DDELTASERVE_CUDA=ON for sm_90a and
-# carried (docs/receipts/cuda-decode-merged.md "session 10"). SKIP_6=0 adds 6-bit g64 at one stream.
+# carried (docs/receipts/cuda-decode-merged.md "session 10"). SKIP_6=0 adds 6-bit g64 at one stream;
+# WX_ONLY=NAME adds `cuda_wx_check --only NAME --no-bench` after the contract.
 # Usage: DS_PREBUILT=.dev/X/prebuilt.tar.xz BENCH_CONFIG=.dev/X/flashnext-large-config.json tools/device/cuda_merged.sh
 set -uo pipefail
 out=${OUT:-/tmp/out}; mkdir -p "$out"
@@ -53,6 +54,7 @@ prompts() {
 }
 checks fma
 contract
+wx
 bench tensor 1,8,64
 bench fma 1,8
 checks tensor-all
