@@ -47,27 +47,31 @@ CudaBackend::CudaBackend(std::unique_ptr<CudaModel> model, bool prompt_path)
     : model_(std::move(model)), prompt_path_(prompt_path) {
   if (!model_) fail("CudaBackend: no model");
   graphs_ = model_->options().graphs;
-  auto env_is = [](const char* name, const char* value) {
+  // A measuring switch: unset or empty -> `fallback`, "0" or "1"; anything else fails naming the variable
+  // (a mistyped value must not quietly measure the other path).
+  auto env_flag = [](const char* name, bool fallback) {
     const char* v = std::getenv(name);
-    return v != nullptr && std::string(v) == value;
+    if (v == nullptr || v[0] == '\0') return fallback;
+    const std::string s(v);
+    if (s != "0" && s != "1") fail("{} must be 0 or 1 (got '{}')", name, s);
+    return s == "1";
   };
-  auto env_on = [&](const char* name) { return env_is(name, "1"); };
   // DS_CUDA_DRAFTS_LEGACY=1: the earlier draft forms (one graph per round, no window graphs or merged
   // re-runs), for comparison; DS_CUDA_WINDOW_GRAPHS=0 / DS_CUDA_MERGED_RERUNS=0 turn off one part of the
   // parked forms.
-  if (env_on("DS_CUDA_DRAFTS_LEGACY")) {
+  if (env_flag("DS_CUDA_DRAFTS_LEGACY", false)) {
     window_graphs_ = merge_reruns_ = false;
     model_->set_parked_graphs(1, true);
   } else {
     // One-off shapes (a prompt run as a window) launch directly; a shape seen twice gets its graph.
     model_->set_parked_graphs(std::max(model_->options().parked_graphs, 2), false);
-    if (env_is("DS_CUDA_WINDOW_GRAPHS", "0")) window_graphs_ = false;
-    if (env_is("DS_CUDA_MERGED_RERUNS", "0")) merge_reruns_ = false;
+    if (!env_flag("DS_CUDA_WINDOW_GRAPHS", true)) window_graphs_ = false;
+    if (!env_flag("DS_CUDA_MERGED_RERUNS", true)) merge_reruns_ = false;
   }
-  time_phases_ = env_on("DS_CUDA_PHASES");
+  time_phases_ = env_flag("DS_CUDA_PHASES", false);
   // The head's hidden rows stay on the device (the default); DS_CUDA_HOST_HIDDEN=1: the earlier round trip
   // through the host, to measure against.
-  keep_hidden_ = !env_on("DS_CUDA_HOST_HIDDEN");
+  keep_hidden_ = !env_flag("DS_CUDA_HOST_HIDDEN", false);
 }
 
 CudaBackend::~CudaBackend() {
