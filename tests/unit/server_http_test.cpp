@@ -1,10 +1,14 @@
-// The HTTP routes against a scripted backend: shapes, SSE, stop strings, tool calls, auth, 429/503,
-// disconnect -> cancel.
+// The HTTP routes against a scripted backend: shapes, SSE, stop strings, tool calls, auth, 429/503, engine
+// errors' statuses, disconnect -> cancel (streaming and not).
 #include <gtest/gtest.h>
 #include <httplib.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -60,6 +64,11 @@ class ScriptedBackend : public GenerationBackend {
         e.token = script[i % script.size()];
         if (request.top_logprobs >= 0) e.logprobs = LogprobReport{-0.25f, {{e.token, -0.25f}}};
         on_event(e);
+        if (i == 0) {
+          std::lock_guard lock(mutex_);
+          started_++;
+          changed_.notify_all();
+        }
         end.completion_tokens++;
         if (e.token == 2 && !request.ignore_eos) {
           end.reason = FinishReason::Stop;
@@ -79,6 +88,16 @@ class ScriptedBackend : public GenerationBackend {
   void cancel(uint64_t id) override {
     std::lock_guard lock(mutex_);
     cancelled_.insert(id);
+    changed_.notify_all();
+  }
+  // Bounded waits (no sleeps that race): until `n` requests gave their first token / were cancelled.
+  bool wait_started(size_t n, std::chrono::milliseconds limit) {
+    std::unique_lock lock(mutex_);
+    return changed_.wait_for(lock, limit, [&] { return started_ >= n; });
+  }
+  bool wait_cancelled(size_t n, std::chrono::milliseconds limit) {
+    std::unique_lock lock(mutex_);
+    return changed_.wait_for(lock, limit, [&] { return cancelled_.size() >= n; });
   }
   EngineStats stats() const override {
     EngineStats s;
@@ -96,6 +115,8 @@ class ScriptedBackend : public GenerationBackend {
 
  private:
   std::mutex mutex_;
+  std::condition_variable changed_;
+  size_t started_ = 0;
   std::set<uint64_t> cancelled_;
   std::vector<std::thread> threads_;
   uint64_t next_ = 1;
@@ -109,7 +130,7 @@ class ServerHttp : public ::testing::Test {
   }
   void start(const std::string& api_key = "") {
     state_.reset(new ServerState{backend_, *prompts_, {{"tiny"}, 320}, 128, {2}, {}});
-    http_ = std::make_unique<HttpServer>(*state_, HttpOptions{"127.0.0.1", 0, api_key, 16, start_wait_});
+    http_ = std::make_unique<HttpServer>(*state_, HttpOptions{"127.0.0.1", 0, api_key, 16, client_check_});
     port_ = http_->bind();
     thread_ = std::thread([this] { http_->serve(); });
   }
@@ -139,7 +160,7 @@ class ServerHttp : public ::testing::Test {
   }
 
   ScriptedBackend backend_;
-  std::chrono::milliseconds start_wait_{5000};  // HttpOptions::start_wait
+  std::chrono::milliseconds client_check_{500};  // HttpOptions::client_check
   std::unique_ptr<Tokenizer> tokenizer_;
   std::unique_ptr<PromptBuilder> prompts_;
   std::unique_ptr<ServerState> state_;
@@ -445,13 +466,30 @@ TEST_F(ServerHttp, EngineErrorMidStreamIsAnErrorEvent) {
   json e = json::parse(events[events.size() - 2]);
   EXPECT_EQ(e["error"]["message"], "out of state memory");
   EXPECT_EQ(e["error"]["type"], "server_error");
-  // Not streaming: the first token committed the 200, so the error is its body (docs/server.md, "Errors").
-  auto whole = post("/v1/completions", {{"prompt", "x"}});
-  ASSERT_EQ(whole->status, 200);
-  json body = json::parse(whole->body);
-  EXPECT_EQ(body["error"]["message"], "out of state memory");
-  EXPECT_EQ(body["error"]["code"], "engine_error");
-  EXPECT_FALSE(body.contains("choices"));
+}
+
+// Not streaming, nothing is sent before the reply is whole, so an engine error after the first tokens is a
+// 500 with the OpenAI error object (what an SDK raises as InternalServerError), not a 200 whose body is an
+// error.
+TEST_F(ServerHttp, EngineErrorAfterTheFirstTokenIsA500) {
+  backend_.script = ids("ab");
+  backend_.error = "out of state memory";
+  start();
+  for (const char* path : {"/v1/completions", "/v1/chat/completions"}) {
+    json request = std::string(path) == "/v1/completions" ? json{{"prompt", "x"}} : kChat;
+    auto whole = post(path, request);
+    ASSERT_TRUE(whole);
+    ASSERT_EQ(whole->status, 500) << whole->body;
+    json body = json::parse(whole->body);
+    EXPECT_EQ(body["error"]["message"], "out of state memory");
+    EXPECT_EQ(body["error"]["type"], "server_error");
+    EXPECT_EQ(body["error"]["code"], "engine_error");
+    EXPECT_FALSE(body.contains("choices"));
+  }
+  std::string metrics = client().Get("/metrics")->body;
+  EXPECT_NE(metrics.find("deltaserve_requests_total{route=\"completions\",status=\"500\"} 1"),
+            std::string::npos);
+  EXPECT_NE(metrics.find("deltaserve_requests_total{route=\"chat\",status=\"500\"} 1"), std::string::npos);
 }
 
 TEST_F(ServerHttp, EngineErrorBeforeTheFirstTokenIsA500) {
@@ -473,12 +511,13 @@ TEST_F(ServerHttp, EngineErrorBeforeTheFirstTokenIsA500) {
   EXPECT_EQ(json::parse(events[events.size() - 2])["error"]["code"], "engine_error");
 }
 
-// A first token later than the start wait (a long prompt queued behind others on a busy server) is a 200 with
-// the whole reply, not an error; an engine error that late comes as the 200's error body (docs/server.md).
+// A late first token (a long prompt queued behind others on a busy server) is a 200 with the whole reply: the
+// liveness checks while it waits (every 20 ms here) do not take a silent, connected client for one that left.
+// An engine error that late is still a 500.
 TEST_F(ServerHttp, SlowFirstTokenIsNotAnError) {
   backend_.script = ids("late but fine");
   backend_.first_delay = 300ms;
-  start_wait_ = 20ms;
+  client_check_ = 20ms;
   start();
   auto res = post("/v1/completions", {{"prompt", "x"}});
   ASSERT_TRUE(res);
@@ -489,8 +528,9 @@ TEST_F(ServerHttp, SlowFirstTokenIsNotAnError) {
   backend_.script = {};
   backend_.error = "CudaModel::new_state: cudaErrorMemoryAllocation (out of memory)";
   auto late = post("/v1/completions", {{"prompt", "x"}});
-  ASSERT_EQ(late->status, 200);
+  ASSERT_EQ(late->status, 500);
   EXPECT_EQ(json::parse(late->body)["error"]["code"], "engine_error");
+  EXPECT_EQ(backend_.cancelled_count(), 0u);
 }
 
 // A reply a stop string ended is complete, even when the engine's final event for it is an error (the round
@@ -544,8 +584,45 @@ TEST_F(ServerHttp, ClientDisconnectCancels) {
     return ++chunks < 3;
   };  // then hang up
   EXPECT_FALSE(c.send(req));
-  for (int i = 0; i < 300 && backend_.cancelled_count() == 0; ++i) std::this_thread::sleep_for(10ms);
+  EXPECT_TRUE(backend_.wait_cancelled(1, 10s));
   EXPECT_EQ(backend_.cancelled_count(), 1u);
+}
+
+// A non-streaming client sends nothing and is sent nothing until its reply is whole; when it hangs up
+// mid-generation (tokens still coming every millisecond, so no pause in which keep-alives would have gone
+// out), the server sees the closed socket and cancels the engine request, freeing its slot.
+TEST_F(ServerHttp, NonStreamingClientDisconnectCancels) {
+  backend_.script = ids("more ");
+  backend_.forever = true;
+  client_check_ = 20ms;
+  start();
+  std::string body = json{{"prompt", "go"}, {"max_tokens", 50}}.dump();
+  std::string request =
+      "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+      "Content-Length: " +
+      std::to_string(body.size()) + "\r\n\r\n" + body;
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port_));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  ASSERT_EQ(send(fd, request.data(), request.size(), 0), static_cast<ssize_t>(request.size()));
+  ASSERT_TRUE(backend_.wait_started(1, 10s));  // generating
+  close(fd);                                   // the client leaves
+  ASSERT_TRUE(backend_.wait_cancelled(1, 10s));
+  // The server's own count of it, and the route's request counted as the client's close (499: "other").
+  std::string metrics;
+  for (auto until = std::chrono::steady_clock::now() + 10s; std::chrono::steady_clock::now() < until;) {
+    metrics = client().Get("/metrics")->body;
+    if (metrics.find("status=\"other\"} 1") != std::string::npos) break;
+    std::this_thread::sleep_for(10ms);
+  }
+  EXPECT_NE(metrics.find("deltaserve_client_disconnects_total 1"), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("deltaserve_requests_total{route=\"completions\",status=\"other\"} 1"),
+            std::string::npos)
+      << metrics;
 }
 
 }  // namespace
