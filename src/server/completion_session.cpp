@@ -100,21 +100,24 @@ CompletionSession::~CompletionSession() {
   if (!done_) state_.backend.cancel(engine_id_);
 }
 
-void CompletionSession::await_start(std::chrono::milliseconds limit) {
-  TokenEvent e;
-  if (first_ || !channel_->pop(e, limit)) return;
-  if (e.finished && e.reason == FinishReason::Error) {
-    done_ = true;
-    throw ApiError(500, e.error, "", "engine_error", "server_error");
-  }
-  if (e.finished && e.reason == FinishReason::Cancelled) {
-    done_ = true;
-    throw ApiError(503, "the request was cancelled (server shutting down)", "", "cancelled", "server_error");
-  }
-  first_ = std::move(e);
+void CompletionSession::stream(const Write& write, std::chrono::milliseconds keepalive) {
+  run(write, nullptr, keepalive);
 }
 
-void CompletionSession::run(const Write& write, std::chrono::milliseconds keepalive) {
+std::optional<CompletionSession::Whole> CompletionSession::complete(const Alive& alive,
+                                                                    std::chrono::milliseconds check) {
+  Whole whole;
+  whole.status = run(
+      [&](const std::string& data) {
+        whole.body += data;
+        return true;
+      },
+      alive, check);
+  if (whole.status == 0) return std::nullopt;
+  return whole;
+}
+
+int CompletionSession::run(const Write& write, const Alive& alive, std::chrono::milliseconds interval) {
   const Tokenizer& tokenizer = state_.prompts.tokenizer();
   IncrementalDecoder decoder(tokenizer, request_.skip_special_tokens);
   ReplyConfig config{request_.stop,
@@ -132,6 +135,7 @@ void CompletionSession::run(const Write& write, std::chrono::milliseconds keepal
     state_.backend.cancel(engine_id_);
     state_.metrics.disconnect();
     done_ = true;
+    return 0;
   };
 
   if (request_.stream) {
@@ -143,16 +147,20 @@ void CompletionSession::run(const Write& write, std::chrono::milliseconds keepal
       return gone();
   }
   auto last = start_;
+  auto checked = start_;  // the last liveness check of a whole reply
   bool first = true;
   for (;;) {
     TokenEvent e;
-    if (first_) {
-      e = std::move(*first_);
-      first_.reset();
-    } else if (!channel_->pop(e, keepalive)) {
-      if (!write(request_.stream ? ": keep-alive\n\n" : " ")) return gone();
-      continue;
+    const bool got = channel_->pop(e, interval);
+    if (request_.stream) {
+      if (!got && !write(": keep-alive\n\n")) return gone();
+    } else if (auto now = std::chrono::steady_clock::now(); now - checked >= interval) {
+      // Nothing is written before the whole reply is known, so the client's socket is asked instead (also
+      // while tokens keep coming: a client that left should not hold a slot until max_tokens).
+      checked = now;
+      if (alive && !alive()) return gone();
     }
+    if (!got) continue;
     if (e.token >= 0 && !reply.stopped()) {
       auto now = std::chrono::steady_clock::now();
       std::chrono::duration<double> gap = now - last;
@@ -179,7 +187,7 @@ void CompletionSession::run(const Write& write, std::chrono::milliseconds keepal
       std::string body =
           error_body(why, "server_error", "", e.reason == FinishReason::Error ? "engine_error" : "cancelled");
       write(request_.stream ? "data: " + body + "\n\n" + kSseDone : body);
-      return;
+      return e.reason == FinishReason::Error ? 500 : 503;
     }
     ReplyDelta tail = reply.finish(decoder.flush());
     std::string finish = e.reason == FinishReason::Length && !reply.stopped() ? "length" : "stop";
@@ -198,7 +206,7 @@ void CompletionSession::run(const Write& write, std::chrono::milliseconds keepal
     if (!request_.stream) {
       write(dump_json(response_json(meta, reply.total(), with_logprobs, finish, usage, ext, token_text,
                                     request_.echo ? prompt_.text : "")));
-      return;
+      return 200;
     }
     std::string out;
     if (!tail.empty())
@@ -209,7 +217,7 @@ void CompletionSession::run(const Write& write, std::chrono::milliseconds keepal
     if (request_.include_usage) out += sse_data(usage_chunk_json(meta, usage, ext));
     out += kSseDone;
     write(out);
-    return;
+    return 200;
   }
 }
 

@@ -1,6 +1,7 @@
 #pragma once
 // One generation request from submit to the last byte: engine events -> text -> SSE chunks or one JSON body.
-// Knows nothing of HTTP: the route gives it a write function, which reports a client that went away.
+// Knows nothing of HTTP: the route gives it a write function (streams) or a liveness check (whole replies),
+// either of which reports a client that went away.
 #include <chrono>
 #include <functional>
 #include <memory>
@@ -26,22 +27,32 @@ class CompletionSession {
   CompletionSession(const CompletionSession&) = delete;
   CompletionSession& operator=(const CompletionSession&) = delete;
 
-  // Runs to the end, writing the body. A false write cancels the engine request. Keep-alives (an SSE comment,
-  // or JSON's leading whitespace) go out after `keepalive` without events, so a vanished client is noticed.
-  void run(const Write& write, std::chrono::milliseconds keepalive = std::chrono::milliseconds(500));
-  // Before the route commits a status: waits up to `limit` for the engine's first event, so a request the
-  // engine ends before its first token (a state that cannot be made, a failed first round) throws ApiError
-  // (500 engine_error; 503 when cancelled by a shutdown) instead of answering 200 with the error as its body.
-  // An event that arrives is kept for run().
-  void await_start(std::chrono::milliseconds limit);
+  // Streaming: runs to the end, writing SSE events as they come. A false write cancels the engine request. An
+  // SSE comment (keep-alive) goes out after `keepalive` without events, so a vanished client is noticed.
+  void stream(const Write& write, std::chrono::milliseconds keepalive = std::chrono::milliseconds(500));
+
+  // Non-streaming: runs to the end and sends nothing, so the reply gets its real status: 200 with the
+  // completion, 500 engine_error or 503 cancelled (shutdown) with the OpenAI error object, wherever the
+  // engine failed (before or after the first token). `alive` is asked at least every `check` (also while
+  // tokens keep coming); false cancels the engine request and the result is nullopt (nothing to send).
+  struct Whole {
+    int status = 200;
+    std::string body;
+  };
+  using Alive = std::function<bool()>;
+  std::optional<Whole> complete(const Alive& alive,
+                                std::chrono::milliseconds check = std::chrono::milliseconds(500));
   bool streaming() const { return request_.stream; }
 
  private:
+  // The loop of both: `write` gets the SSE events, or the whole body once; returns the HTTP status the body
+  // goes with (200 unless the engine ended the request), or 0 when the client left.
+  int run(const Write& write, const Alive& alive, std::chrono::milliseconds interval);
+
   ServerState& state_;
   ApiRequest request_;
   PreparedPrompt prompt_;
   std::shared_ptr<EventChannel> channel_;
-  std::optional<TokenEvent> first_;  // the event await_start took off the channel
   uint64_t engine_id_ = 0;
   bool done_ = false;
   std::string id_;

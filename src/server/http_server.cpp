@@ -1,8 +1,15 @@
 #include "server/http_server.h"
 
+#include <dirent.h>
 #include <httplib.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
 
+#include <cerrno>
 #include <chrono>
+#include <cstdlib>
 
 #include "server/api_error.h"
 #include "server/completion_session.h"
@@ -29,6 +36,60 @@ bool authorized(const httplib::Request& req, const std::string& key) {
   return header == "Bearer " + key || req.get_header_value("x-api-key") == key;
 }
 
+int socket_port(const sockaddr_storage& a) {
+  if (a.ss_family == AF_INET) return ntohs(reinterpret_cast<const sockaddr_in&>(a).sin_port);
+  if (a.ss_family == AF_INET6) return ntohs(reinterpret_cast<const sockaddr_in6&>(a).sin6_port);
+  return -1;
+}
+
+std::string socket_host(const sockaddr_storage& a, socklen_t len) {
+  char host[NI_MAXHOST];
+  if (getnameinfo(reinterpret_cast<const sockaddr*>(&a), len, host, sizeof(host), nullptr, 0, NI_NUMERICHOST))
+    return {};
+  return host;
+}
+
+// The accepted socket a request came on. cpp-httplib 0.11 (Debian 12) gives a handler neither the socket nor
+// a way to ask whether the client is still there, but it gives the peer's address and both ends' ports; this
+// process's sockets are searched for the one with that local port and that peer (a TCP connection is unique
+// by them; the server's side is told from a client's in the same process by which end is local). The handler
+// runs while httplib holds the connection open, so the descriptor stays this socket until it returns.
+// -1 when not found (then a whole reply cannot notice a client that left; it still ends at max_tokens).
+int request_socket(int local_port, const std::string& remote_addr, int remote_port) {
+  DIR* dir = opendir("/proc/self/fd");
+  if (!dir) return -1;
+  int found = -1;
+  while (dirent* d = readdir(dir)) {
+    char* end = nullptr;
+    long fd = std::strtol(d->d_name, &end, 10);
+    if (end == d->d_name || *end != '\0' || fd == dirfd(dir)) continue;
+    sockaddr_storage local{}, peer{};
+    socklen_t local_len = sizeof(local), peer_len = sizeof(peer);
+    if (getsockname(static_cast<int>(fd), reinterpret_cast<sockaddr*>(&local), &local_len) != 0 ||
+        getpeername(static_cast<int>(fd), reinterpret_cast<sockaddr*>(&peer), &peer_len) != 0)
+      continue;
+    if (socket_port(local) == local_port && socket_port(peer) == remote_port &&
+        socket_host(peer, peer_len) == remote_addr) {
+      found = static_cast<int>(fd);
+      break;
+    }
+  }
+  closedir(dir);
+  return found;
+}
+
+// False once the client closed or reset the connection: the socket reports a hang-up or error, or reads as
+// end-of-file (peeked, so pipelined bytes of a next request stay for httplib). Writes nothing.
+bool peer_connected(int fd) {
+  if (fd < 0) return true;
+  pollfd p{fd, static_cast<short>(POLLIN | POLLRDHUP), 0};
+  if (poll(&p, 1, 0) <= 0) return true;
+  if (p.revents & (POLLERR | POLLHUP | POLLRDHUP | POLLNVAL)) return false;
+  char byte;
+  ssize_t n = recv(fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+  return n > 0 || (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR));
+}
+
 }  // namespace
 
 bool is_loopback(const std::string& host) {
@@ -36,9 +97,11 @@ bool is_loopback(const std::string& host) {
 }
 
 struct HttpServer::Impl {
+  static constexpr int kClientClosed = 499;  // nginx's "client closed request", for the metrics
   ServerState& state;
   HttpOptions options;
   httplib::Server server;
+  int port = -1;  // the bound one
 
   Impl(ServerState& s, HttpOptions o) : state(s), options(std::move(o)) {
     const int threads = options.threads;
@@ -95,9 +158,6 @@ struct HttpServer::Impl {
                           : parse_completions_request(req.body, state.limits);
       PreparedPrompt prompt = state.prompts.build(r);
       session = std::make_shared<CompletionSession>(state, std::move(r), std::move(prompt));
-      // Streams answer at once (clients expect their headers while queued; an error there is an SSE error
-      // event, which the OpenAI SDKs raise); HttpOptions::start_wait says why the others wait.
-      if (!session->streaming()) session->await_start(options.start_wait);
     } catch (const ApiError& e) {
       state.metrics.request_done(chat, e.status);
       return send_api_error(res, e);
@@ -105,14 +165,34 @@ struct HttpServer::Impl {
       state.metrics.request_done(chat, 400);
       return send_error(res, 400, error_body(e.what(), "invalid_request_error"));
     }
+    if (!session->streaming()) {
+      // Nothing goes out before the reply is whole, so an engine failure at any token gets its real status
+      // (docs/server.md, "Errors"); the client's socket is watched meanwhile, so one that left cancels.
+      const int fd =
+          request_socket(req.local_port > 0 ? req.local_port : port, req.remote_addr, req.remote_port);
+      auto whole = session->complete([fd] { return peer_connected(fd); }, options.client_check);
+      if (!whole) {
+        state.metrics.request_done(chat, kClientClosed);
+        res.status = kClientClosed;  // never sent: httplib's write to the closed socket fails
+        return;
+      }
+      state.metrics.request_done(chat, whole->status);
+      if (whole->status == 503) res.set_header("Retry-After", "1");
+      res.status = whole->status;
+      res.set_content(std::move(whole->body), "application/json");
+      return;
+    }
+    // Streams answer at once (clients expect their headers while queued; an error after that is an SSE error
+    // event, which the OpenAI SDKs raise).
     state.metrics.request_done(chat, 200);
-    const char* type = session->streaming() ? "text/event-stream" : "application/json";
-    if (session->streaming()) res.set_header("Cache-Control", "no-cache");
-    res.set_chunked_content_provider(type, [session](size_t, httplib::DataSink& sink) {
-      session->run([&](const std::string& data) { return sink.write(data.data(), data.size()); });
-      sink.done();
-      return true;
-    });
+    res.set_header("Cache-Control", "no-cache");
+    res.set_chunked_content_provider(
+        "text/event-stream", [session, keepalive = options.client_check](size_t, httplib::DataSink& sink) {
+          session->stream([&](const std::string& data) { return sink.write(data.data(), data.size()); },
+                          keepalive);
+          sink.done();
+          return true;
+        });
   }
 
   void models(httplib::Response& res) {
@@ -191,11 +271,11 @@ int HttpServer::bind() {
   if (o.port == 0) {
     int port = impl_->server.bind_to_any_port(o.host);
     if (port <= 0) fail("cannot bind {}: no free port", o.host);
-    return port;
+    return impl_->port = port;
   }
   if (!impl_->server.bind_to_port(o.host, o.port))
     fail("cannot bind {}:{} (in use, or not an address here)", o.host, o.port);
-  return o.port;
+  return impl_->port = o.port;
 }
 
 void HttpServer::serve() {

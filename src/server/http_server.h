@@ -14,11 +14,10 @@ struct HttpOptions {
   int port = 8080;  // 0 picks a free port
   std::string api_key;
   int threads = 64;  // connections served at once (streams hold one each)
-  // How long a non-streaming completion waits for the engine's first event before it commits 200 and starts
-  // its body: long enough that a request the engine ends in its first rounds gets a real error status, short
-  // enough that keep-alives soon notice a client that left while queued. A first token later than this (a
-  // prompt queued behind others) is still a 200; only its engine error would come as a 200's error body.
-  std::chrono::milliseconds start_wait{5000};
+  // How often a non-streaming completion asks its client's socket whether the client is still there (it
+  // sends nothing until the reply is whole; one that left cancels its engine request), and how long a stream
+  // goes without events before it sends an SSE keep-alive comment.
+  std::chrono::milliseconds client_check{500};
 };
 
 class HttpServer {

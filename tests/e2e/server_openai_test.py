@@ -7,6 +7,7 @@ import argparse
 import json
 import os
 import shutil
+import socket
 import sys
 import threading
 import time
@@ -223,6 +224,97 @@ class OpenAISdk(unittest.TestCase):
         with self.assertRaises(openai.BadRequestError) as e:
             self.client.chat.completions.create(**ask, response_format={"type": "json_object"})
         self.assertEqual(e.exception.body["param"], "response_format")
+
+
+def health(server):
+    return json.loads(server.get("/health")[1])
+
+
+def wait_for(condition, what, limit=30):
+    """Polls `condition` (server state read over HTTP) until true; fails after `limit` seconds."""
+    deadline = time.time() + limit
+    while not condition():
+        if time.time() > deadline:
+            raise AssertionError(f"timed out after {limit} s waiting for {what}")
+        time.sleep(0.05)
+
+
+class WholeReplies(unittest.TestCase):
+    """Non-streaming replies send nothing until they are whole (docs/server.md, "Errors"): a client that leaves
+    is noticed through its socket, and a silent wait is not taken for a client that left."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.model_dir = make_model_dir(ARGS.source)
+        # One slot, and a context long enough that an abandoned reply would run for many seconds (the tiny model
+        # decodes ~2500 tokens/s here): its cancel is not a race with its natural end. The fixture's 4096
+        # positions are raised to 65536 (the rotary angles of the positions used stay the same).
+        config_path = os.path.join(cls.model_dir, "config.json")
+        with open(config_path) as f:
+            config = json.load(f)
+        config["max_position_embeddings"] = 65536
+        with open(config_path, "w") as f:
+            json.dump(config, f)
+        cls.server = Server(cls.model_dir, "--parallel", "1")
+        cls.client = cls.server.client()
+        cls.model = os.path.basename(cls.model_dir)
+        cls.long = 60000
+
+    @classmethod
+    def tearDownClass(cls):
+        code = cls.server.stop()
+        shutil.rmtree(cls.model_dir, ignore_errors=True)
+        assert code == 0, f"server exit code {code} after SIGTERM"
+
+    def test_a_client_that_leaves_mid_generation_frees_the_only_slot(self):
+        before = health(self.server)["completion_tokens_total"]
+        max_tokens = self.long
+        body = json.dumps({"model": self.model, "prompt": "Go", "max_tokens": max_tokens, "ignore_eos": True})
+        request = (f"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                   f"Content-Length: {len(body)}\r\n\r\n{body}").encode()
+        sock = socket.create_connection(("127.0.0.1", self.server.port), timeout=30)
+        sock.sendall(request)
+        wait_for(lambda: health(self.server)["requests_running"] == 1, "the request to start")
+        sock.close()  # the client leaves; it was sent nothing
+        wait_for(lambda: health(self.server)["requests_running"] == 0, "the request to be cancelled")
+        metrics = self.server.get("/metrics")[1]
+        self.assertIn("deltaserve_client_disconnects_total 1", metrics)
+        self.assertIn('deltaserve_requests_total{route="completions",status="other"} 1', metrics)  # 499
+        # Cut short, not run to max_tokens; and the next request gets the slot at once.
+        self.assertLess(health(self.server)["completion_tokens_total"] - before, max_tokens)
+        r = self.client.completions.create(model=self.model, prompt="Next", max_tokens=4,
+                                           extra_body={"ignore_eos": True})
+        self.assertEqual(r.usage.completion_tokens, 4)
+
+    def test_a_reply_that_waits_silently_is_not_cancelled(self):
+        # The stream holds the only slot for over a second (the server checks a waiting client every 0.5 s) while
+        # the non-streaming request waits in the queue with nothing sent; it then runs and is whole.
+        held = self.client.completions.create(model=self.model, prompt="Go", max_tokens=self.long,
+                                              stream=True, extra_body={"ignore_eos": True})
+        stream = iter(held)
+        next(stream)
+        result = {}
+
+        def ask():
+            try:
+                result["reply"] = self.client.completions.create(model=self.model, prompt="Wait", max_tokens=5,
+                                                                 extra_body={"ignore_eos": True})
+            except Exception as e:  # reported below
+                result["error"] = e
+
+        waiting = threading.Thread(target=ask)
+        waiting.start()
+        wait_for(lambda: health(self.server)["requests_queued"] == 1, "the second request to queue")
+        start = time.time()
+        for _ in stream:
+            if time.time() - start > 1.5:
+                break
+        held.close()
+        waiting.join(timeout=60)
+        self.assertFalse(waiting.is_alive())
+        self.assertNotIn("error", result, result.get("error"))
+        self.assertEqual(result["reply"].usage.completion_tokens, 5)
+        self.assertEqual(result["reply"].choices[0].finish_reason, "length")
 
 
 class QueueFull(unittest.TestCase):

@@ -1,0 +1,190 @@
+// The HTTP routes' error statuses against a scripted backend: engine errors before and after the first token
+// (a whole reply's real status, a stream's error event), a stop-string reply complete despite a later error,
+// a failed backend's health, and a client that leaves (streaming or not) cancelling its engine request.
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <nlohmann/json.hpp>
+
+#include "server_http_fixture.h"
+
+namespace ds::server::http_test {
+namespace {
+
+using nlohmann::json;
+using namespace std::chrono_literals;
+
+TEST_F(ServerHttp, EngineErrorMidStreamIsAnErrorEvent) {
+  backend_.script = ids("ab");
+  backend_.error = "out of state memory";
+  start();
+  auto res = post("/v1/completions", {{"prompt", "x"}, {"stream", true}});
+  ASSERT_EQ(res->status, 200);
+  std::vector<std::string> events = sse(res->body);
+  ASSERT_GE(events.size(), 2u);
+  EXPECT_EQ(events.back(), "[DONE]");
+  json e = json::parse(events[events.size() - 2]);
+  EXPECT_EQ(e["error"]["message"], "out of state memory");
+  EXPECT_EQ(e["error"]["type"], "server_error");
+}
+
+// Not streaming, nothing is sent before the reply is whole, so an engine error after the first tokens is a
+// 500 with the OpenAI error object (what an SDK raises as InternalServerError), not a 200 whose body is an
+// error.
+TEST_F(ServerHttp, EngineErrorAfterTheFirstTokenIsA500) {
+  backend_.script = ids("ab");
+  backend_.error = "out of state memory";
+  start();
+  for (const char* path : {"/v1/completions", "/v1/chat/completions"}) {
+    json request = std::string(path) == "/v1/completions" ? json{{"prompt", "x"}} : kChat;
+    auto whole = post(path, request);
+    ASSERT_TRUE(whole);
+    ASSERT_EQ(whole->status, 500) << whole->body;
+    json body = json::parse(whole->body);
+    EXPECT_EQ(body["error"]["message"], "out of state memory");
+    EXPECT_EQ(body["error"]["type"], "server_error");
+    EXPECT_EQ(body["error"]["code"], "engine_error");
+    EXPECT_FALSE(body.contains("choices"));
+  }
+  std::string metrics = client().Get("/metrics")->body;
+  EXPECT_NE(metrics.find("deltaserve_requests_total{route=\"completions\",status=\"500\"} 1"),
+            std::string::npos);
+  EXPECT_NE(metrics.find("deltaserve_requests_total{route=\"chat\",status=\"500\"} 1"), std::string::npos);
+}
+
+TEST_F(ServerHttp, EngineErrorBeforeTheFirstTokenIsA500) {
+  backend_.script = {};  // the engine ends the request before any token (a state it could not make)
+  backend_.error = "CudaModel::new_state: cudaErrorMemoryAllocation (out of memory)";
+  start();
+  auto res = post("/v1/completions", {{"prompt", "x"}});
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 500) << res->body;
+  json e = json::parse(res->body)["error"];
+  EXPECT_EQ(e["message"], backend_.error);
+  EXPECT_EQ(e["type"], "server_error");
+  EXPECT_EQ(e["code"], "engine_error");
+  // A stream answers at once (headers while queued), so its error is the SSE error event.
+  auto stream = post("/v1/completions", {{"prompt", "x"}, {"stream", true}});
+  ASSERT_EQ(stream->status, 200);
+  std::vector<std::string> events = sse(stream->body);
+  ASSERT_GE(events.size(), 2u);
+  EXPECT_EQ(json::parse(events[events.size() - 2])["error"]["code"], "engine_error");
+}
+
+// A late first token (a long prompt queued behind others on a busy server) is a 200 with the whole reply: the
+// liveness checks while it waits (every 20 ms here) do not take a silent, connected client for one that left.
+// An engine error that late is still a 500.
+TEST_F(ServerHttp, SlowFirstTokenIsNotAnError) {
+  backend_.script = ids("late but fine");
+  backend_.first_delay = 300ms;
+  client_check_ = 20ms;
+  start();
+  auto res = post("/v1/completions", {{"prompt", "x"}});
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  json j = json::parse(res->body);
+  EXPECT_EQ(j["choices"][0]["text"], "late but fine");
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "length");
+  backend_.script = {};
+  backend_.error = "CudaModel::new_state: cudaErrorMemoryAllocation (out of memory)";
+  auto late = post("/v1/completions", {{"prompt", "x"}});
+  ASSERT_EQ(late->status, 500);
+  EXPECT_EQ(json::parse(late->body)["error"]["code"], "engine_error");
+  EXPECT_EQ(backend_.cancelled_count(), 0u);
+}
+
+// A reply a stop string ended is complete, even when the engine's final event for it is an error (the round
+// after the stop string failed before the engine took the session's cancel): the client gets the reply.
+TEST_F(ServerHttp, StopStringReplyIsCompleteDespiteALaterEngineError) {
+  backend_.script = ids("one two STOP three four");
+  backend_.error = "forward failed: cudaErrorMemoryAllocation (out of memory)";
+  backend_.error_despite_cancel = true;
+  start();
+  json body = {{"prompt", "count:"}, {"max_tokens", 40}, {"stop", {"STOP"}}};
+  auto res = post("/v1/completions", body);
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  json j = json::parse(res->body);
+  EXPECT_EQ(j["choices"][0]["text"], "one two ") << res->body;
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "stop");
+  body["stream"] = true;
+  auto stream = post("/v1/completions", body);
+  ASSERT_EQ(stream->status, 200);
+  std::vector<std::string> events = sse(stream->body);
+  ASSERT_GE(events.size(), 2u);
+  EXPECT_EQ(events.back(), "[DONE]");
+  for (const std::string& e : events) EXPECT_EQ(e.find("engine_error"), std::string::npos) << e;
+  EXPECT_EQ(json::parse(events[events.size() - 2])["choices"][0]["finish_reason"], "stop");
+}
+
+TEST_F(ServerHttp, HealthIs503OnceTheBackendCannotServe) {
+  backend_.failure = "CudaModel::forward: cudaErrorIllegalAddress (an illegal memory access was encountered)";
+  start();  // (a healthy backend answers 200: ApiKeyGuardsEverythingButHealth)
+  auto health = client().Get("/health");
+  ASSERT_EQ(health->status, 503);
+  json j = json::parse(health->body);
+  EXPECT_EQ(j["status"], "failed");
+  EXPECT_EQ(j["error"], backend_.failure);
+}
+
+TEST_F(ServerHttp, ClientDisconnectCancels) {
+  backend_.script = ids("more ");
+  backend_.forever = true;
+  backend_.gap = 10ms;
+  start();
+  json body = {{"prompt", "go"}, {"stream", true}, {"max_tokens", 50}};
+  httplib::Client c = client();
+  httplib::Request req;
+  req.method = "POST";
+  req.path = "/v1/completions";
+  req.body = body.dump();
+  req.headers = {{"Content-Type", "application/json"}};
+  int chunks = 0;
+  req.content_receiver = [&](const char*, size_t, uint64_t, uint64_t) {
+    return ++chunks < 3;
+  };  // then hang up
+  EXPECT_FALSE(c.send(req));
+  EXPECT_TRUE(backend_.wait_cancelled(1, 10s));
+  EXPECT_EQ(backend_.cancelled_count(), 1u);
+}
+
+// A non-streaming client sends nothing and is sent nothing until its reply is whole; when it hangs up
+// mid-generation (tokens still coming every millisecond, so no pause in which keep-alives would have gone
+// out), the server sees the closed socket and cancels the engine request, freeing its slot.
+TEST_F(ServerHttp, NonStreamingClientDisconnectCancels) {
+  backend_.script = ids("more ");
+  backend_.forever = true;
+  client_check_ = 20ms;
+  start();
+  std::string body = json{{"prompt", "go"}, {"max_tokens", 50}}.dump();
+  std::string request =
+      "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+      "Content-Length: " +
+      std::to_string(body.size()) + "\r\n\r\n" + body;
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port_));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  ASSERT_EQ(send(fd, request.data(), request.size(), 0), static_cast<ssize_t>(request.size()));
+  ASSERT_TRUE(backend_.wait_started(1, 10s));  // generating
+  close(fd);                                   // the client leaves
+  ASSERT_TRUE(backend_.wait_cancelled(1, 10s));
+  // The server's own count of it, and the route's request counted as the client's close (499: "other").
+  std::string metrics;
+  for (auto until = std::chrono::steady_clock::now() + 10s; std::chrono::steady_clock::now() < until;) {
+    metrics = client().Get("/metrics")->body;
+    if (metrics.find("status=\"other\"} 1") != std::string::npos) break;
+    std::this_thread::sleep_for(10ms);
+  }
+  EXPECT_NE(metrics.find("deltaserve_client_disconnects_total 1"), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("deltaserve_requests_total{route=\"completions\",status=\"other\"} 1"),
+            std::string::npos)
+      << metrics;
+}
+
+}  // namespace
+}  // namespace ds::server::http_test
