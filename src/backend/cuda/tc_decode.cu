@@ -408,23 +408,17 @@ void tc_decode_row_kernel(bool on) {
   row_kernel = on ? 1 : 0;
 }
 
-namespace tcd {
-// Read at every launch (not cached), so the checks and bench can switch it with setenv between launches.
-int tc_decode_row_variant() {
-  const char* v = std::getenv("DS_CUDA_TC_ROW_VARIANT");
-  if (v == nullptr || v[0] == '\0') return kDefaultRowVariant;
-  if (v[1] != '\0' || v[0] < '0' || v[0] > '3')
-    bad("DS_CUDA_TC_ROW_VARIANT", std::string("must be 0..3 (got '") + v + "')");
-  return v[0] - '0';
-}
-}  // namespace tcd
-
 bool tc_decode_row_kernel_on() {
   return row_kernel_now();
 }
 
-int tc_decode_row_launch_variant() {
-  return tcd::tc_decode_row_variant();
+// Read at every launch (not cached), so the checks and bench can switch it with setenv between launches.
+int tc_decode_row_variant() {
+  const char* v = std::getenv("DS_CUDA_TC_ROW_VARIANT");
+  if (v == nullptr || v[0] == '\0') return tcd::kDefaultRowVariant;
+  if (v[1] != '\0' || v[0] < '0' || v[0] > '3')
+    bad("DS_CUDA_TC_ROW_VARIANT", std::string("must be 0..3 (got '") + v + "')");
+  return v[0] - '0';
 }
 
 bool tc_decode_one_row_in_block_on() {

@@ -53,7 +53,7 @@ constexpr bool kDefaultTcRowKernel = true;
 void tc_decode_row_kernel(bool on);
 bool tc_decode_row_kernel_on();
 // The one-row kernel's launch variant now (DS_CUDA_TC_ROW_VARIANT, else the default; tc_decode_parts.cuh).
-int tc_decode_row_launch_variant();
+int tc_decode_row_variant();
 
 // The column split, fixed by the matrix's shape (never by the row count), as the FMA products' column_slices:
 // S = 4 slices of the matrix's 4-unit stages when it has at most 4096 outputs (256 groups of 16), 2 up to

@@ -159,7 +159,7 @@ void CudaModel::append_option_key(GraphKey& key) const {
   o.tc_one_row_in_block = tc_decode_one_row_in_block_on();
   o.tc_forced_slices = tc_decode_forced_column_slices();
   o.tc_row_kernel = tc_decode_row_kernel_on();
-  o.tc_row_variant = tc_decode_row_launch_variant();
+  o.tc_row_variant = tc_decode_row_variant();
   const TiledConfig tiled = tiled_config();
   o.tiled_outputs = tiled.tile_outputs;
   o.tiled_min_blocks = tiled.min_blocks;
