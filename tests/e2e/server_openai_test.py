@@ -34,11 +34,19 @@ def extension(resp):
     return resp.model_dump()["extension"]
 
 
-class OpenAISdk(unittest.TestCase):
+class ServerCase(unittest.TestCase):
+    """One server on a copy of the model for the class; `server_args` and `prepare_model` vary it."""
+    server_args = ()
+
+    @classmethod
+    def prepare_model(cls, model_dir):
+        pass
+
     @classmethod
     def setUpClass(cls):
         cls.model_dir = make_model_dir(ARGS.source)
-        cls.server = Server(cls.model_dir)
+        cls.prepare_model(cls.model_dir)
+        cls.server = Server(cls.model_dir, *cls.server_args)
         cls.client = cls.server.client()
         cls.model = os.path.basename(cls.model_dir)
 
@@ -47,6 +55,9 @@ class OpenAISdk(unittest.TestCase):
         code = cls.server.stop()
         shutil.rmtree(cls.model_dir, ignore_errors=True)
         assert code == 0, f"server exit code {code} after SIGTERM"
+
+
+class OpenAISdk(ServerCase):
 
     def test_models_and_health(self):
         self.assertEqual([m.id for m in self.client.models.list()], [self.model])
@@ -239,32 +250,24 @@ def wait_for(condition, what, limit=30):
         time.sleep(0.05)
 
 
-class WholeReplies(unittest.TestCase):
+class WholeReplies(ServerCase):
     """Non-streaming replies send nothing until they are whole (docs/server.md, "Errors"): a client that leaves
     is noticed through its socket, and a silent wait is not taken for a client that left."""
 
+    # One slot, and a context long enough that an abandoned reply would run for many seconds (the tiny model
+    # decodes ~2500 tokens/s here): its cancel is not a race with its natural end.
+    server_args = ("--parallel", "1")
+    long = 60000
+
     @classmethod
-    def setUpClass(cls):
-        cls.model_dir = make_model_dir(ARGS.source)
-        # One slot, and a context long enough that an abandoned reply would run for many seconds (the tiny model
-        # decodes ~2500 tokens/s here): its cancel is not a race with its natural end. The fixture's 4096
-        # positions are raised to 65536 (the rotary angles of the positions used stay the same).
-        config_path = os.path.join(cls.model_dir, "config.json")
+    def prepare_model(cls, model_dir):
+        # The fixture's 4096 positions are raised to 65536 (the rotary angles of the positions used stay the same).
+        config_path = os.path.join(model_dir, "config.json")
         with open(config_path) as f:
             config = json.load(f)
         config["max_position_embeddings"] = 65536
         with open(config_path, "w") as f:
             json.dump(config, f)
-        cls.server = Server(cls.model_dir, "--parallel", "1")
-        cls.client = cls.server.client()
-        cls.model = os.path.basename(cls.model_dir)
-        cls.long = 60000
-
-    @classmethod
-    def tearDownClass(cls):
-        code = cls.server.stop()
-        shutil.rmtree(cls.model_dir, ignore_errors=True)
-        assert code == 0, f"server exit code {code} after SIGTERM"
 
     def test_a_client_that_leaves_mid_generation_frees_the_only_slot(self):
         before = health(self.server)["completion_tokens_total"]
