@@ -5,7 +5,9 @@
 # Programs: DS_PREBUILT, a .tar.xz of cuda_model_check, cuda_engine_contract, cuda_wx_check and lib/ (their
 # non-system libraries: libcudart.so.13, libfmt.so.9), built here with -DDELTASERVE_CUDA=ON for sm_90a and
 # carried (docs/receipts/cuda-decode-merged.md "session 10"). SKIP_6=0 adds 6-bit g64 at one stream;
-# WX_ONLY=NAME adds `cuda_wx_check --only NAME --no-bench` after the contract.
+# WX_ONLY=NAME adds `cuda_wx_check --only NAME --no-bench` after the contract. ENGINE_STREAMS=1,8 adds
+# `deltaserve bench --backend cuda` (the engine on the real shape; the prebuilt then also holds deltaserve and its
+# libraries: libpcre2-8, libutf8proc, libcpp-httplib, brotli).
 # Usage: DS_PREBUILT=.dev/X/prebuilt.tar.xz BENCH_CONFIG=.dev/X/flashnext-large-config.json tools/device/cuda_merged.sh
 set -uo pipefail
 out=${OUT:-/tmp/out}; mkdir -p "$out"
@@ -52,6 +54,14 @@ prompts() {
   timeout ${PROMPT_T:-150} $b/cuda_model_check . --no-checks --bench $cfg --prompt ${PROMPTS-2048,8192} > "$out/prompt.log" 2>&1
   echo "rc=$?" | tee -a "$out/summary.txt"; grep -iE "tok/s" "$out/prompt.log" | head -12 | tee -a "$out/summary.txt"
 }
+engine() {
+  [[ -n "${ENGINE_STREAMS:-}" ]] || return 0
+  stamp "== deltaserve bench --backend cuda, streams $ENGINE_STREAMS =="
+  timeout ${ENGINE_T:-120} $b/deltaserve bench --backend cuda --load-format dummy --config $cfg \
+    --prompt-lengths ${ENGINE_PROMPTS:-2048} --streams $ENGINE_STREAMS --decode-tokens 16 --repeats 1 --no-drafts \
+    > "$out/engine-bench.log" 2>&1
+  echo "rc=$?" | tee -a "$out/summary.txt"; tail -12 "$out/engine-bench.log" | tee -a "$out/summary.txt"
+}
 checks fma
 contract
 wx
@@ -60,4 +70,5 @@ bench fma 1,8
 checks tensor-all
 prompts
 [[ "${SKIP_6:-1}" == 1 ]] || six
+engine
 stamp done
