@@ -170,8 +170,7 @@ struct HttpServer::Impl {
 
   // vLLM's /tokenize: {"prompt": text} or {"messages": [...]} -> {"tokens", "count", "max_model_len"}.
   void tokenize(const httplib::Request& req, httplib::Response& res) {
-    Json j = Json::parse(req.body, nullptr, false);
-    if (j.is_discarded() || !j.is_object()) reject("", "the request body must be a JSON object");
+    Json j = parse_request_body(req.body);
     std::vector<int32_t> ids;
     if (field(j, "messages")) {
       // The prompt a chat request with these fields would send (a forced tool call's opening included).
@@ -186,8 +185,7 @@ struct HttpServer::Impl {
   }
 
   void detokenize(const httplib::Request& req, httplib::Response& res) {
-    Json j = Json::parse(req.body, nullptr, false);
-    if (j.is_discarded() || !j.is_object()) reject("", "the request body must be a JSON object");
+    Json j = parse_request_body(req.body);
     const Json* tokens = field(j, "tokens");
     if (!tokens || !tokens->is_array()) reject("tokens", "'tokens' must be an array of token ids");
     std::vector<int32_t> ids;

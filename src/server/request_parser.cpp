@@ -16,14 +16,6 @@ namespace {
 
 constexpr int64_t kMaxInt32 = INT32_MAX;
 
-Json parse_body(std::string_view body) {
-  Json j = Json::parse(body, nullptr, false);
-  if (j.is_discarded()) reject("", "the request body is not valid JSON");
-  if (!j.is_object())
-    reject("", fmt::format("the request body must be a JSON object, got {}", json_type_name(j)));
-  return j;
-}
-
 void read_model(const Json& j, const ModelLimits& limits, ApiRequest& r) {
   std::optional<std::string> model = read_string(j, "model");
   if (!model) {
@@ -196,7 +188,7 @@ void read_max_tokens(const Json& j, const char* name, ApiRequest& r) {
 }  // namespace
 
 ApiRequest parse_chat_request(std::string_view body, const ModelLimits& limits) {
-  Json j = parse_body(body);
+  Json j = parse_request_body(body);
   ApiRequest r;
   r.endpoint = Endpoint::Chat;
   read_common(j, limits, r);
@@ -229,7 +221,7 @@ ApiRequest parse_chat_request(std::string_view body, const ModelLimits& limits) 
 }
 
 ApiRequest parse_completions_request(std::string_view body, const ModelLimits& limits) {
-  Json j = parse_body(body);
+  Json j = parse_request_body(body);
   ApiRequest r;
   r.endpoint = Endpoint::Completions;
   read_common(j, limits, r);

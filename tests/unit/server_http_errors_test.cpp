@@ -120,6 +120,56 @@ TEST_F(ServerHttp, StopStringReplyIsCompleteDespiteALaterEngineError) {
   EXPECT_EQ(json::parse(events[events.size() - 2])["choices"][0]["finish_reason"], "stop");
 }
 
+// A chat template that refuses the messages (raise_exception, as templates do for roles out of order, or an
+// expression that cannot take them: a string plus a number) is the client's error: a 400 naming 'messages'
+// with the template's reason, counted as such, on the completion routes and /tokenize alike (the interpreter
+// turns its evaluation errors into ds::Error with the template's position, which PromptBuilder reports).
+TEST_F(ServerHttp, ChatTemplateRefusalIsA400NamingMessages) {
+  backend_.script = ids("ab");
+  const std::string raises =
+      "{% if messages[0].role != 'system' %}{{ raise_exception('Conversation roles must alternate') }}{% "
+      "endif %}"
+      "{{ messages[0].content + 1 }}";
+  prompts_ = std::make_unique<PromptBuilder>(*tokenizer_, ChatTemplate(raises));
+  start();
+  const json cases[] = {kChat, {{"messages", {{{"role", "system"}, {"content", "s"}}}}}};
+  const char* reasons[] = {"Conversation roles must alternate", "the chat template refused the messages"};
+  for (int i = 0; i < 2; ++i) {
+    for (const char* path : {"/v1/chat/completions", "/tokenize"}) {
+      auto res = post(path, cases[i]);
+      ASSERT_TRUE(res);
+      ASSERT_EQ(res->status, 400) << path << " " << res->body;
+      json e = json::parse(res->body)["error"];
+      EXPECT_EQ(e["param"], "messages") << res->body;
+      EXPECT_EQ(e["type"], "invalid_request_error");
+      EXPECT_NE(e["message"].get<std::string>().find(reasons[i]), std::string::npos) << res->body;
+    }
+  }
+  std::string metrics = client().Get("/metrics")->body;
+  EXPECT_NE(metrics.find("deltaserve_requests_total{route=\"chat\",status=\"400\"} 2"), std::string::npos)
+      << metrics;
+}
+
+// A body with bad UTF-8 in a string, or a number past a double's range, is a 400 that says why and where, on
+// every route that reads a JSON body; the error body is itself valid JSON (the bad bytes are not echoed).
+TEST_F(ServerHttp, MalformedBodiesAre400sThatSayWhy) {
+  start();
+  const std::pair<std::string, std::string> bodies[] = {
+      {"{\"messages\": [{\"role\": \"user\", \"content\": \"h\xff\"}]}", "ill-formed UTF-8 byte"},
+      {"{\"prompt\": \"a\", \"max_tokens\": 1e400}", "number overflow"}};
+  for (const auto& [body, why] : bodies) {
+    for (const char* path : {"/v1/chat/completions", "/v1/completions", "/tokenize", "/detokenize"}) {
+      auto res = client().Post(path, body, "application/json");
+      ASSERT_TRUE(res);
+      ASSERT_EQ(res->status, 400) << path << " " << res->body;
+      json e = json::parse(res->body)["error"];
+      EXPECT_EQ(e["type"], "invalid_request_error");
+      EXPECT_NE(e["message"].get<std::string>().find("not valid JSON: "), std::string::npos) << res->body;
+      EXPECT_NE(e["message"].get<std::string>().find(why), std::string::npos) << res->body;
+    }
+  }
+}
+
 TEST_F(ServerHttp, HealthIs503OnceTheBackendCannotServe) {
   backend_.failure = "CudaModel::forward: cudaErrorIllegalAddress (an illegal memory access was encountered)";
   start();  // (a healthy backend answers 200: ApiKeyGuardsEverythingButHealth)
