@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
 
 #include "core/error.h"
 #include "server/api_error.h"
@@ -62,7 +64,12 @@ void read_stop(const Json& j, const ModelLimits& limits, ApiRequest& r) {
 void read_sampling(const Json& j, ApiRequest& r) {
   SamplingParams& s = r.sampling;
   auto number = [&](const char* name, float& out) {
-    if (auto v = read_number(j, name)) out = static_cast<float>(*v);
+    // A double past float's range converts to +-inf explicitly (the cast would be undefined), which
+    // validate() then refuses by name.
+    if (auto v = read_number(j, name))
+      out = std::fabs(*v) > std::numeric_limits<float>::max()
+                ? (*v > 0 ? 1.0f : -1.0f) * std::numeric_limits<float>::infinity()
+                : static_cast<float>(*v);
   };
   number("temperature", s.temperature);
   number("top_p", s.top_p);

@@ -130,6 +130,8 @@ TEST(ServerRequest, ChatBadInputCatalogue) {
       {"{" + u + R"(, "temperature": -1})", {nullptr, "temperature", ">= 0"}},
       {"{" + u + R"(, "top_p": 1.5})", {nullptr, "top_p", "(0, 1]"}},
       {"{" + u + R"(, "top_p": 0})", {nullptr, "top_p", "(0, 1]"}},
+      {"{" + u + R"(, "temperature": 1e300})", {nullptr, "temperature", "finite number >= 0, got inf"}},
+      {"{" + u + R"(, "repetition_penalty": -1e300})", {nullptr, "repetition_penalty", "got -inf"}},
       {"{" + u + R"(, "min_p": 2})", {nullptr, "min_p", "[0, 1]"}},
       {"{" + u + R"(, "top_k": -2})", {nullptr, "top_k", "[-1,"}},
       {"{" + u + R"(, "top_k": 1.5})", {nullptr, "top_k", "integer"}},
