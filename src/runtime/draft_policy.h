@@ -71,6 +71,17 @@ class DraftGuard {
   // A decode round (no prompt rows) of `streams` streams that made `tokens` tokens in `ms`, drafting or not.
   // `plain_estimate_ms`: a plain round's cost for these streams when none was measured yet.
   void observe(bool drafting, int64_t streams, int64_t tokens, double ms, double plain_estimate_ms);
+  // A round of the rest in which the head caught up (a plain round plus a head call): it runs the rest down
+  // as a plain round does, but its time is not a plain round's.
+  void observe_catch_up() {
+    if (rest_ > 0) --rest_;
+  }
+  // The plain-round figure drafting rounds of `streams` streams are judged against (ms; 0: none measured).
+  double plain_ms(int64_t streams) const {
+    return streams >= 0 && streams < static_cast<int64_t>(plain_ms_.size())
+               ? plain_ms_[static_cast<size_t>(streams)]
+               : 0.0;
+  }
   int64_t rests() const { return rests_; }  // comparisons that drafting lost
 
  private:

@@ -74,6 +74,9 @@ struct EngineStats {
   int64_t warm_pending = 0;   // warm passes not yet run to their last mark
   double draft_calibration_ms = 0;  // timing the depth policy's rounds (at engine start)
   int64_t draft_rests = 0;  // times drafting measured slower than plain rounds and rested (DraftGuard)
+  // Rounds in which a resting head caught up (one head call, no logits, no drafts): counted toward the rest,
+  // neither drafting nor plain rounds for DraftGuard's timing.
+  int64_t draft_catch_ups = 0;
   // The depth policy's cost tables as they stand (ms; rounds and head catch-ups by rows, chains by streams).
   std::vector<double> draft_round_ms, draft_catch_up_ms, draft_chain_ms;
   std::string backend_failure;  // ModelBackend::failure(): non-empty once the backend cannot serve again

@@ -239,6 +239,7 @@ void Engine::Impl::plan_windows() {
       drop_head_rows(s.state);
   }
   follow_prompt_rows(catch_up);
+  round_catch_up = !catch_up.empty();
 
   // The drafts are made: what they cost to make no longer matters, only the window's rows.
   const auto choices = depths(

@@ -145,8 +145,9 @@ struct Engine::Impl {
   DraftGuard draft_guard;            // drafting's realized speed against plain rounds' (options.draft_guard)
   bool round_drafting = false;       // this round ran head calls or verify windows (plan_windows)
   bool round_source_failed = false;  // this round's draft source threw: neither a drafting nor a plain round
-  int calibration_skips = 0;         // rounds left before a failed calibration is tried again
-  int calibration_backoff = 1;       // the next such wait: doubles per failure (to 256), 1 after a success
+  bool round_catch_up = false;  // a resting head caught up this round: neither a drafting nor a plain round
+  int calibration_skips = 0;    // rounds left before a failed calibration is tried again
+  int calibration_backoff = 1;  // the next such wait: doubles per failure (to 256), 1 after a success
   std::vector<std::unique_ptr<Stream>> running;
   std::deque<WarmJob> warm;
   std::thread thread;

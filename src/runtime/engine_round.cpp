@@ -124,7 +124,7 @@ void Engine::Impl::run_round() {
     seg.hidden = o.hidden.data();
   };
   const auto round_start = EngineClock::now();
-  round_drafting = round_source_failed = false;
+  round_drafting = round_source_failed = round_catch_up = false;
   plan_windows();
   int64_t decode_rows = 0;
   for (auto& s : running)
@@ -232,10 +232,19 @@ void Engine::Impl::run_round() {
     int64_t tokens = 0;
     for (const RowOwner& o : owners) tokens += static_cast<int64_t>(o.stream->generated.size() - o.generated);
     const auto streams = static_cast<int64_t>(owners.size());
-    draft_guard.observe(round_drafting, streams, tokens, 1000.0 * seconds(round_start, EngineClock::now()),
-                        round_costs.cost(streams));
+    // A resting round whose head caught up is a plain round plus a head call: it counts toward the rest, but
+    // its time is not a plain round's (it would raise the figure drafting is judged against).
+    if (round_catch_up && !round_drafting)
+      draft_guard.observe_catch_up();
+    else
+      draft_guard.observe(round_drafting, streams, tokens, 1000.0 * seconds(round_start, EngineClock::now()),
+                          round_costs.cost(streams));
     std::lock_guard lock(mutex);
     stats.draft_rests = draft_guard.rests();
+  }
+  if (round_catch_up) {
+    std::lock_guard lock(mutex);
+    ++stats.draft_catch_ups;
   }
 }
 

@@ -41,6 +41,21 @@ bool contains(const std::vector<int32_t>& ids, int32_t id) {
   return std::find(ids.begin(), ids.end(), id) != ids.end();
 }
 
+// The request field an engine refusal is about, from the word its message starts with (Engine::submit names
+// the field first: "memory: the request needs ...", "prompt: token id ...", "top_p must be ..."); "" when
+// it names none. A request's stream state grows with prompt + max_tokens, so a memory refusal is max_tokens'.
+std::string refused_field(const std::string& message, Endpoint endpoint) {
+  const std::string word = message.substr(0, message.find_first_of(": "));
+  const bool chat = endpoint == Endpoint::Chat;
+  if (word == "memory" || word == "context_length_exceeded" || word == "max_tokens") return "max_tokens";
+  if (word == "prompt") return chat ? "messages" : "prompt";
+  if (word == "top_logprobs") return chat ? "top_logprobs" : "logprobs";
+  for (const char* name : {"stop_token_ids", "temperature", "top_k", "top_p", "min_p", "presence_penalty",
+                           "frequency_penalty", "repetition_penalty"})
+    if (word == name) return word;
+  return "";
+}
+
 }  // namespace
 
 CompletionSession::CompletionSession(ServerState& state, ApiRequest request, PreparedPrompt prompt)
@@ -86,7 +101,9 @@ CompletionSession::CompletionSession(ServerState& state, ApiRequest request, Pre
     if (message.starts_with("queue full")) throw ApiError(429, message, "", "queue_full", "rate_limit_error");
     if (message.find("shutting down") != std::string::npos)
       throw ApiError(503, message, "", "shutting_down", "server_error");
-    throw ApiError(400, message, "", "");
+    // A request the engine refuses outright (e.g. its stream state over the memory limit) names its field.
+    throw ApiError(400, message, refused_field(message, request_.endpoint),
+                   message.starts_with("context_length_exceeded") ? "context_length_exceeded" : "");
   }
   const bool chat = request_.endpoint == Endpoint::Chat;
   id_ = fmt::format("{}-{:x}{:08x}", chat ? "chatcmpl" : "cmpl", state_.next_id++,

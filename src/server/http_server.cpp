@@ -1,17 +1,11 @@
 #include "server/http_server.h"
 
-#include <dirent.h>
 #include <httplib.h>
-#include <netdb.h>
-#include <netinet/in.h>
-#include <poll.h>
-#include <sys/socket.h>
 
-#include <cerrno>
 #include <chrono>
-#include <cstdlib>
 
 #include "server/api_error.h"
+#include "server/client_socket.h"
 #include "server/completion_session.h"
 #include "server/request_fields.h"
 #include "server/response_json.h"
@@ -34,60 +28,6 @@ bool authorized(const httplib::Request& req, const std::string& key) {
   if (key.empty()) return true;
   std::string header = req.get_header_value("Authorization");
   return header == "Bearer " + key || req.get_header_value("x-api-key") == key;
-}
-
-int socket_port(const sockaddr_storage& a) {
-  if (a.ss_family == AF_INET) return ntohs(reinterpret_cast<const sockaddr_in&>(a).sin_port);
-  if (a.ss_family == AF_INET6) return ntohs(reinterpret_cast<const sockaddr_in6&>(a).sin6_port);
-  return -1;
-}
-
-std::string socket_host(const sockaddr_storage& a, socklen_t len) {
-  char host[NI_MAXHOST];
-  if (getnameinfo(reinterpret_cast<const sockaddr*>(&a), len, host, sizeof(host), nullptr, 0, NI_NUMERICHOST))
-    return {};
-  return host;
-}
-
-// The accepted socket a request came on. cpp-httplib 0.11 (Debian 12) gives a handler neither the socket nor
-// a way to ask whether the client is still there, but it gives the peer's address and both ends' ports; this
-// process's sockets are searched for the one with that local port and that peer (a TCP connection is unique
-// by them; the server's side is told from a client's in the same process by which end is local). The handler
-// runs while httplib holds the connection open, so the descriptor stays this socket until it returns.
-// -1 when not found (then a whole reply cannot notice a client that left; it still ends at max_tokens).
-int request_socket(int local_port, const std::string& remote_addr, int remote_port) {
-  DIR* dir = opendir("/proc/self/fd");
-  if (!dir) return -1;
-  int found = -1;
-  while (dirent* d = readdir(dir)) {
-    char* end = nullptr;
-    long fd = std::strtol(d->d_name, &end, 10);
-    if (end == d->d_name || *end != '\0' || fd == dirfd(dir)) continue;
-    sockaddr_storage local{}, peer{};
-    socklen_t local_len = sizeof(local), peer_len = sizeof(peer);
-    if (getsockname(static_cast<int>(fd), reinterpret_cast<sockaddr*>(&local), &local_len) != 0 ||
-        getpeername(static_cast<int>(fd), reinterpret_cast<sockaddr*>(&peer), &peer_len) != 0)
-      continue;
-    if (socket_port(local) == local_port && socket_port(peer) == remote_port &&
-        socket_host(peer, peer_len) == remote_addr) {
-      found = static_cast<int>(fd);
-      break;
-    }
-  }
-  closedir(dir);
-  return found;
-}
-
-// False once the client closed or reset the connection: the socket reports a hang-up or error, or reads as
-// end-of-file (peeked, so pipelined bytes of a next request stay for httplib). Writes nothing.
-bool peer_connected(int fd) {
-  if (fd < 0) return true;
-  pollfd p{fd, static_cast<short>(POLLIN | POLLRDHUP), 0};
-  if (poll(&p, 1, 0) <= 0) return true;
-  if (p.revents & (POLLERR | POLLHUP | POLLRDHUP | POLLNVAL)) return false;
-  char byte;
-  ssize_t n = recv(fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
-  return n > 0 || (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR));
 }
 
 }  // namespace
@@ -168,8 +108,8 @@ struct HttpServer::Impl {
     if (!session->streaming()) {
       // Nothing goes out before the reply is whole, so an engine failure at any token gets its real status
       // (docs/server.md, "Errors"); the client's socket is watched meanwhile, so one that left cancels.
-      const int fd =
-          request_socket(req.local_port > 0 ? req.local_port : port, req.remote_addr, req.remote_port);
+      const int fd = request_socket(
+          {req.local_addr, req.local_port > 0 ? req.local_port : port, req.remote_addr, req.remote_port});
       auto whole = session->complete([fd] { return peer_connected(fd); }, options.client_check);
       if (!whole) {
         state.metrics.request_done(chat, kClientClosed);
@@ -230,8 +170,7 @@ struct HttpServer::Impl {
 
   // vLLM's /tokenize: {"prompt": text} or {"messages": [...]} -> {"tokens", "count", "max_model_len"}.
   void tokenize(const httplib::Request& req, httplib::Response& res) {
-    Json j = Json::parse(req.body, nullptr, false);
-    if (j.is_discarded() || !j.is_object()) reject("", "the request body must be a JSON object");
+    Json j = parse_request_body(req.body);
     std::vector<int32_t> ids;
     if (field(j, "messages")) {
       // The prompt a chat request with these fields would send (a forced tool call's opening included).
@@ -246,8 +185,7 @@ struct HttpServer::Impl {
   }
 
   void detokenize(const httplib::Request& req, httplib::Response& res) {
-    Json j = Json::parse(req.body, nullptr, false);
-    if (j.is_discarded() || !j.is_object()) reject("", "the request body must be a JSON object");
+    Json j = parse_request_body(req.body);
     const Json* tokens = field(j, "tokens");
     if (!tokens || !tokens->is_array()) reject("tokens", "'tokens' must be an array of token ids");
     std::vector<int32_t> ids;

@@ -8,6 +8,25 @@
 
 namespace ds::server {
 
+Json parse_request_body(std::string_view body) {
+  Json j;
+  try {
+    j = Json::parse(body);
+  } catch (const Json::exception& e) {
+    // "[json.exception.parse_error.101] parse error at line 1, column 5: syntax error ... - invalid string:
+    // ill-formed UTF-8 byte; last read: '...'": the place and the reason, not the bytes read (which may not
+    // be UTF-8). A number past a double's range is out_of_range.406: "number overflow parsing '1e400'".
+    std::string what = e.what();
+    if (auto tag = what.find("] "); what.starts_with("[json.exception") && tag != std::string::npos)
+      what.erase(0, tag + 2);
+    if (auto last = what.find("; last read"); last != std::string::npos) what.resize(last);
+    reject("", fmt::format("the request body is not valid JSON: {}", what));
+  }
+  if (!j.is_object())
+    reject("", fmt::format("the request body must be a JSON object, got {}", json_type_name(j)));
+  return j;
+}
+
 const Json* field(const Json& object, const char* name) {
   auto it = object.find(name);
   if (it == object.end() || it->is_null()) return nullptr;
@@ -54,7 +73,10 @@ std::optional<int64_t> read_int(const Json& object, const char* name, int64_t mi
       reject(name, fmt::format("'{}' must be at most {}, got {}", name, max, v->dump()));
     value = v->get<int64_t>();
   } else if (v->is_number_float() && std::isfinite(v->get<double>()) &&
-             v->get<double>() == std::trunc(v->get<double>()) && std::fabs(v->get<double>()) < 9.0e18) {
+             v->get<double>() == std::trunc(v->get<double>())) {
+    // Integers past 64 bits arrive as floats (1e30, 99999999999999999999): out of range, not "not integers".
+    if (std::fabs(v->get<double>()) >= 9.0e18)
+      reject(name, fmt::format("'{}' must be in [{}, {}], got {}", name, min, max, v->dump()));
     value = static_cast<int64_t>(v->get<double>());
   } else {
     reject(name, fmt::format("'{}' must be an integer, got {}", name,

@@ -5,10 +5,15 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <string_view>
 
 namespace ds::server {
 
 using Json = nlohmann::ordered_json;
+
+// A request body that must be a JSON object; otherwise a 400 (param "") with the parser's place and reason
+// (bad UTF-8 in a string included).
+Json parse_request_body(std::string_view body);
 
 // The field's value, or nullptr when absent or null.
 const Json* field(const Json& object, const char* name);

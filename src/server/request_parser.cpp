@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
 
 #include "core/error.h"
 #include "server/api_error.h"
@@ -15,14 +17,6 @@ namespace ds::server {
 namespace {
 
 constexpr int64_t kMaxInt32 = INT32_MAX;
-
-Json parse_body(std::string_view body) {
-  Json j = Json::parse(body, nullptr, false);
-  if (j.is_discarded()) reject("", "the request body is not valid JSON");
-  if (!j.is_object())
-    reject("", fmt::format("the request body must be a JSON object, got {}", json_type_name(j)));
-  return j;
-}
 
 void read_model(const Json& j, const ModelLimits& limits, ApiRequest& r) {
   std::optional<std::string> model = read_string(j, "model");
@@ -70,7 +64,12 @@ void read_stop(const Json& j, const ModelLimits& limits, ApiRequest& r) {
 void read_sampling(const Json& j, ApiRequest& r) {
   SamplingParams& s = r.sampling;
   auto number = [&](const char* name, float& out) {
-    if (auto v = read_number(j, name)) out = static_cast<float>(*v);
+    // A double past float's range converts to +-inf explicitly (the cast would be undefined), which
+    // validate() then refuses by name.
+    if (auto v = read_number(j, name))
+      out = std::fabs(*v) > std::numeric_limits<float>::max()
+                ? (*v > 0 ? 1.0f : -1.0f) * std::numeric_limits<float>::infinity()
+                : static_cast<float>(*v);
   };
   number("temperature", s.temperature);
   number("top_p", s.top_p);
@@ -196,7 +195,7 @@ void read_max_tokens(const Json& j, const char* name, ApiRequest& r) {
 }  // namespace
 
 ApiRequest parse_chat_request(std::string_view body, const ModelLimits& limits) {
-  Json j = parse_body(body);
+  Json j = parse_request_body(body);
   ApiRequest r;
   r.endpoint = Endpoint::Chat;
   read_common(j, limits, r);
@@ -229,7 +228,7 @@ ApiRequest parse_chat_request(std::string_view body, const ModelLimits& limits) 
 }
 
 ApiRequest parse_completions_request(std::string_view body, const ModelLimits& limits) {
-  Json j = parse_body(body);
+  Json j = parse_request_body(body);
   ApiRequest r;
   r.endpoint = Endpoint::Completions;
   read_common(j, limits, r);

@@ -22,7 +22,7 @@ TEST(CudaError, OnlyLostContextErrorsAreRecorded) {
 
 // Every sticky error of CUDA 13's driver_types.h (documented "the process must be terminated and relaunched"
 // or "the device cannot be used again"), the hardware faults, and the codes that mean there is no context or
-// device to serve on are a lost context; recoverable errors are not.
+// device to serve on are a lost context; recoverable errors (busy devices among them) are not.
 TEST(CudaError, StickyErrorsAreALostContext) {
   const cudaError_t sticky[] = {
       cudaErrorIllegalAddress,
@@ -44,7 +44,6 @@ TEST(CudaError, StickyErrorsAreALostContext) {
       cudaErrorDeviceUninitialized,
       cudaErrorInitializationError,
       cudaErrorNoDevice,
-      cudaErrorDevicesUnavailable,
       cudaErrorUnknown,
   };
   for (cudaError_t code : sticky) EXPECT_TRUE(lost_context(code)) << cudaGetErrorName(code);
@@ -63,6 +62,7 @@ TEST(CudaError, StickyErrorsAreALostContext) {
       cudaErrorGraphExecUpdateFailure,
       cudaErrorCooperativeLaunchTooLarge,
       cudaErrorTimeout,
+      cudaErrorDevicesUnavailable,  // busy or exclusive devices: nothing is corrupted, a later call can work
   };
   for (cudaError_t code : recoverable) EXPECT_FALSE(lost_context(code)) << cudaGetErrorName(code);
 }

@@ -307,6 +307,10 @@ TEST(DraftGuardRest, TheHeadResumesAfterALongRest) {
   Engine engine(std::make_shared<FixedCostBackend>(m), o);
   expect_same(test::run_on(engine, r), want, "drafts with guard rests");
   EXPECT_GE(engine.stats().draft_rests, 3) << "the guard rested 16, 32 and 64 rounds";
+  // The catch-ups are counted as such (at most one per kMaxIdleHeadRows rounds of a rest), not as plain
+  // rounds.
+  EXPECT_GE(engine.stats().draft_catch_ups, 1);
+  EXPECT_LE(engine.stats().draft_catch_ups, 400 / kMaxIdleHeadRows);
   const std::vector<int64_t> at = source->drafted_at();
   ASSERT_FALSE(at.empty());
   int64_t longest_gap = 0;

@@ -397,6 +397,22 @@ TEST(DraftGuard, RestsWhenDraftingMeasuresSlower) {
   EXPECT_TRUE(crowd.resting());
 }
 
+// A resting round in which the head caught up runs the rest down as a plain round does, but its time (a plain
+// round's plus a head call's) is not taken for a plain round's: the figure drafting is judged against stays
+// the plain rounds' own. Before, the engine reported it as a plain round.
+TEST(DraftGuard, CatchUpRoundsRunTheRestDownButAreNotPlainRounds) {
+  DraftGuard g;
+  g.observe(false, 1, 1, 1.0, 1.0);
+  for (int64_t i = 0; i < DraftGuard::kProbeRounds; ++i) g.observe(true, 1, 1, 2.0, 1.0);
+  ASSERT_TRUE(g.resting());
+  for (int64_t i = 0; i + 1 < DraftGuard::kFirstRest; ++i) g.observe(false, 1, 1, 1.0, 1.0);
+  EXPECT_TRUE(g.resting());
+  g.observe_catch_up();
+  EXPECT_FALSE(g.resting()) << "a catch-up round is one of the rest's rounds";
+  EXPECT_EQ(g.plain_ms(1), 1.0);
+  EXPECT_EQ(g.plain_ms(2), 0.0);
+}
+
 // A new stream (no windows yet) still tries drafts where misses re-run: priced at the even-chance prior, the
 // re-run pass would keep it from ever drafting, so it would never learn that its drafts land (on the H200
 // every reply drafted nothing). Once it has tried a few windows, its measured rates decide.

@@ -1,10 +1,12 @@
 // The HTTP routes' error statuses against a scripted backend: engine errors before and after the first token
 // (a whole reply's real status, a stream's error event), a stop-string reply complete despite a later error,
 // a failed backend's health, and a client that leaves (streaming or not) cancelling its engine request.
+#include <netdb.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "server_http_fixture.h"
@@ -118,6 +120,56 @@ TEST_F(ServerHttp, StopStringReplyIsCompleteDespiteALaterEngineError) {
   EXPECT_EQ(json::parse(events[events.size() - 2])["choices"][0]["finish_reason"], "stop");
 }
 
+// A chat template that refuses the messages (raise_exception, as templates do for roles out of order, or an
+// expression that cannot take them: a string plus a number) is the client's error: a 400 naming 'messages'
+// with the template's reason, counted as such, on the completion routes and /tokenize alike (the interpreter
+// turns its evaluation errors into ds::Error with the template's position, which PromptBuilder reports).
+TEST_F(ServerHttp, ChatTemplateRefusalIsA400NamingMessages) {
+  backend_.script = ids("ab");
+  const std::string raises =
+      "{% if messages[0].role != 'system' %}{{ raise_exception('Conversation roles must alternate') }}{% "
+      "endif %}"
+      "{{ messages[0].content + 1 }}";
+  prompts_ = std::make_unique<PromptBuilder>(*tokenizer_, ChatTemplate(raises));
+  start();
+  const json cases[] = {kChat, {{"messages", {{{"role", "system"}, {"content", "s"}}}}}};
+  const char* reasons[] = {"Conversation roles must alternate", "the chat template refused the messages"};
+  for (int i = 0; i < 2; ++i) {
+    for (const char* path : {"/v1/chat/completions", "/tokenize"}) {
+      auto res = post(path, cases[i]);
+      ASSERT_TRUE(res);
+      ASSERT_EQ(res->status, 400) << path << " " << res->body;
+      json e = json::parse(res->body)["error"];
+      EXPECT_EQ(e["param"], "messages") << res->body;
+      EXPECT_EQ(e["type"], "invalid_request_error");
+      EXPECT_NE(e["message"].get<std::string>().find(reasons[i]), std::string::npos) << res->body;
+    }
+  }
+  std::string metrics = client().Get("/metrics")->body;
+  EXPECT_NE(metrics.find("deltaserve_requests_total{route=\"chat\",status=\"400\"} 2"), std::string::npos)
+      << metrics;
+}
+
+// A body with bad UTF-8 in a string, or a number past a double's range, is a 400 that says why and where, on
+// every route that reads a JSON body; the error body is itself valid JSON (the bad bytes are not echoed).
+TEST_F(ServerHttp, MalformedBodiesAre400sThatSayWhy) {
+  start();
+  const std::pair<std::string, std::string> bodies[] = {
+      {"{\"messages\": [{\"role\": \"user\", \"content\": \"h\xff\"}]}", "ill-formed UTF-8 byte"},
+      {"{\"prompt\": \"a\", \"max_tokens\": 1e400}", "number overflow"}};
+  for (const auto& [body, why] : bodies) {
+    for (const char* path : {"/v1/chat/completions", "/v1/completions", "/tokenize", "/detokenize"}) {
+      auto res = client().Post(path, body, "application/json");
+      ASSERT_TRUE(res);
+      ASSERT_EQ(res->status, 400) << path << " " << res->body;
+      json e = json::parse(res->body)["error"];
+      EXPECT_EQ(e["type"], "invalid_request_error");
+      EXPECT_NE(e["message"].get<std::string>().find("not valid JSON: "), std::string::npos) << res->body;
+      EXPECT_NE(e["message"].get<std::string>().find(why), std::string::npos) << res->body;
+    }
+  }
+}
+
 TEST_F(ServerHttp, HealthIs503OnceTheBackendCannotServe) {
   backend_.failure = "CudaModel::forward: cudaErrorIllegalAddress (an illegal memory access was encountered)";
   start();  // (a healthy backend answers 200: ApiKeyGuardsEverythingButHealth)
@@ -149,41 +201,81 @@ TEST_F(ServerHttp, ClientDisconnectCancels) {
   EXPECT_EQ(backend_.cancelled_count(), 1u);
 }
 
+// True when this machine has an IPv6 loopback (::1 can be bound).
+bool has_ipv6_loopback() {
+  int fd = socket(AF_INET6, SOCK_STREAM, 0);
+  if (fd < 0) return false;
+  sockaddr_in6 a{};
+  a.sin6_family = AF_INET6;
+  a.sin6_addr = in6addr_loopback;
+  const bool ok = bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0;
+  close(fd);
+  return ok;
+}
+
 // A non-streaming client sends nothing and is sent nothing until its reply is whole; when it hangs up
 // mid-generation (tokens still coming every millisecond, so no pause in which keep-alives would have gone
-// out), the server sees the closed socket and cancels the engine request, freeing its slot.
-TEST_F(ServerHttp, NonStreamingClientDisconnectCancels) {
-  backend_.script = ids("more ");
-  backend_.forever = true;
-  client_check_ = 20ms;
-  start();
-  std::string body = json{{"prompt", "go"}, {"max_tokens", 50}}.dump();
-  std::string request =
-      "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-      "Content-Length: " +
-      std::to_string(body.size()) + "\r\n\r\n" + body;
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  ASSERT_GE(fd, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port_));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
-  ASSERT_EQ(send(fd, request.data(), request.size(), 0), static_cast<ssize_t>(request.size()));
-  ASSERT_TRUE(backend_.wait_started(1, 10s));  // generating
-  close(fd);                                   // the client leaves
-  ASSERT_TRUE(backend_.wait_cancelled(1, 10s));
-  // The server's own count of it, and the route's request counted as the client's close (499: "other").
-  std::string metrics;
-  for (auto until = std::chrono::steady_clock::now() + 10s; std::chrono::steady_clock::now() < until;) {
-    metrics = client().Get("/metrics")->body;
-    if (metrics.find("status=\"other\"} 1") != std::string::npos) break;
-    std::this_thread::sleep_for(10ms);
+// out), the server sees the closed socket and cancels the engine request, freeing its slot. Served on
+// host_, the client connecting to client_host_.
+class ClientLeaves : public ServerHttp {
+ protected:
+  void expect_cancelled() {
+    backend_.script = ids("more ");
+    backend_.forever = true;
+    client_check_ = 20ms;
+    start();
+    std::string body = json{{"prompt", "go"}, {"max_tokens", 50}}.dump();
+    std::string request =
+        "POST /v1/completions HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
+        "Content-Length: " +
+        std::to_string(body.size()) + "\r\n\r\n" + body;
+    addrinfo hints{};
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_NUMERICHOST | AI_NUMERICSERV;
+    addrinfo* to = nullptr;
+    ASSERT_EQ(getaddrinfo(client_host_.c_str(), std::to_string(port_).c_str(), &hints, &to), 0);
+    int fd = socket(to->ai_family, SOCK_STREAM, 0);
+    ASSERT_GE(fd, 0);
+    const int connected = connect(fd, to->ai_addr, to->ai_addrlen);
+    freeaddrinfo(to);
+    ASSERT_EQ(connected, 0) << client_host_;
+    ASSERT_EQ(send(fd, request.data(), request.size(), 0), static_cast<ssize_t>(request.size()));
+    ASSERT_TRUE(backend_.wait_started(1, 10s));  // generating
+    close(fd);                                   // the client leaves
+    ASSERT_TRUE(backend_.wait_cancelled(1, 10s)) << "served on " << host_ << ", client at " << client_host_;
+    // The server's own count of it, and the route's request counted as the client's close (499: "other").
+    std::string metrics;
+    for (auto until = std::chrono::steady_clock::now() + 10s; std::chrono::steady_clock::now() < until;) {
+      metrics = client().Get("/metrics")->body;
+      if (metrics.find("status=\"other\"} 1") != std::string::npos) break;
+      std::this_thread::sleep_for(10ms);
+    }
+    EXPECT_NE(metrics.find("deltaserve_client_disconnects_total 1"), std::string::npos) << metrics;
+    EXPECT_NE(metrics.find("deltaserve_requests_total{route=\"completions\",status=\"other\"} 1"),
+              std::string::npos)
+        << metrics;
   }
-  EXPECT_NE(metrics.find("deltaserve_client_disconnects_total 1"), std::string::npos) << metrics;
-  EXPECT_NE(metrics.find("deltaserve_requests_total{route=\"completions\",status=\"other\"} 1"),
-            std::string::npos)
-      << metrics;
+};
+
+TEST_F(ClientLeaves, NonStreamingClientDisconnectCancels) {
+  expect_cancelled();
+}
+
+TEST_F(ClientLeaves, NonStreamingClientDisconnectCancelsOverIpv6) {
+  if (!has_ipv6_loopback()) GTEST_SKIP() << "no IPv6 loopback (::1) on this machine";
+  host_ = client_host_ = "::1";
+  expect_cancelled();
+}
+
+// A listener on "::" serves IPv4 clients too (dual stack): their peer is the v4-mapped ::ffff:127.0.0.1.
+TEST_F(ClientLeaves, NonStreamingClientDisconnectCancelsOnADualStackListener) {
+  if (!has_ipv6_loopback()) GTEST_SKIP() << "no IPv6 loopback (::1) on this machine";
+  std::ifstream v6only("/proc/sys/net/ipv6/bindv6only");
+  int only = 0;
+  if (v6only >> only && only != 0) GTEST_SKIP() << "IPv6 sockets are IPv6-only here (bindv6only)";
+  host_ = "::";
+  client_host_ = "127.0.0.1";
+  expect_cancelled();
 }
 
 }  // namespace

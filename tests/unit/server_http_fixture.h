@@ -131,7 +131,7 @@ class ServerHttp : public ::testing::Test {
   }
   void start(const std::string& api_key = "") {
     state_.reset(new ServerState{backend_, *prompts_, {{"tiny"}, 320}, 128, {2}, {}});
-    http_ = std::make_unique<HttpServer>(*state_, HttpOptions{"127.0.0.1", 0, api_key, 16, client_check_});
+    http_ = std::make_unique<HttpServer>(*state_, HttpOptions{host_, 0, api_key, 16, client_check_});
     port_ = http_->bind();
     thread_ = std::thread([this] { http_->serve(); });
   }
@@ -141,7 +141,7 @@ class ServerHttp : public ::testing::Test {
   }
   std::vector<int32_t> ids(const std::string& text) { return tokenizer_->encode(text); }
   httplib::Client client() {
-    httplib::Client c("127.0.0.1", port_);
+    httplib::Client c(client_host_, port_);
     c.set_read_timeout(10, 0);
     return c;
   }
@@ -162,6 +162,8 @@ class ServerHttp : public ::testing::Test {
 
   ScriptedBackend backend_;
   std::chrono::milliseconds client_check_{500};  // HttpOptions::client_check
+  std::string host_ = "127.0.0.1";               // HttpOptions::host
+  std::string client_host_ = "127.0.0.1";        // where client() connects
   std::unique_ptr<Tokenizer> tokenizer_;
   std::unique_ptr<PromptBuilder> prompts_;
   std::unique_ptr<ServerState> state_;

@@ -1,6 +1,7 @@
 // The HTTP routes against a scripted backend: shapes, SSE, stop strings, tool calls, auth, 429/503, tokenize,
 // metrics. Engine errors' statuses and disconnects: server_http_errors_test.
 #include <nlohmann/json.hpp>
+#include <tuple>
 
 #include "server_http_fixture.h"
 
@@ -141,6 +142,38 @@ TEST_F(ServerHttp, QueueFullIs429ShuttingDownIs503) {
   EXPECT_EQ(json::parse(closing->body)["error"]["code"], "shutting_down");
   auto metrics = client().Get("/metrics");
   EXPECT_NE(metrics->body.find(R"(status="429"} 1)"), std::string::npos) << metrics->body;
+}
+
+// A request the engine refuses outright (one that could never fit) is a 400 that names its field, as the
+// parser's are: a stream state over the memory limit is max_tokens' (it grows with prompt + max_tokens).
+// Before, these 400s carried a null param.
+TEST_F(ServerHttp, EngineRefusalsNameTheirField) {
+  start();
+  const std::tuple<std::string, const char*, const char*> cases[] = {
+      {"memory: the request needs 3.000 GiB of stream state; with 1.000 GiB of weights it exceeds "
+       "memory_limit_gib 2",
+       "max_tokens", "max_tokens"},
+      {"prompt: token id 400 at index 0 is out of range [0, 320)", "messages", "prompt"},
+      {"top_p must be in (0, 1], got 2", "top_p", "top_p"},
+      {"top_logprobs must be in [0, 20], got 30", "top_logprobs", "logprobs"},
+  };
+  for (const auto& [refusal, chat_param, completions_param] : cases) {
+    backend_.refuse = refusal;
+    auto chat = post("/v1/chat/completions", kChat);
+    ASSERT_EQ(chat->status, 400) << chat->body;
+    json e = json::parse(chat->body)["error"];
+    EXPECT_EQ(e["param"], chat_param) << chat->body;
+    EXPECT_EQ(e["message"], refusal);
+    EXPECT_EQ(e["type"], "invalid_request_error");
+    auto completion = post("/v1/completions", {{"prompt", "x"}});
+    ASSERT_EQ(completion->status, 400) << completion->body;
+    EXPECT_EQ(json::parse(completion->body)["error"]["param"], completions_param) << completion->body;
+  }
+  backend_.refuse =
+      "context_length_exceeded: prompt of 300 tokens + max_tokens 40 exceeds the context of 320";
+  json e = json::parse(post("/v1/completions", {{"prompt", "x"}})->body)["error"];
+  EXPECT_EQ(e["param"], "max_tokens");
+  EXPECT_EQ(e["code"], "context_length_exceeded");
 }
 
 TEST_F(ServerHttp, ApiKeyGuardsEverythingButHealth) {

@@ -130,6 +130,8 @@ TEST(ServerRequest, ChatBadInputCatalogue) {
       {"{" + u + R"(, "temperature": -1})", {nullptr, "temperature", ">= 0"}},
       {"{" + u + R"(, "top_p": 1.5})", {nullptr, "top_p", "(0, 1]"}},
       {"{" + u + R"(, "top_p": 0})", {nullptr, "top_p", "(0, 1]"}},
+      {"{" + u + R"(, "temperature": 1e300})", {nullptr, "temperature", "finite number >= 0, got inf"}},
+      {"{" + u + R"(, "repetition_penalty": -1e300})", {nullptr, "repetition_penalty", "got -inf"}},
       {"{" + u + R"(, "min_p": 2})", {nullptr, "min_p", "[0, 1]"}},
       {"{" + u + R"(, "top_k": -2})", {nullptr, "top_k", "[-1,"}},
       {"{" + u + R"(, "top_k": 1.5})", {nullptr, "top_k", "integer"}},
@@ -140,6 +142,18 @@ TEST(ServerRequest, ChatBadInputCatalogue) {
       {"{" + u + R"(, "seed": 18446744073709551615})", {nullptr, "seed", "at most"}},
       {"{" + u + R"(, "max_tokens": 0})", {nullptr, "max_tokens", "[1,"}},
       {"{" + u + R"(, "max_completion_tokens": 1e12})", {nullptr, "max_completion_tokens", "[1,"}},
+      // Integers too large for 64 bits (read as floats) are out of range, not "not an integer".
+      {"{" + u + R"(, "max_tokens": 1e30})",
+       {nullptr, "max_tokens", "must be in [1, 2147483647], got 1e+30"}},
+      {"{" + u + R"(, "max_tokens": 99999999999999999999})", {nullptr, "max_tokens", "must be in [1,"}},
+      {"{" + u + R"(, "seed": -1e19})", {nullptr, "seed", "must be in [0,"}},
+      {"{" + u + R"(, "top_k": 1.5e300})", {nullptr, "top_k", "must be in [-1,"}},
+      // Bad UTF-8 in a string: the parser's reason and where.
+      {"{\"messages\": [{\"role\": \"user\", \"content\": \"h\xff\"}]}",
+       {nullptr, "",
+        "not valid JSON: parse error at line 1, column 45: syntax error while parsing value - invalid "
+        "string: ill-formed UTF-8 byte"}},
+      {"{\"messages\": [{\"role\": \"user\", \"content\": \"h\xc3\"}]}", {nullptr, "", "UTF-8"}},
       {"{" + u + R"(, "stop": 5})", {nullptr, "stop", "string"}},
       {"{" + u + R"(, "stop": ["a", 1]})", {nullptr, "stop", "string"}},
       {"{" + u + R"(, "stop_token_ids": [320]})", {nullptr, "stop_token_ids", "out of range"}},
@@ -233,7 +247,7 @@ TEST(ServerRequest, CompletionsBadInputCatalogue) {
       {R"({"prompt": "a", "echo": "x"})", "echo", "boolean"},
       {R"({"prompt": "a", "model": "other"})", "model", "does not exist"},
       {R"({"prompt": "a", "suffix": "b"})", "suffix", "not supported"},
-      {R"({"prompt": "a", "temperature": 1e400})", "", "not valid JSON"},
+      {R"({"prompt": "a", "temperature": 1e400})", "", "not valid JSON: number overflow parsing '1e400'"},
   };
   for (const BadInput& bad : cases) expect_rejected(false, bad);
 }

@@ -14,7 +14,8 @@ namespace ds::cuda {
 // cudaErrorAssert, "the device cannot be used again"); the rest mean a hardware fault (uncorrectable
 // ECC/NVLink), a context that is gone (destroyed, uninitialised), no device to run on, or an internal error
 // CUDA cannot say more of. A recoverable error (out of memory, an invalid argument, a launch configuration, a
-// not-ready query) is not one.
+// not-ready query) is not one, nor are busy devices (cudaErrorDevicesUnavailable: an exclusive-process or
+// prohibited compute mode, or a device full of other work; nothing is corrupted and a later call can work).
 inline bool lost_context(cudaError_t code) {
   switch (code) {
     // Documented "the process must be terminated and relaunched".
@@ -39,7 +40,6 @@ inline bool lost_context(cudaError_t code) {
     case cudaErrorDeviceUninitialized:
     case cudaErrorInitializationError:
     case cudaErrorNoDevice:
-    case cudaErrorDevicesUnavailable:
     // An internal error: nothing says the context survived it.
     case cudaErrorUnknown:
       return true;
