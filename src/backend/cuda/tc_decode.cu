@@ -416,9 +416,11 @@ bool tc_decode_row_kernel_on() {
 int tc_decode_row_variant() {
   const char* v = std::getenv("DS_CUDA_TC_ROW_VARIANT");
   if (v == nullptr || v[0] == '\0') return tcd::kDefaultRowVariant;
-  if (v[1] != '\0' || v[0] < '0' || v[0] > '3')
-    bad("DS_CUDA_TC_ROW_VARIANT", std::string("must be 0..3 (got '") + v + "')");
-  return v[0] - '0';
+  const std::string name(v);
+  const bool digits = name.size() <= 2 && name.find_first_not_of("0123456789") == std::string::npos;
+  const int n = digits ? std::atoi(v) : -1;
+  if (n < 0 || n > 15) bad("DS_CUDA_TC_ROW_VARIANT", "must be 0..15 (got '" + name + "')");
+  return n;
 }
 
 bool tc_decode_one_row_in_block_on() {

@@ -18,6 +18,7 @@
 // running on into its next output block's stages; expert tiles one output block a block. Launch variants
 // (tc_decode_row_variant) change only the grid and the register budget, never the arithmetic.
 #include <algorithm>
+#include <atomic>
 
 #include "backend/cuda/code_bits.h"
 #include "backend/cuda/cuda_error.h"
@@ -28,7 +29,18 @@
 namespace ds::cuda::tcd {
 namespace {
 
-constexpr int kRowStages = 5;  // ring slots a warp: 4 stages in flight while one is decoded
+// Ring slots a warp: KS - 1 stages in flight while one is decoded (5; the deep variant 8).
+constexpr int kRowStages = 5;
+constexpr int kDeepRowStages = 8;
+
+// Asks L2 for [p, p + bytes) (16-byte aligned, bytes a multiple of 16) in one bulk request: no data comes to
+// the SM, no commit group, nothing to wait for.
+__device__ __forceinline__ void prefetch_l2_bulk(const void* p, uint32_t bytes) {
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void prefetch_l2_line(const void* p) {
+  asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+}
 
 template <int Bits>
 struct RowCopy {
@@ -55,6 +67,31 @@ struct RowCopy {
       src[i] = W.codes + (c < kWarpOutputs * Bits ? o * W.words_per_row + 4 * chunk_of(c) : 0);
     }
     sb_row = W.sb_base + min(o0 + (lane & 15), W.rows - 1) * W.groups_per_row;
+  }
+
+  // The prefetch variant: the current task's slice of the warp's 16 rows (stages [s0, s1)) into L2, each
+  // row's codes as one bulk request (lanes 0-15, row lane) and the 128-byte lines of its scales and biases
+  // (lanes 16-31), so DRAM serves whole row segments instead of the ring's 64-byte pieces a row. Only a hint:
+  // the ring's copies read the same bytes either way.
+  __device__ __forceinline__ void prefetch(const DecodeWeight& W, int64_t o0, int64_t s0, int64_t s1,
+                                           int64_t T) const {
+    const int r = lane & 15;
+    if (o0 + r >= W.rows) return;
+    const int64_t o = o0 + r, u0 = s0 * kUnitsPerStage, u1 = min(s1 * kUnitsPerStage, T);
+    if (u1 <= u0) return;
+    if (lane < 16) {
+      prefetch_l2_bulk(W.codes + o * W.words_per_row + u0 * Bits,
+                       static_cast<uint32_t>((u1 - u0) * Bits * 4));
+    } else {
+      const int64_t i_lo = W.sb_base + o * W.groups_per_row + ((u0 * 32) >> W.group_shift);
+      const int64_t i_hi = W.sb_base + o * W.groups_per_row + ((u1 * 32 - 1) >> W.group_shift);
+#pragma unroll
+      for (int k = 0; k < 2; ++k) {
+        const uintptr_t b = reinterpret_cast<uintptr_t>(k == 0 ? W.scales : W.biases);
+        for (uintptr_t a = (b + 2 * i_lo) & ~uintptr_t{127}; a <= b + 2 * i_hi; a += 128)
+          prefetch_l2_line(reinterpret_cast<const void*>(a));
+      }
+    }
   }
 
   // Stage s (units 4s .. 4s + nu - 1) of the current task into dst, or nothing when `live` is false; one
@@ -107,12 +144,11 @@ __device__ __forceinline__ bool merge_row(const Slicing& sl, float (&v)[2], floa
 // Persistent over output blocks for a single matrix (block b takes output blocks b, b + gridDim.x, ...; each
 // warp's ring runs on into its next task's stages); expert tiles: one output block a block (grid.x covers
 // them), tile blockIdx.y.
-template <int Bits, bool PC, int MinBlocks>
+template <int Bits, bool PC, int MinBlocks, int KS>
 __global__ void __launch_bounds__(kThreads, MinBlocks)
     row_kernel(DecodeWeight W, Slicing sl, const ExpertWindow* tiles, int n_rows, const int32_t* row_ids,
-               DecodeX X, float* y, int64_t ldy, int64_t n_experts) {
+               DecodeX X, float* y, int64_t ldy, int64_t n_experts, bool prefetch) {
   using L = Stage<Bits>;
-  constexpr int KS = kRowStages;
   extern __shared__ __align__(16) uint32_t smem[];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int slice = warp % sl.slices;
@@ -138,11 +174,15 @@ __global__ void __launch_bounds__(kThreads, MinBlocks)
   // The issue cursor: task output o_is, stage s_is (the tasks' stages in sequence; past the last: none).
   RowCopy<Bits> copy(W, o0, lane);
   int64_t o_is = o0, s_is = s_begin;
+  if (prefetch) copy.prefetch(W, o0, s_begin, s_end, T);
   auto issue_next = [&](uint32_t* dst) {
     copy.issue(W, o_is < W.rows, s_is, T, dst);
     if (++s_is == s_end && o_is < W.rows) {
       s_is = s_begin, o_is += step;
-      if (o_is < W.rows) copy.retarget(W, o_is);
+      if (o_is < W.rows) {
+        copy.retarget(W, o_is);
+        if (prefetch) copy.prefetch(W, o_is, s_begin, s_end, T);
+      }
     }
   };
 #pragma unroll
@@ -242,16 +282,21 @@ __global__ void __launch_bounds__(kThreads, MinBlocks)
   }
 }
 
-template <int Bits, bool PC, int MinBlocks>
-void launch_variant(const DecodeWeight& W, Slicing sl, dim3 grid, bool persistent, const ExpertWindow* tiles,
-                    int n_rows, const int32_t* row_ids, const DecodeX& X, float* y, int64_t ldy,
-                    int64_t n_experts, cudaStream_t stream) {
-  constexpr auto kernel = row_kernel<Bits, PC, MinBlocks>;
-  constexpr size_t ring = size_t{kWarps} * kRowStages * Stage<Bits>::kWords * 4;
+template <int Bits, bool PC, int MinBlocks, int KS>
+void launch_variant(const DecodeWeight& W, Slicing sl, dim3 grid, bool persistent, bool prefetch,
+                    const ExpertWindow* tiles, int n_rows, const int32_t* row_ids, const DecodeX& X, float* y,
+                    int64_t ldy, int64_t n_experts, cudaStream_t stream) {
+  constexpr auto kernel = row_kernel<Bits, PC, MinBlocks, KS>;
+  constexpr size_t ring = size_t{kWarps} * KS * Stage<Bits>::kWords * 4;
   constexpr size_t merge = size_t{2} * kWarps * 64 * 4;
   // The split's planes, sums and pair sums (split_row_in_block), then the merge area.
   auto bytes = [](int64_t T) { return ring + static_cast<size_t>(T) * (kTerms * 64 + 4 + 16) + merge; };
-  static const int sms = [&] {
+  // Blocks resident at once for a row width (its split takes shared memory), per T (at most 256 units):
+  // filled on a width's first launch. Host threads may race to fill an entry: each computes the same value,
+  // and a relaxed atomic load costs what a plain one does.
+  constexpr int kWidths = kInBlockMaxCols / 32 + 1;
+  static std::atomic<int> per_sm[kWidths];  // zero-initialised (static storage)
+  static const int sms = [&] {              // once (a thread-safe static)
     check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                static_cast<int>(bytes(kInBlockMaxCols / 32))),
           "tc_decode (one row): cudaFuncSetAttribute");
@@ -261,38 +306,44 @@ void launch_variant(const DecodeWeight& W, Slicing sl, dim3 grid, bool persisten
           "tc_decode (one row): multiprocessor count");
     return n;
   }();
-  // Blocks resident at once for this row width (its split takes shared memory), per T (at most 256 units).
-  static int per_sm[kInBlockMaxCols / 32 + 1] = {};
   const int64_t T = W.cols / 32;
-  if (per_sm[T] == 0) {
+  int resident = per_sm[T].load(std::memory_order_relaxed);
+  if (resident == 0) {
     int n = 0;
     check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, kThreads, bytes(T)),
           "tc_decode (one row): occupancy");
-    per_sm[T] = std::max(1, n);
+    resident = std::max(1, n);
+    per_sm[T].store(resident, std::memory_order_relaxed);
   }
   // A single matrix: persistent blocks over the output blocks (as many as are resident at once); expert
   // tiles: one output block a block.
   dim3 g = grid;
   if (tiles == nullptr && persistent)
-    g.x = static_cast<unsigned>(std::min<int64_t>(grid.x, int64_t{sms} * per_sm[T]));
-  kernel<<<g, kThreads, bytes(T), stream>>>(W, sl, tiles, n_rows, row_ids, X, y, ldy, n_experts);
+    g.x = static_cast<unsigned>(std::min<int64_t>(grid.x, int64_t{sms} * resident));
+  kernel<<<g, kThreads, bytes(T), stream>>>(W, sl, tiles, n_rows, row_ids, X, y, ldy, n_experts, prefetch);
 }
 
 }  // namespace
 
 // Variants (tc_decode_row_variant; the same arithmetic, so the same bits): bit 0: one output block a block
-// instead of persistent blocks; bit 1: registers for 3 blocks an SM instead of 4.
+// instead of persistent blocks; bit 1: registers for 3 blocks an SM instead of 4; bit 2: each task's rows
+// prefetched into L2 as whole row segments; bit 3: a ring of 8 stages a warp instead of 5 (registers for 3
+// blocks an SM whatever bit 1 says).
 template <int Bits, bool PC>
 void launch_row(const DecodeWeight& W, Slicing sl, dim3 grid, const ExpertWindow* tiles, int n_rows,
                 const int32_t* row_ids, const DecodeX& X, float* y, int64_t ldy, int64_t n_experts,
                 cudaStream_t stream) {
   const int v = tc_decode_row_variant();
-  if (v & 2)
-    launch_variant<Bits, PC, 3>(W, sl, grid, (v & 1) == 0, tiles, n_rows, row_ids, X, y, ldy, n_experts,
-                                stream);
+  const bool persistent = (v & 1) == 0, prefetch = (v & 4) != 0;
+  if (v & 8)
+    launch_variant<Bits, PC, 3, kDeepRowStages>(W, sl, grid, persistent, prefetch, tiles, n_rows, row_ids, X,
+                                                y, ldy, n_experts, stream);
+  else if (v & 2)
+    launch_variant<Bits, PC, 3, kRowStages>(W, sl, grid, persistent, prefetch, tiles, n_rows, row_ids, X, y,
+                                            ldy, n_experts, stream);
   else
-    launch_variant<Bits, PC, 4>(W, sl, grid, (v & 1) == 0, tiles, n_rows, row_ids, X, y, ldy, n_experts,
-                                stream);
+    launch_variant<Bits, PC, 4, kRowStages>(W, sl, grid, persistent, prefetch, tiles, n_rows, row_ids, X, y,
+                                            ldy, n_experts, stream);
 }
 
 #define DS_TC_ROW(B)                                                                               \
