@@ -315,9 +315,9 @@ void launch_small(const DecodeWeight& W, Slicing sl, dim3 grid, int x_rows, bool
 // Its launch variant (tc_decode_row_variant; the same arithmetic, so the same bits), from
 // DS_CUDA_TC_ROW_VARIANT (0..15) at every launch, else kDefaultRowVariant: bit 0: one output block a block
 // instead of persistent blocks; bit 1: registers for 3 blocks an SM instead of 4 (no spills; 4 blocks capped
-// the chained kernels at 128 registers with 8-40 bytes of spill and left too few units in flight); bit 2:
-// each task's row segments prefetched into L2 in whole (cp.async.bulk.prefetch); bit 3: a ring of 8 stages a
-// warp instead of 5 (3 blocks an SM). For the bench's before/after.
+// the chained kernels at 128 registers with 8-40 bytes of spill and left too few units in flight); bit 2: the
+// lean stage copy (the same bytes to the same places with fewer instructions); bit 3 (with bit 1): expert
+// tiles on the 4-block kernel where that runs them in fewer waves. For the bench's before/after.
 constexpr int kDefaultRowVariant = 2;  // measured fastest (tcrow10: lm_head 4-bit g32 195 us, v0 276)
 template <int Bits, bool PC>
 void launch_row(const DecodeWeight& W, Slicing sl, dim3 grid, const ExpertWindow* tiles, int n_rows,
