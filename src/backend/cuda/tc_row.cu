@@ -16,7 +16,8 @@
 // The row is split by each block in shared memory (split_row_in_block, unit-major, the split launch's bits),
 // so no split launch runs. A single matrix runs persistent blocks (as many as are resident), each warp's ring
 // running on into its next output block's stages; expert tiles one output block a block. Launch variants
-// (tc_decode_row_variant) change only the grid and the register budget, never the arithmetic.
+// (tc_decode_row_variant) change only the grid, the register budget and how a stage's bytes are copied (the
+// same bytes to the same places), never the arithmetic.
 #include <algorithm>
 #include <atomic>
 
