@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <random>
 #include <set>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -129,15 +130,23 @@ void run_tc_decode_bench(int reps) {
   // same bits), both layouts; chained also per launch variant (DS_CUDA_TC_ROW_VARIANT: +1 one output block a
   // block, +2 registers for 3 blocks an SM); GB/s: the weight's bytes over variant 0's time.
   const bool row_shipped = tc_decode_row_kernel_on();
-  std::printf(
-      "\none row, small kernel vs one-row kernel (tc_row.cu): us\n%-15s %-9s %7s | %9s %7s %7s %7s %7s %6s "
-      "%5s "
-      "| %9s %9s %6s %5s\n",
-      "shape", "format", "MB", "chn small", "row v0", "v1", "v2", "v3", "GB/s", "x", "col small", "col row",
-      "GB/s", "x");
+  // DS_TC_BENCH_ROW_VARIANTS: the launch variants timed (a comma list, default 0,2,6,10,14); GB/s and x of
+  // the last; DS_TC_BENCH_SHAPE: that shape alone (for a profiler).
+  std::vector<int> variants;
+  {
+    const char* v = std::getenv("DS_TC_BENCH_ROW_VARIANTS");
+    std::stringstream ss(v != nullptr ? v : "0,2,6,10,14");
+    for (std::string t; std::getline(ss, t, ',');) variants.push_back(std::atoi(t.c_str()));
+  }
+  const char* only_shape = std::getenv("DS_TC_BENCH_SHAPE");
+  std::printf("\none row, small kernel vs one-row kernel (tc_row.cu): us\n%-15s %-9s %7s | %9s", "shape",
+              "format", "MB", "chn small");
+  for (int v : variants) std::printf("  row v%-2d", v);
+  std::printf(" %6s %5s | %9s %9s %6s %5s\n", "GB/s", "x", "col small", "col row", "GB/s", "x");
   for (int bits : {4, 6}) {
     const int group = bits == 4 ? 32 : 64;
     for (const Shape& s : kShapes) {
+      if (only_shape != nullptr && std::string(only_shape) != s.name) continue;
       Copies c = make_copies(s.rows, s.cols, bits, group, 1);
       const double bytes = double(s.rows) * s.cols * bits / 8 + 4.0 * s.rows * (s.cols / group);
       std::printf("%-15s %d-bit g%-3d %7.2f", s.name, bits, group, bytes / 1e6);
@@ -153,12 +162,12 @@ void run_tc_decode_bench(int reps) {
       };
       tc_decode_set_planes(TcPlanes::Chained);
       const double small = time(false, 0);
-      double v[4];
-      for (int k = 0; k < 4; ++k) v[k] = time(true, k);
-      std::printf(" | %9.1f %7.1f %7.1f %7.1f %7.1f %6.0f %5.2f", small, v[0], v[1], v[2], v[3],
-                  bytes / (v[0] * 1e3), small / v[0]);
+      double last = 0;
+      std::printf(" | %9.1f", small);
+      for (int v : variants) std::printf(" %8.1f", last = time(true, v));
+      std::printf(" %6.0f %5.2f", bytes / (last * 1e3), small / last);
       tc_decode_set_planes(TcPlanes::Columns);
-      const double col_small = time(false, 0), col_row = time(true, 0);
+      const double col_small = time(false, 0), col_row = time(true, variants.back());
       std::printf(" | %9.1f %9.1f %6.0f %5.2f\n", col_small, col_row, bytes / (col_row * 1e3),
                   col_small / col_row);
       unsetenv("DS_CUDA_TC_ROW_VARIANT");
@@ -182,6 +191,7 @@ void run_tc_decode_bench(int reps) {
          dn = make_copies(2560, 640, bits, group, n_experts);
   for (int streams : {1, 8, 32, 64}) {
     if (one_row_only && streams != 1) break;
+    if (only_shape != nullptr && std::string(only_shape) != "experts") break;
     const int lists = 16, total = streams * k;
     std::vector<DeviceBuffer> d_tiles, d_rows, d_slot, d_pairs_up, d_pairs_dn;
     std::vector<int> n_tiles;
@@ -264,6 +274,31 @@ void run_tc_decode_bench(int reps) {
       tc_decode_row_kernel(row_shipped);
       std::printf("(one stream, %s, one-row kernel %s: gate|up %.1f us, down %.1f us)\n",
                   tc_planes_name(shipped), row_shipped ? "off" : "on", off[0], off[1]);
+      // The one-row kernel's launch variants on the tiles (chained).
+      tc_decode_row_kernel(true);
+      tc_decode_set_planes(TcPlanes::Chained);
+      for (int v : variants) {
+        setenv("DS_CUDA_TC_ROW_VARIANT", std::to_string(v).c_str(), 1);
+        const double vg = median_us(
+            [&](int i) {
+              tc_decode_experts(tiled(gu.w[i % copies]), d_tiles[pick(i)].as<ExpertWindow>(),
+                                n_tiles[pick(i)], tier, d_rows[pick(i)].as<int32_t>(), x.as<float>(), 2560,
+                                streams, ygu.as<float>(), 1280, sc.data(), sc.bytes(), stream.get());
+            },
+            lists, reps, stream);
+        const double vd = median_us(
+            [&](int i) {
+              tc_decode_experts(tiled(dn.w[i % dn.w.size()]), d_tiles[pick(i)].as<ExpertWindow>(),
+                                n_tiles[pick(i)], tier, nullptr, h.as<float>(), 640, total, ydn.as<float>(),
+                                2560, sc.data(), sc.bytes(), stream.get());
+            },
+            lists, reps, stream);
+        std::printf("(one stream, chained, one-row kernel variant %d: gate|up %.1f us, down %.1f us)\n", v,
+                    vg, vd);
+      }
+      unsetenv("DS_CUDA_TC_ROW_VARIANT");
+      tc_decode_row_kernel(row_shipped);
+      tc_decode_set_planes(shipped);
     }
     tc_decode_set_planes(shipped);
     const double p_dn = median_us(

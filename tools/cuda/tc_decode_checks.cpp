@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <random>
 #include <string>
 #include <utility>
@@ -256,6 +257,9 @@ void check_small_windows(Tally& tally, std::mt19937_64& rng, const Stream& s) {
 // forced 1 and 2 on 2560 columns), a partial last stage (2592 columns: 81 units, 4- and 8-bit: the others'
 // rows are not whole 16-byte chunks there and keep the small kernel) and partial output blocks, at rows 0
 // and 5 of x. Run under each layout.
+// The launch variants compared (tc_decode_row_variant's bits: 1 one output block a block, 2 three blocks an
+// SM, 4 the lean stage copy; 8 only moves expert tiles between the 4- and 3-block kernels).
+constexpr int kRowVariants[] = {0, 1, 2, 3, 4, 5, 6, 7};
 void check_row_kernel(Tally& tally, std::mt19937_64& rng, const Stream& s) {
   const std::pair<int64_t, int64_t> shapes[] = {
       {1030, 384}, {300, 2560}, {5000, 1280}, {9000, 640}, {200, 2592}};
@@ -275,7 +279,7 @@ void check_row_kernel(Tally& tally, std::mt19937_64& rng, const Stream& s) {
             tc_decode_row_kernel(false);
             const std::vector<float> small = run_decode(t.w, x, cols, row, 1, s);
             tc_decode_row_kernel(true);
-            for (int variant = 0; variant < 4; ++variant) {  // DS_CUDA_TC_ROW_VARIANT: launch variants
+            for (int variant : kRowVariants) {  // DS_CUDA_TC_ROW_VARIANT: launch variants
               setenv("DS_CUDA_TC_ROW_VARIANT", std::to_string(variant).c_str(), 1);
               const std::vector<float> one = run_decode(t.w, x, cols, row, 1, s);
               ++compared;
@@ -291,8 +295,8 @@ void check_row_kernel(Tally& tally, std::mt19937_64& rng, const Stream& s) {
       }
       tally.expect(bad.empty() && compared > 0,
                    format_name(bits, group) + ": one-row kernel == small kernel at one row, bit for bit, " +
-                       std::to_string(compared) + " launches (1, 2 and 4 column slices, 4 launch variants)" +
-                       bad);
+                       std::to_string(compared) + " launches (1, 2 and 4 column slices, " +
+                       std::to_string(std::size(kRowVariants)) + " launch variants)" + bad);
     }
   tc_decode_row_kernel(shipped);
 }
@@ -301,7 +305,7 @@ void check_row_kernel(Tally& tally, std::mt19937_64& rng, const Stream& s) {
 // at most 157 output blocks, fewer than the 396-660 resident at once, so each block there runs one task):
 // 100000 x 128 (1 slice, 1563 output blocks: the ring runs on into the next task's stages) and 24000 x 640
 // forced to 2 and 4 slices (750 and 1500 output blocks: the merge area's parity alternates), at row 5, the
-// persistent variants 0 and 2 == the small kernel, bit for bit.
+// persistent variants 0, 2, 4 and 6 (the lean stage copy) == the small kernel, bit for bit.
 void check_row_kernel_persistent(Tally& tally, std::mt19937_64& rng, const Stream& s) {
   const bool shipped = tc_decode_row_kernel_on();
   struct Case {
@@ -320,7 +324,7 @@ void check_row_kernel_persistent(Tally& tally, std::mt19937_64& rng, const Strea
     const std::vector<float> small = run_decode(t.w, x, c.cols, 5, 1, s);
     tc_decode_row_kernel(true);
     bool same = true;
-    for (int variant : {0, 2}) {
+    for (int variant : {0, 2, 4, 6}) {
       setenv("DS_CUDA_TC_ROW_VARIANT", std::to_string(variant).c_str(), 1);
       const std::vector<float> one = run_decode(t.w, x, c.cols, 5, 1, s);
       same = same && std::memcmp(small.data(), one.data(), small.size() * sizeof(float)) == 0;
@@ -330,7 +334,7 @@ void check_row_kernel_persistent(Tally& tally, std::mt19937_64& rng, const Strea
     tally.expect(same, format_name(c.bits, c.group) + ": one-row kernel, persistent blocks over several " +
                            "output blocks (" + std::to_string(c.rows) + "x" + std::to_string(c.cols) + ", " +
                            std::to_string(slices) +
-                           " slices, variants 0 and 2) == small kernel, bit for bit");
+                           " slices, variants 0, 2, 4 and 6) == small kernel, bit for bit");
   }
   tc_decode_row_kernel(shipped);
 }

@@ -256,7 +256,7 @@ bool small_windows = true;     // tc_decode_small_windows
 int planes = -1;               // tc_decode_set_planes (a TcPlanes; -1: not yet read from the environment)
 bool one_row_in_block = true;  // tc_decode_one_row_in_block
 int forced_slices = 0;         // tc_decode_force_column_slices (0: the shape's rule)
-int row_kernel = -1;  // tc_decode_row_kernel: 1 on, 0 off, 2 the default (Chained only); -1: not yet read
+int row_kernel = -1;  // tc_decode_row_kernel: 1 on, 0 off, 2 the default; -1: not yet read
 
 // The layout, from DS_CUDA_TC_PLANES (columns | chained) on first use when no caller has set it.
 TcPlanes planes_now() {
@@ -273,10 +273,9 @@ TcPlanes planes_now() {
   return static_cast<TcPlanes>(planes);
 }
 
-// Whether one-row launches take the one-row kernel (tc_row.cu) under the current layout: DS_CUDA_TC_ROW (1:
-// both layouts, 0: off) on first use when no caller has set it; unset: kDefaultTcRowKernel under the Chained
-// layout only (the Columns layout's one-row kernel has the small kernel's bits by the same argument but has
-// not yet been through the device checks; tcrow10).
+// Whether one-row launches take the one-row kernel (tc_row.cu): DS_CUDA_TC_ROW (1: on, 0: off) on first use
+// when no caller has set it; unset: kDefaultTcRowKernel, under both layouts (the Columns layout's one-row
+// kernel passed the device checks in tc11; tcrow10 had shipped it for Chained only).
 bool row_kernel_now() {
   if (row_kernel < 0) {
     const char* v = std::getenv("DS_CUDA_TC_ROW");
@@ -288,7 +287,7 @@ bool row_kernel_now() {
     else
       bad("DS_CUDA_TC_ROW", "must be 1 or 0 (got '" + name + "')");
   }
-  return row_kernel == 1 || (row_kernel == 2 && planes_now() == TcPlanes::Chained);
+  return row_kernel == 1 || (row_kernel == 2 && kDefaultTcRowKernel);
 }
 
 // Whether a launch takes the small-window kernel, and whether its one row is split in the block (no split
@@ -416,9 +415,11 @@ bool tc_decode_row_kernel_on() {
 int tc_decode_row_variant() {
   const char* v = std::getenv("DS_CUDA_TC_ROW_VARIANT");
   if (v == nullptr || v[0] == '\0') return tcd::kDefaultRowVariant;
-  if (v[1] != '\0' || v[0] < '0' || v[0] > '3')
-    bad("DS_CUDA_TC_ROW_VARIANT", std::string("must be 0..3 (got '") + v + "')");
-  return v[0] - '0';
+  const std::string name(v);
+  const bool digits = name.size() <= 2 && name.find_first_not_of("0123456789") == std::string::npos;
+  const int n = digits ? std::atoi(v) : -1;
+  if (n < 0 || n > 15) bad("DS_CUDA_TC_ROW_VARIANT", "must be 0..15 (got '" + name + "')");
+  return n;
 }
 
 bool tc_decode_one_row_in_block_on() {

@@ -45,10 +45,9 @@ bool tc_decode_one_row_in_block_on();
 // Whether those one-row launches (rows of codes a multiple of 16 bytes) take the one-row kernel (tc_row.cu,
 // tcrow10: the same bits, checked; no work kept for the 7 B columns that hold no row, precomputed copy
 // offsets, persistent blocks). A call sets it for both layouts. Without one, the first launch reads
-// DS_CUDA_TC_ROW (1: both layouts, 0: off; other values throw naming it), else kDefaultTcRowKernel under
-// TcPlanes::Chained only (Columns keeps the small kernel until its device checks have run). Process-wide (set
-// it before a model captures its graphs). tc_decode_row_kernel_on(): whether it is taken under the layout
-// now.
+// DS_CUDA_TC_ROW (1: on, 0: off; other values throw naming it), else kDefaultTcRowKernel, under both layouts
+// (Columns since tc11, once its device checks had passed). Process-wide (set it before a model captures its
+// graphs). tc_decode_row_kernel_on(): whether it is taken now.
 constexpr bool kDefaultTcRowKernel = true;
 void tc_decode_row_kernel(bool on);
 bool tc_decode_row_kernel_on();

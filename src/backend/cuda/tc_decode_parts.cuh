@@ -313,11 +313,14 @@ void launch_small(const DecodeWeight& W, Slicing sl, dim3 grid, int x_rows, bool
 // each block. The bits of launch_small at one row (the same MMAs and epilogue for the row), with less work a
 // unit: no work kept for the B columns that hold no row, precomputed copy offsets, cheaper scale indices.
 // Its launch variant (tc_decode_row_variant; the same arithmetic, so the same bits), from
-// DS_CUDA_TC_ROW_VARIANT (0..3) at every launch, else kDefaultRowVariant: bit 0: one output block a block
+// DS_CUDA_TC_ROW_VARIANT (0..15) at every launch, else kDefaultRowVariant: bit 0: one output block a block
 // instead of persistent blocks; bit 1: registers for 3 blocks an SM instead of 4 (no spills; 4 blocks capped
-// the chained kernels at 128 registers with 8-40 bytes of spill and left too few units in flight). For the
-// bench's before/after.
-constexpr int kDefaultRowVariant = 2;  // measured fastest (tcrow10: lm_head 4-bit g32 195 us, v0 276)
+// the chained kernels at 128 registers with 8-40 bytes of spill and left too few units in flight); bit 2: the
+// lean stage copy (the same bytes to the same places with fewer instructions); bit 3 (with bit 1): expert
+// tiles on the 4-block kernel where that runs them in fewer waves. For the bench's before/after.
+// Measured fastest (tc11): lean copy, 3 blocks an SM, tile waves; the model at one stream 6.866 -> 6.770 ms
+// a round against variant 2 (tcrow10's default).
+constexpr int kDefaultRowVariant = 14;
 template <int Bits, bool PC>
 void launch_row(const DecodeWeight& W, Slicing sl, dim3 grid, const ExpertWindow* tiles, int n_rows,
                 const int32_t* row_ids, const DecodeX& X, float* y, int64_t ldy, int64_t n_experts,

@@ -16,8 +16,10 @@
 // The row is split by each block in shared memory (split_row_in_block, unit-major, the split launch's bits),
 // so no split launch runs. A single matrix runs persistent blocks (as many as are resident), each warp's ring
 // running on into its next output block's stages; expert tiles one output block a block. Launch variants
-// (tc_decode_row_variant) change only the grid and the register budget, never the arithmetic.
+// (tc_decode_row_variant) change only the grid, the register budget and how a stage's bytes are copied (the
+// same bytes to the same places), never the arithmetic.
 #include <algorithm>
+#include <atomic>
 
 #include "backend/cuda/code_bits.h"
 #include "backend/cuda/cuda_error.h"
@@ -38,6 +40,8 @@ struct RowCopy {
   const uint32_t* src[kChunks];  // the chunk's source at stage 0 of the current task
   const uint32_t* sb;            // scales (lanes 0-15) or biases (16-31) as words
   int64_t sb_row;                // bf16 index of the lane's row's first scale
+  const uint32_t* sb_word;       // the word holding it
+  int sb_par;                    // its half of that word
   int lane;
 
   __device__ __forceinline__ RowCopy(const DecodeWeight& W, int64_t o0, int lane_) : lane(lane_) {
@@ -55,17 +59,38 @@ struct RowCopy {
       src[i] = W.codes + (c < kWarpOutputs * Bits ? o * W.words_per_row + 4 * chunk_of(c) : 0);
     }
     sb_row = W.sb_base + min(o0 + (lane & 15), W.rows - 1) * W.groups_per_row;
+    sb_word = sb + (sb_row >> 1), sb_par = static_cast<int>(sb_row & 1);
   }
 
   // Stage s (units 4s .. 4s + nu - 1) of the current task into dst, or nothing when `live` is false; one
-  // commit group per call, as issue_stage.
+  // commit group per call, as issue_stage. Lean (launch variant bit 2): the same bytes to the same places
+  // with fewer instructions: 32-bit stage offsets (T <= 256) and the stage's 1-3 words of scales or biases
+  // as three predicated copies from the row's first word (sb_word, sb_par) instead of a 64-bit loop.
+  template <bool Lean>
   __device__ __forceinline__ void issue(const DecodeWeight& W, bool live, int64_t s, int64_t T,
                                         uint32_t* dst_stage) const {
-    if (live) {
+    using L = Stage<Bits>;
+    uint32_t* sb_dst = dst_stage + (lane & 15) * L::kRowWords + L::kCodeWords + 4 * (lane >> 4);
+    if (Lean && live) {
+      const int t0 = static_cast<int>(s) * kUnitsPerStage;
+      const int nu = min(kUnitsPerStage, static_cast<int>(T) - t0);
+      const int lim = nu * Bits / 4;  // 16-byte chunks a row in this stage (rows are whole chunks)
+#pragma unroll
+      for (int i = 0; i < kChunks; ++i) {
+        const int c = lane + 32 * i, k = chunk_of(c);
+        if (c < kWarpOutputs * Bits && k < lim)
+          cp_async16(dst_stage + row_of(c) * L::kRowWords + 4 * k, src[i] + t0 * Bits, 16);
+      }
+      // Words (sb_row + g) >> 1 for the stage's groups g_lo .. g_hi: at most 4 groups, so at most 3 words.
+      const int g_lo = (t0 * 32) >> W.group_shift, g_hi = ((t0 + nu) * 32 - 1) >> W.group_shift;
+      const int w_lo = (sb_par + g_lo) >> 1, w_hi = (sb_par + g_hi) >> 1;
+#pragma unroll
+      for (int k = 0; k < 3; ++k)
+        if (w_lo + k <= w_hi) cp_async4(sb_dst + k, sb_word + w_lo + k, 4);
+    } else if (live) {
       const int64_t t0 = s * kUnitsPerStage;
       const int nu = static_cast<int>(min(int64_t{kUnitsPerStage}, T - t0));
       const int lim = nu * Bits / 4;  // 16-byte chunks a row in this stage (rows are whole chunks)
-      using L = Stage<Bits>;
 #pragma unroll
       for (int i = 0; i < kChunks; ++i) {
         const int c = lane + 32 * i, k = chunk_of(c);
@@ -74,7 +99,6 @@ struct RowCopy {
       }
       const int64_t i_lo = sb_row + ((t0 * 32) >> W.group_shift);
       const int64_t i_hi = sb_row + (((t0 + nu) * 32 - 1) >> W.group_shift);
-      uint32_t* sb_dst = dst_stage + (lane & 15) * L::kRowWords + L::kCodeWords + 4 * (lane >> 4);
       for (int64_t w = i_lo >> 1; w <= (i_hi >> 1); ++w) cp_async4(sb_dst + (w - (i_lo >> 1)), sb + w, 4);
     }
     cp_async_commit();
@@ -107,7 +131,7 @@ __device__ __forceinline__ bool merge_row(const Slicing& sl, float (&v)[2], floa
 // Persistent over output blocks for a single matrix (block b takes output blocks b, b + gridDim.x, ...; each
 // warp's ring runs on into its next task's stages); expert tiles: one output block a block (grid.x covers
 // them), tile blockIdx.y.
-template <int Bits, bool PC, int MinBlocks>
+template <int Bits, bool PC, int MinBlocks, bool Lean>
 __global__ void __launch_bounds__(kThreads, MinBlocks)
     row_kernel(DecodeWeight W, Slicing sl, const ExpertWindow* tiles, int n_rows, const int32_t* row_ids,
                DecodeX X, float* y, int64_t ldy, int64_t n_experts) {
@@ -139,7 +163,7 @@ __global__ void __launch_bounds__(kThreads, MinBlocks)
   RowCopy<Bits> copy(W, o0, lane);
   int64_t o_is = o0, s_is = s_begin;
   auto issue_next = [&](uint32_t* dst) {
-    copy.issue(W, o_is < W.rows, s_is, T, dst);
+    copy.template issue<Lean>(W, o_is < W.rows, s_is, T, dst);
     if (++s_is == s_end && o_is < W.rows) {
       s_is = s_begin, o_is += step;
       if (o_is < W.rows) copy.retarget(W, o_is);
@@ -242,57 +266,84 @@ __global__ void __launch_bounds__(kThreads, MinBlocks)
   }
 }
 
-template <int Bits, bool PC, int MinBlocks>
-void launch_variant(const DecodeWeight& W, Slicing sl, dim3 grid, bool persistent, const ExpertWindow* tiles,
-                    int n_rows, const int32_t* row_ids, const DecodeX& X, float* y, int64_t ldy,
-                    int64_t n_experts, cudaStream_t stream) {
-  constexpr auto kernel = row_kernel<Bits, PC, MinBlocks>;
-  constexpr size_t ring = size_t{kWarps} * kRowStages * Stage<Bits>::kWords * 4;
-  constexpr size_t merge = size_t{2} * kWarps * 64 * 4;
+template <int Bits, bool PC, int MinBlocks, bool Lean>
+struct RowLaunch {
+  static constexpr auto kernel = row_kernel<Bits, PC, MinBlocks, Lean>;
+  static constexpr size_t kRing = size_t{kWarps} * kRowStages * Stage<Bits>::kWords * 4;
+  static constexpr size_t kMerge = size_t{2} * kWarps * 64 * 4;
   // The split's planes, sums and pair sums (split_row_in_block), then the merge area.
-  auto bytes = [](int64_t T) { return ring + static_cast<size_t>(T) * (kTerms * 64 + 4 + 16) + merge; };
-  static const int sms = [&] {
-    check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                               static_cast<int>(bytes(kInBlockMaxCols / 32))),
-          "tc_decode (one row): cudaFuncSetAttribute");
-    int device = 0, n = 0;
-    check(cudaGetDevice(&device), "tc_decode (one row): cudaGetDevice");
-    check(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device),
-          "tc_decode (one row): multiprocessor count");
-    return n;
-  }();
-  // Blocks resident at once for this row width (its split takes shared memory), per T (at most 256 units).
-  static int per_sm[kInBlockMaxCols / 32 + 1] = {};
-  const int64_t T = W.cols / 32;
-  if (per_sm[T] == 0) {
-    int n = 0;
-    check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, kThreads, bytes(T)),
-          "tc_decode (one row): occupancy");
-    per_sm[T] = std::max(1, n);
+  static size_t bytes(int64_t T) { return kRing + static_cast<size_t>(T) * (kTerms * 64 + 4 + 16) + kMerge; }
+  // Blocks resident at once on the GPU for a row width (its split takes shared memory). Filled per width
+  // (T <= 256 units) on its first launch; host threads may race to fill an entry, each computing the same
+  // value, and a relaxed atomic load costs what a plain one does.
+  static int64_t resident(int64_t T) {
+    static std::atomic<int> per_sm[kInBlockMaxCols / 32 + 1];  // zero-initialised (static storage)
+    static const int sms = [] {                                // once (a thread-safe static)
+      check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 static_cast<int>(bytes(kInBlockMaxCols / 32))),
+            "tc_decode (one row): cudaFuncSetAttribute");
+      int device = 0, n = 0;
+      check(cudaGetDevice(&device), "tc_decode (one row): cudaGetDevice");
+      check(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device),
+            "tc_decode (one row): multiprocessor count");
+      return n;
+    }();
+    int n = per_sm[T].load(std::memory_order_relaxed);
+    if (n == 0) {
+      check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, kThreads, bytes(T)),
+            "tc_decode (one row): occupancy");
+      n = std::max(1, n);
+      per_sm[T].store(n, std::memory_order_relaxed);
+    }
+    return int64_t{sms} * n;
   }
   // A single matrix: persistent blocks over the output blocks (as many as are resident at once); expert
   // tiles: one output block a block.
-  dim3 g = grid;
-  if (tiles == nullptr && persistent)
-    g.x = static_cast<unsigned>(std::min<int64_t>(grid.x, int64_t{sms} * per_sm[T]));
-  kernel<<<g, kThreads, bytes(T), stream>>>(W, sl, tiles, n_rows, row_ids, X, y, ldy, n_experts);
+  static void launch(const DecodeWeight& W, Slicing sl, dim3 grid, bool persistent, const ExpertWindow* tiles,
+                     int n_rows, const int32_t* row_ids, const DecodeX& X, float* y, int64_t ldy,
+                     int64_t n_experts, cudaStream_t stream) {
+    const int64_t T = W.cols / 32, resident_now = resident(T);
+    dim3 g = grid;
+    if (tiles == nullptr && persistent) g.x = static_cast<unsigned>(std::min<int64_t>(grid.x, resident_now));
+    kernel<<<g, kThreads, bytes(T), stream>>>(W, sl, tiles, n_rows, row_ids, X, y, ldy, n_experts);
+  }
+};
+
+template <int Bits, bool PC, bool Lean>
+void launch_lean(int v, const DecodeWeight& W, Slicing sl, dim3 grid, const ExpertWindow* tiles, int n_rows,
+                 const int32_t* row_ids, const DecodeX& X, float* y, int64_t ldy, int64_t n_experts,
+                 cudaStream_t stream) {
+  using Three = RowLaunch<Bits, PC, 3, Lean>;
+  using Four = RowLaunch<Bits, PC, 4, Lean>;
+  bool three = (v & 2) != 0;
+  // Bit 3: expert tiles take the 4-block kernel where it runs them in fewer waves than the 3-block one
+  // (e.g. one stream's down, 11 tiles x 40 blocks: 1 wave against 2 on 132 SMs).
+  if (three && (v & 8) != 0 && tiles != nullptr) {
+    const int64_t T = W.cols / 32, blocks = int64_t{grid.x} * grid.y;
+    const int64_t r3 = Three::resident(T), r4 = Four::resident(T);
+    if ((blocks + r4 - 1) / r4 < (blocks + r3 - 1) / r3) three = false;
+  }
+  const bool persistent = (v & 1) == 0;
+  if (three)
+    Three::launch(W, sl, grid, persistent, tiles, n_rows, row_ids, X, y, ldy, n_experts, stream);
+  else
+    Four::launch(W, sl, grid, persistent, tiles, n_rows, row_ids, X, y, ldy, n_experts, stream);
 }
 
 }  // namespace
 
 // Variants (tc_decode_row_variant; the same arithmetic, so the same bits): bit 0: one output block a block
-// instead of persistent blocks; bit 1: registers for 3 blocks an SM instead of 4.
+// instead of persistent blocks; bit 1: registers for 3 blocks an SM instead of 4; bit 2: the lean stage copy
+// (RowCopy::issue); bit 3 (with bit 1): expert tiles on the 4-block kernel where that saves a wave.
 template <int Bits, bool PC>
 void launch_row(const DecodeWeight& W, Slicing sl, dim3 grid, const ExpertWindow* tiles, int n_rows,
                 const int32_t* row_ids, const DecodeX& X, float* y, int64_t ldy, int64_t n_experts,
                 cudaStream_t stream) {
   const int v = tc_decode_row_variant();
-  if (v & 2)
-    launch_variant<Bits, PC, 3>(W, sl, grid, (v & 1) == 0, tiles, n_rows, row_ids, X, y, ldy, n_experts,
-                                stream);
+  if (v & 4)
+    launch_lean<Bits, PC, true>(v, W, sl, grid, tiles, n_rows, row_ids, X, y, ldy, n_experts, stream);
   else
-    launch_variant<Bits, PC, 4>(W, sl, grid, (v & 1) == 0, tiles, n_rows, row_ids, X, y, ldy, n_experts,
-                                stream);
+    launch_lean<Bits, PC, false>(v, W, sl, grid, tiles, n_rows, row_ids, X, y, ldy, n_experts, stream);
 }
 
 #define DS_TC_ROW(B)                                                                               \

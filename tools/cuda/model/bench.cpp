@@ -6,6 +6,9 @@
 #include <cstdlib>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
 
 #include "backend/cuda/model/cuda_bench.h"
 #include "backend/cuda/model/cuda_model.h"
@@ -331,37 +334,51 @@ void run_op_tables(const std::string& config_path, int bits, int group, const st
     if (!wanted(md.name)) continue;
     m.set_decode_products(md.products, md.tall_only);
     const DecodeProducts p = md.products;
-    const char* mode = md.name;
-    for (int n : streams) {
-      const DecodeRate r = bench_decode_rounds(m, n, rounds, 3);
-      std::printf("%s, %d streams: %.3f ms/round, %.1f tok/s\n", mode, n, r.ms_per_round, r.tokens_per_s);
-      // The other routed-expert path where the FMA products run the experts (the tensor ones tile them).
-      if (p == DecodeProducts::Fma) {
-        m.set_expert_windows(!m.options().expert_windows);
-        const DecodeRate w = bench_decode_rounds(m, n, rounds, 1);
-        std::printf("%s, %d streams, %s: %.3f ms/round, %.1f tok/s\n", mode, n,
-                    m.options().expert_windows ? "expert windows" : "per-pair expert products",
-                    w.ms_per_round, w.tokens_per_s);
-      }
-      // Events split the programmatic chain at every op: the sum exceeds the untimed round.
-      for (const bool windows : {false, true}) {
-        if (windows && (p != DecodeProducts::Fma || n > 8)) break;
-        m.set_expert_windows(windows);
-        const int timed = 4;
-        const auto ops = op_breakdown(m, timed, n);
-        double total = 0;
-        for (const auto& o : ops) total += o.second;
-        std::printf(
-            "  per-op GPU time of one round, %s products, %d streams%s (events as graph nodes; mean of "
-            "%d):\n",
-            mode, n, windows ? ", expert windows" : "", timed);
-        for (const auto& [k, us] : ops)
-          std::printf("    %-22s %10.1f us %5.1f%%\n", k.c_str(), us, 100 * us / total);
-        std::printf("    %-22s %10.1f us\n", "total", total);
-        std::fflush(stdout);
-      }
-      m.set_expert_windows(was.expert_windows);
+    // DS_OP_TABLE_ROW_VARIANTS (e.g. "2,6,14"): the tensor modes once per one-row launch variant
+    // (DS_CUDA_TC_ROW_VARIANT, part of the graphs' key, so each re-captures); default the environment's.
+    std::vector<std::string> row_variants{""};
+    if (const char* rv = std::getenv("DS_OP_TABLE_ROW_VARIANTS");
+        rv != nullptr && p == DecodeProducts::Tensor) {
+      row_variants.clear();
+      std::stringstream ss(rv);
+      for (std::string t; std::getline(ss, t, ',');) row_variants.push_back(t);
     }
+    for (const std::string& rv : row_variants) {
+      if (!rv.empty()) setenv("DS_CUDA_TC_ROW_VARIANT", rv.c_str(), 1);
+      const std::string mode_name = rv.empty() ? std::string(md.name) : std::string(md.name) + " v" + rv;
+      const char* mode = mode_name.c_str();
+      for (int n : streams) {
+        const DecodeRate r = bench_decode_rounds(m, n, rounds, 3);
+        std::printf("%s, %d streams: %.3f ms/round, %.1f tok/s\n", mode, n, r.ms_per_round, r.tokens_per_s);
+        // The other routed-expert path where the FMA products run the experts (the tensor ones tile them).
+        if (p == DecodeProducts::Fma) {
+          m.set_expert_windows(!m.options().expert_windows);
+          const DecodeRate w = bench_decode_rounds(m, n, rounds, 1);
+          std::printf("%s, %d streams, %s: %.3f ms/round, %.1f tok/s\n", mode, n,
+                      m.options().expert_windows ? "expert windows" : "per-pair expert products",
+                      w.ms_per_round, w.tokens_per_s);
+        }
+        // Events split the programmatic chain at every op: the sum exceeds the untimed round.
+        for (const bool windows : {false, true}) {
+          if (windows && (p != DecodeProducts::Fma || n > 8)) break;
+          m.set_expert_windows(windows);
+          const int timed = 4;
+          const auto ops = op_breakdown(m, timed, n);
+          double total = 0;
+          for (const auto& o : ops) total += o.second;
+          std::printf(
+              "  per-op GPU time of one round, %s products, %d streams%s (events as graph nodes; mean of "
+              "%d):\n",
+              mode, n, windows ? ", expert windows" : "", timed);
+          for (const auto& [k, us] : ops)
+            std::printf("    %-22s %10.1f us %5.1f%%\n", k.c_str(), us, 100 * us / total);
+          std::printf("    %-22s %10.1f us\n", "total", total);
+          std::fflush(stdout);
+        }
+        m.set_expert_windows(was.expert_windows);
+      }
+    }
+    if (row_variants.size() > 1 || !row_variants[0].empty()) unsetenv("DS_CUDA_TC_ROW_VARIANT");
   }
   m.set_decode_products(was.decode_products, was.tensor_tall_only);
 }
