@@ -48,37 +48,40 @@ struct TileLoad {
 };
 
 // This thread's share of the weight loads: output n0 + t % N, half t / N (dense: columns 16 half..; affine:
-// the codes, and the scale (half 0) or bias (half 1) of the tile's group), its pointers set up once.
+// the codes, and the scale (half 0) or bias (half 1) of the tile's group), as 32-bit offsets from the
+// kernel's parameters (the stacked arrays; output row 0 of the expert where the output does not exist).
 template <int Bits, int N>
 struct ThreadWeight {
-  const uint32_t* codes;  // the output's code words (Bits a 32-column tile), or its dense row (as bf16 pairs)
-  const uint16_t* sb;     // its scales (half 0) or biases (half 1)
-  int group_shift;        // k tile -> group: kt >> group_shift
-  bool valid;             // the output exists
-  bool vec;               // its code words load as 8- or 16-byte vectors (bits 2, 4, 6, 8 on aligned rows)
+  uint32_t codes;  // the output's code words (Bits a 32-column tile), or its dense row's 16 half (bf16)
+  uint32_t sb;     // its scales (half 0) or biases (half 1)
+  bool valid;      // the output exists
 
-  __device__ ThreadWeight(const TileWeight<Bits>& W, int64_t n0) {
+  __device__ ThreadWeight(const TileWeight<Bits>& W, int expert, int n0) {
     const int t = threadIdx.x, half = t / N;
-    const int64_t o = n0 + t % N;
-    valid = o < W.rows;
-    const int64_t oc = valid ? o : 0;
+    valid = n0 + t % N < W.rows;
+    const uint32_t o =
+        static_cast<uint32_t>(expert) * static_cast<uint32_t>(W.rows) + (valid ? n0 + t % N : 0);
     if constexpr (Bits == 0) {
-      codes = reinterpret_cast<const uint32_t*>(W.dense + oc * W.cols + 16 * half);
-      sb = nullptr;
-      group_shift = 0;
-      vec = true;
+      codes = o * static_cast<uint32_t>(W.cols) + 16 * half;
+      sb = 0;
     } else {
-      codes = W.codes + oc * W.words_per_row;
-      sb = (half == 0 ? W.scales : W.biases) + oc * W.groups_per_row;
-      group_shift = W.group == 32 ? 0 : W.group == 64 ? 1 : 2;
-      const uintptr_t a = reinterpret_cast<uintptr_t>(codes);
-      vec = Bits % 4 == 0 ? a % 16 == 0 : Bits % 2 == 0 && a % 8 == 0;
+      codes = o * static_cast<uint32_t>(W.words_per_row);
+      sb = o * static_cast<uint32_t>(W.groups_per_row);
     }
   }
 };
 
+// Whether the code words load as 8- or 16-byte vectors (bits 2, 4, 6, 8 on aligned rows): a function of the
+// kernel's parameters.
+template <int Bits>
+__device__ __forceinline__ bool codes_vec(const TileWeight<Bits>& W) {
+  constexpr int kBytes = Bits % 4 == 0 ? 16 : 8;
+  return reinterpret_cast<uintptr_t>(W.codes) % kBytes == 0 && (W.words_per_row * 4) % kBytes == 0;
+}
+
 template <int Bits, int N>
-__device__ __forceinline__ void load_tile(TileLoad<Bits>& L, const ThreadWeight<Bits, N>& T, int64_t kt) {
+__device__ __forceinline__ void load_tile(TileLoad<Bits>& L, const TileWeight<Bits>& W,
+                                          const ThreadWeight<Bits, N>& T, int kt) {
   if (!T.valid) {
 #pragma unroll
     for (int j = 0; j < TileLoad<Bits>::kWords; ++j) L.w[j] = 0;
@@ -86,16 +89,17 @@ __device__ __forceinline__ void load_tile(TileLoad<Bits>& L, const ThreadWeight<
     return;
   }
   if constexpr (Bits == 0) {
-    const uint4* p = reinterpret_cast<const uint4*>(T.codes + kt * (kTileCols / 2));
+    const uint4* p =
+        reinterpret_cast<const uint4*>(W.dense + (T.codes + static_cast<uint32_t>(kt) * kTileCols));
     const uint4 a = __ldcs(p), b = __ldcs(p + 1);
     L.w[0] = a.x, L.w[1] = a.y, L.w[2] = a.z, L.w[3] = a.w, L.w[4] = b.x, L.w[5] = b.y, L.w[6] = b.z,
     L.w[7] = b.w;
   } else {
-    const uint32_t* p = T.codes + kt * Bits;
+    const uint32_t* p = W.codes + (T.codes + static_cast<uint32_t>(kt) * Bits);
     // One request per 8 or 16 bytes where aligned: each lane's row is a different cache line, so a warp's
     // load costs a line lookup per lane whatever its width.
     if constexpr (Bits % 4 == 0) {
-      if (T.vec) {
+      if (codes_vec(W)) {
 #pragma unroll
         for (int j = 0; j < Bits; j += 4) {
           const uint4 v = __ldcs(reinterpret_cast<const uint4*>(p + j));
@@ -106,7 +110,7 @@ __device__ __forceinline__ void load_tile(TileLoad<Bits>& L, const ThreadWeight<
         for (int j = 0; j < Bits; ++j) L.w[j] = __ldcs(p + j);
       }
     } else if constexpr (Bits % 2 == 0) {
-      if (T.vec) {
+      if (codes_vec(W)) {
 #pragma unroll
         for (int j = 0; j < Bits; j += 2) {
           const uint2 v = __ldcs(reinterpret_cast<const uint2*>(p + j));
@@ -120,7 +124,8 @@ __device__ __forceinline__ void load_tile(TileLoad<Bits>& L, const ThreadWeight<
 #pragma unroll
       for (int j = 0; j < Bits; ++j) L.w[j] = __ldcs(p + j);
     }
-    L.sb = from_bf16(T.sb[kt >> T.group_shift]);
+    const uint16_t* sbp = threadIdx.x < N ? W.scales : W.biases;
+    L.sb = from_bf16(sbp[T.sb + (static_cast<uint32_t>(kt) >> W.group_shift)]);
   }
 }
 
@@ -170,7 +175,8 @@ __global__ void split_kernel(const float* x, int64_t ldx, int64_t n_x, int64_t c
 // 16 bytes; chunk c = t + T i is plane c / 4M, row (c / 4) % M, 8 columns at c % 4) and the M rows' sums
 // (threads 0..M-1).
 template <int M, int N>
-__device__ __forceinline__ void copy_x(TileSmem<M, N>& sm, int st, const ThreadCopy& C, int64_t kt) {
+__device__ __forceinline__ void copy_x(TileSmem<M, N>& sm, int st, const SplitX& X, const ThreadCopy& C,
+                                       int kt) {
   constexpr int kChunks = kTerms * M * 4, kT = Tile<M, N>::kThreads;
   const int t = threadIdx.x;
 #pragma unroll
@@ -179,10 +185,9 @@ __device__ __forceinline__ void copy_x(TileSmem<M, N>& sm, int st, const ThreadC
     if (kChunks % kT != 0 && c >= kChunks) break;
     const int plane = c / (4 * M), rr = (c / 4) % M, chunk = c % 4;
     const int ri = (kT / 4) % M == 0 ? 0 : (i & 1);  // row (t/4 + (T/4) i) % M
-    cp_async16(&sm.x[st][plane][rr][chunk * 8], C.row[ri] + plane * C.plane_stride + kt * kTileCols,
-               C.has[ri] ? 16 : 0);
+    cp_async16(&sm.x[st][plane][rr][chunk * 8], C.x_src(X, ri, plane, kt), C.x_bytes(ri));
   }
-  if (t < M) cp_async4(&sm.sumx[st][t], C.sum + kt, C.has[2] ? 4 : 0);
+  if (t < M) cp_async4(&sm.sumx[st][t], C.sum_src(X, kt), C.sum_bytes());
   cp_async_commit();
 }
 
@@ -190,7 +195,7 @@ __device__ __forceinline__ void copy_x(TileSmem<M, N>& sm, int st, const ThreadC
 // 128 x 3). The shared memory is dynamic (over 48 KB at N = 128).
 template <int Bits, int M, int N, int MinBlocks>
 __global__ void __launch_bounds__(Tile<M, N>::kThreads, MinBlocks)
-    tiled_kernel(TileWeight<Bits> W0, const ExpertWindow* tiles, int n_rows, const int32_t* row_ids, SplitX X,
+    tiled_kernel(TileWeight<Bits> W, const ExpertWindow* tiles, int n_rows, const int32_t* row_ids, SplitX X,
                  float* y, int64_t ldy, int n_experts, int64_t split_stride) {
   using Wp = Tile<M, N>;
   constexpr int kMi = Wp::kMi, kNi = Wp::kNi;
@@ -202,25 +207,17 @@ __global__ void __launch_bounds__(Tile<M, N>::kThreads, MinBlocks)
     if (tw.count <= 0 || tw.count > M || tw.expert < 0 || tw.expert >= n_experts) return;
     tr = {tw.first, tw.count, tw.expert};
   } else {
-    tr = {int64_t{blockIdx.x} * M, min(M, n_rows - static_cast<int>(blockIdx.x) * M), 0};
+    tr = {static_cast<int>(blockIdx.x) * M, min(M, n_rows - static_cast<int>(blockIdx.x) * M), 0};
   }
-  TileWeight<Bits> W = W0;
-  if constexpr (Bits == 0) {
-    W.dense += tr.expert * W.rows * W.cols;
-  } else {
-    W.codes += tr.expert * W.rows * W.words_per_row;
-    W.scales += tr.expert * W.rows * W.groups_per_row;
-    W.biases += tr.expert * W.rows * W.groups_per_row;
-  }
-  const int64_t n0 = int64_t{blockIdx.y} * N;
+  const int n0 = static_cast<int>(blockIdx.y) * N;
   const int t = threadIdx.x, warp = t / 32, lane = t % 32, g = lane / 4, tq = lane % 4;
   const int row0 = (warp / Wp::kWn) * Wp::kRows, out0 = (warp % Wp::kWn) * Wp::kOuts;
-  int64_t xr[3];
+  int xr[3];
   const int my_rows[3] = {(t / 4) % M, (t / 4 + Wp::kThreads / 4) % M, t < M ? t : M};
 #pragma unroll
   for (int i = 0; i < 3; ++i) {
     const int rr = my_rows[i];
-    xr[i] = rr < tr.count ? (row_ids != nullptr ? int64_t{row_ids[tr.first + rr]} : tr.first + rr) : -1;
+    xr[i] = rr < tr.count ? (row_ids != nullptr ? row_ids[tr.first + rr] : tr.first + rr) : -1;
   }
 
   // This lane's ldmatrix rows in stage 0 at k step 0; the stage, term, fragment and k step add constants.
@@ -239,23 +236,23 @@ __global__ void __launch_bounds__(Tile<M, N>::kThreads, MinBlocks)
 
   // gridDim.z > 1 only for split-K (tiled_fixed_splits, tiled_wx_split_k): split z takes its share of the k
   // tiles and writes its partial sums to y + z * split_stride.
-  const int64_t all_k = W.cols / kTileCols;
-  const int64_t k_begin = all_k * blockIdx.z / gridDim.z, n_k = all_k * (blockIdx.z + 1) / gridDim.z;
-  y += blockIdx.z * split_stride;
+  const int all_k = W.cols / kTileCols;
+  const int k_begin = static_cast<int>(int64_t{all_k} * blockIdx.z / gridDim.z);
+  const int n_k = static_cast<int>(int64_t{all_k} * (blockIdx.z + 1) / gridDim.z);
   TileLoad<Bits> L;
-  const ThreadWeight<Bits, N> TW(W, n0);
+  const ThreadWeight<Bits, N> TW(W, tr.expert, n0);
   const ThreadCopy C(X, xr);
-  copy_x<M, N>(sm, 0, C, k_begin);
-  load_tile<Bits>(L, TW, k_begin);
-  for (int64_t kt = k_begin; kt < n_k; ++kt) {
-    const int st = static_cast<int>((kt - k_begin) & 1);
+  copy_x<M, N>(sm, 0, X, C, k_begin);
+  load_tile<Bits>(L, W, TW, k_begin);
+  for (int kt = k_begin; kt < n_k; ++kt) {
+    const int st = (kt - k_begin) & 1;
     // Buffers st were last read two tiles ago, before the previous iteration's barrier.
     store_tile<Bits, M, N>(sm, st, L);
     tc::cp_async_wait<0>();  // this tile's x (the only copy in flight)
     __syncthreads();         // every thread's copies and stores of tile kt are visible; tile kt-1 is done
     if (kt + 1 < n_k) {
-      copy_x<M, N>(sm, st ^ 1, C, kt + 1);
-      load_tile<Bits>(L, TW, kt + 1);
+      copy_x<M, N>(sm, st ^ 1, X, C, kt + 1);
+      load_tile<Bits>(L, W, TW, kt + 1);
     }
     float(&target)[kMi][kNi][4] = Bits == 0 ? acc : part;
     const uint32_t a_st = a_lane + st * kXStage, b_st = b_lane + st * kWStage;
@@ -299,6 +296,7 @@ __global__ void __launch_bounds__(Tile<M, N>::kThreads, MinBlocks)
           }
     }
   }
+  float* out = y + blockIdx.z * split_stride;
 #pragma unroll
   for (int mi = 0; mi < kMi; ++mi)
 #pragma unroll
@@ -306,8 +304,8 @@ __global__ void __launch_bounds__(Tile<M, N>::kThreads, MinBlocks)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int row = row0 + mi * 16 + g + (e >= 2 ? 8 : 0);
-        const int64_t o = n0 + out0 + ni * 8 + 2 * tq + (e & 1);
-        if (row < tr.count && o < W.rows) y[(tr.first + row) * ldy + o] = acc[mi][ni][e];
+        const int o = n0 + out0 + ni * 8 + 2 * tq + (e & 1);
+        if (row < tr.count && o < W.rows) out[(tr.first + row) * ldy + o] = acc[mi][ni][e];
       }
 }
 
@@ -371,6 +369,8 @@ void dispatch(const TiledWeight& w, Launch l, const float* x, int64_t ldx, int64
   if (ldx % 4 != 0 || reinterpret_cast<uintptr_t>(x) % 16 != 0)
     throw ArgumentError("tiled_wx: x must be 16-byte aligned with ldx a multiple of 4");
   if (l.row_tiles == 0 || n_x <= 0) return;
+  if (n_x >= (int64_t{1} << 31) / w.cols - 1)
+    throw ArgumentError("tiled_wx: x of under 2^31 values a plane (32-bit offsets)");
   const int64_t cols = w.cols, plane_bytes = kTerms * n_x * cols * 2, sum_count = n_x * (cols / kTileCols);
   const int64_t part_count = l.splits > 1 ? int64_t{l.n_rows} * w.rows : 0;
   const int64_t part_bytes = workspace == nullptr ? l.splits * part_count * 4 : 0;
@@ -384,7 +384,7 @@ void dispatch(const TiledWeight& w, Launch l, const float* x, int64_t ldx, int64
   split_kernel<<<static_cast<unsigned>((sum_count + 127) / 128), 128, 0, stream>>>(x, ldx, n_x, cols, planes,
                                                                                    sums);
   const cudaError_t split_err = cudaGetLastError();
-  const SplitX X{planes, sums, n_x, cols};
+  const SplitX X{planes, sums, static_cast<int>(n_x), static_cast<int>(cols)};
   float* out = l.splits > 1 ? part : y;
   const int64_t ld_out = l.splits > 1 ? w.rows : ldy;
   l.split_stride = part_count;

@@ -39,7 +39,8 @@ struct TiledWeight {
 };
 
 // Whether the tiled products take this shape/encoding (cols a multiple of 32; affine bits 2-6 or 8, group 32,
-// 64 or 128). Callers use the decode products otherwise (a function of the weight alone).
+// 64 or 128; the code words, or dense values, of all experts under 2^31: the kernels index them by 32-bit
+// offsets). Callers use the decode products otherwise (a function of the weight alone).
 bool tiled_supported(const TiledWeight& w);
 
 // The kernel's output tiles: 64 outputs (blocks of 128 threads, registers fitted to 4 or 3 blocks an SM) or
@@ -64,7 +65,7 @@ int prompt_expert_tile_rows(int n_rows, int k, int n_experts);
 
 // y[r*ldy + o] = sum_i W[o,i] x[r*ldx + i] for r < n_rows (any count), one expert (n_experts == 1).
 // x 16-byte aligned, ldx a multiple of 4. x is first split into bf16 planes in scratch from the
-// stream-ordered pool (cudaMallocAsync: not inside a graph capture).
+// stream-ordered pool (cudaMallocAsync: not inside a graph capture); n_rows * cols under 2^31.
 void tiled_wx(const TiledWeight& w, const float* x, int64_t ldx, int n_rows, float* y, int64_t ldy,
               cudaStream_t stream);
 

@@ -32,20 +32,19 @@ struct Tile {
 
 // Which rows a tile covers: y rows first .. first+count-1, x rows through row_ids (or first + j), expert.
 struct TileRows {
-  int64_t first;
-  int count;
-  int64_t expert;
+  int first, count, expert;
 };
 
-// The weight of one expert as the kernel reads it. Bits 0: dense bf16.
+// The weights of all experts as the kernels read them (the kernel parameters: an expert's rows and a k tile
+// are 32-bit offsets from these, tiled_supported keeps them under 2^31). Bits 0: dense bf16.
 template <int Bits>
 struct TileWeight {
   const uint32_t* codes;
   const uint16_t* scales;
   const uint16_t* biases;
   const uint16_t* dense;
-  int64_t rows, cols, words_per_row, groups_per_row;
-  int group;
+  int rows, cols, words_per_row, groups_per_row;
+  int group_shift;  // k tile -> group: kt >> group_shift
 };
 
 // Code j of the unit's bit stream (j is a constant after unrolling, so the indexing stays in registers).
@@ -70,49 +69,62 @@ __device__ __forceinline__ void store_codes(uint16_t* dst, const uint32_t (&w)[B
   reinterpret_cast<uint4*>(dst)[1] = make_uint4(packed[4], packed[5], packed[6], packed[7]);
 }
 
-// x as the tile kernel reads it (split_kernel's output).
+// x as the tile kernel reads it (split_kernel's output; dispatch keeps a plane under 2^31 elements).
 struct SplitX {
   const uint16_t* planes;  // [kTerms, n_x, cols]
   const float* sums;       // [n_x, cols / 32]
-  int64_t n_x, cols;
+  int n_x, cols;
 };
 
-// This thread's x copies, its pointers set up once: tile rows (t/4) % M and (t/4 + T/4) % M for T threads
-// (plane 0, its 8 columns at (t % 4) * 8) and the sums of tile row t; x row 0 where the tile has no such row
-// (copied as zeros).
+// This thread's x copies: tile rows (t/4) % M and (t/4 + T/4) % M (plane 0, its 8 columns at (t % 4) * 8)
+// and the sums of tile row t, as 32-bit offsets into plane 0 and the sums; x row 0 where the tile has no
+// such row (copied as zeros: bit i of `has` clear). The addresses are made at each copy from the kernel's
+// parameters: 64-bit pointers held through the k loop spilled at 64-row tiles (session 11).
 struct ThreadCopy {
-  const uint16_t* row[2];
-  const float* sum;
-  int64_t plane_stride;  // n_x * cols
-  bool has[3];
+  uint32_t row[2], sum;
+  uint32_t has;  // bits 0, 1: row[i] exists; bit 2: the sum's row
 
-  __device__ ThreadCopy(const SplitX& X, const int64_t (&xr)[3]) {
-    const int chunk = threadIdx.x % 4;
-    plane_stride = X.n_x * X.cols;
+  __device__ ThreadCopy(const SplitX& X, const int (&xr)[3]) {
+    const uint32_t chunk = threadIdx.x % 4, cols = static_cast<uint32_t>(X.cols);
+    has = 0;
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
-      has[i] = xr[i] >= 0;
-      row[i] = X.planes + (has[i] ? xr[i] : 0) * X.cols + chunk * 8;
+      has |= uint32_t{xr[i] >= 0} << i;
+      row[i] = static_cast<uint32_t>(xr[i] >= 0 ? xr[i] : 0) * cols + chunk * 8;
     }
-    has[2] = xr[2] >= 0;
-    sum = X.sums + (has[2] ? xr[2] : 0) * (X.cols / kTileCols);
+    has |= uint32_t{xr[2] >= 0} << 2;
+    sum = static_cast<uint32_t>(xr[2] >= 0 ? xr[2] : 0) * (cols / kTileCols);
+  }
+  // The 16 bytes of plane `plane`, row ri, k tile kt; the bytes to copy (0: zeros).
+  __device__ __forceinline__ const uint16_t* x_src(const SplitX& X, int ri, int plane, int kt) const {
+    return X.planes + static_cast<int64_t>(plane) * X.n_x * X.cols +
+           (row[ri] + static_cast<uint32_t>(kt) * kTileCols);
+  }
+  __device__ __forceinline__ int x_bytes(int ri) const {
+    return (has >> ri) & 1 ? 16 : 0;
+  }
+  __device__ __forceinline__ const float* sum_src(const SplitX& X, int kt) const {
+    return X.sums + (sum + static_cast<uint32_t>(kt));
+  }
+  __device__ __forceinline__ int sum_bytes() const {
+    return (has >> 2) & 1 ? 4 : 0;
   }
 };
 
 template <int Bits>
 TileWeight<Bits> tile_weight(const TiledWeight& w) {
   TileWeight<Bits> t{};
-  t.rows = w.rows;
-  t.cols = w.cols;
+  t.rows = static_cast<int>(w.rows);
+  t.cols = static_cast<int>(w.cols);
   if constexpr (Bits == 0) {
     t.dense = w.dense;
   } else {
     t.codes = w.affine.codes;
     t.scales = w.affine.scales;
     t.biases = w.affine.biases;
-    t.group = w.affine.group;
-    t.words_per_row = w.cols / 32 * Bits;
-    t.groups_per_row = w.cols / w.affine.group;
+    t.group_shift = w.affine.group == 32 ? 0 : w.affine.group == 64 ? 1 : 2;
+    t.words_per_row = static_cast<int>(w.cols / 32 * Bits);
+    t.groups_per_row = static_cast<int>(w.cols / w.affine.group);
   }
   return t;
 }

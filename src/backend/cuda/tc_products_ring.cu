@@ -7,7 +7,8 @@
 // scale/bias words of the tile after (kRawSlots slots), one commit group a tile, one barrier a tile. The
 // codes of tile kt+1 are decoded from the raw ring into the bf16 buffer of two after tile kt's MMAs are
 // issued. A warp runs no MMAs on its m fragments past the tile's rows (rows >= count are never written; every
-// other fragment's MMAs are unchanged).
+// other fragment's MMAs are unchanged). Each thread's copy state is 32-bit offsets from the kernel's
+// parameters (session 11: the 64-bit pointers it held through the k loop spilled at 64-row tiles).
 #include "backend/cuda/cuda_error.h"
 #include "backend/cuda/tc_products_parts.cuh"
 
@@ -46,80 +47,96 @@ struct RingSmem {
   float scale[2][kN], bias[2][kN];
 };
 
-// This thread's share of the raw weight copies, its pointers set up once: chunks t, t + 256, ... of the
-// tile's kN x Bits code words in chunks of 16, 8 or 4 bytes (by Bits; 4-byte copies where a row is not
-// aligned), and the scale (t < kN) or bias word of output t % kN.
+// This thread's share of the raw weight copies: chunks t, t + 256, ... of the tile's kN x Bits code words in
+// chunks of 16, 8 or 4 bytes (by Bits; 4-byte copies where the rows are not aligned), and the scale (t < kN)
+// or bias word of output t % kN, as 32-bit offsets from the kernel's parameters (the stacked arrays; output
+// row 0 of the expert where the output does not exist, copied as zeros).
 template <int Bits>
 struct RingWeight {
   static constexpr int kChunkBytes = Bits % 4 == 0 ? 16 : Bits % 2 == 0 ? 8 : 4;
   static constexpr int kChunkWords = kChunkBytes / 4, kPerRow = Bits / kChunkWords;
   static constexpr int kChunks = kN * kPerRow, kPer = (kChunks + kThreads - 1) / kThreads;
-  const uint32_t* src[kPer];  // the chunk's words at k tile 0
-  int dst[kPer];              // its word offset in a codes slot
-  bool valid[kPer], aligned[kPer];
-  const uint16_t* sb;  // the output's scales or biases (row 0 where it does not exist)
-  int group_shift;
-  bool sb_valid, sb_async;
+  uint32_t src[kPer];  // the chunk's words at k tile 0
+  uint32_t sb;         // the output's scales or biases
+  uint32_t valid;      // bit i: chunk i's output exists; bit kPer: output t % kN exists
 
-  __device__ RingWeight(const TileWeight<Bits>& W, int64_t n0) {
+  __device__ RingWeight(const TileWeight<Bits>& W, int expert, int n0) {
     const int t = threadIdx.x;
+    const uint32_t first = static_cast<uint32_t>(expert) * static_cast<uint32_t>(W.rows);
+    valid = 0;
 #pragma unroll
     for (int i = 0; i < kPer; ++i) {
       const int c = t + i * kThreads, row = c / kPerRow, piece = c % kPerRow;
-      const int64_t o = n0 + row;
-      valid[i] = c < kChunks && o < W.rows;
-      src[i] = W.codes + (valid[i] ? o : 0) * W.words_per_row + piece * kChunkWords;
-      dst[i] = row * Bits + piece * kChunkWords;
-      aligned[i] =
-          reinterpret_cast<uintptr_t>(src[i]) % kChunkBytes == 0 && (W.words_per_row * 4) % kChunkBytes == 0;
+      const bool ok = c < kChunks && n0 + row < W.rows;
+      valid |= uint32_t{ok} << i;
+      src[i] = (first + (ok ? n0 + row : 0)) * static_cast<uint32_t>(W.words_per_row) + piece * kChunkWords;
     }
-    const int half = t / kN;
-    const int64_t o = n0 + t % kN;
-    sb_valid = o < W.rows;
-    const uint16_t* base = half == 0 ? W.scales : W.biases;
-    sb = base + (sb_valid ? o : 0) * W.groups_per_row;
-    group_shift = W.group == 32 ? 0 : W.group == 64 ? 1 : 2;
-    // A 4-byte copy of the aligned pair holding the element stays inside the stacked array when it starts on
-    // 4 bytes (the expert offsets keep that) and every row holds an even count of groups; else a plain load.
-    sb_async = reinterpret_cast<uintptr_t>(base) % 4 == 0 && W.groups_per_row % 2 == 0;
+    const bool ok = n0 + t % kN < W.rows;
+    valid |= uint32_t{ok} << kPer;
+    sb = (first + (ok ? n0 + t % kN : 0)) * static_cast<uint32_t>(W.groups_per_row);
+  }
+  // The word offset of chunk i in a codes slot.
+  static __device__ __forceinline__ int dst(int i) {
+    const int c = threadIdx.x + i * kThreads;
+    return c / kPerRow * Bits + c % kPerRow * kChunkWords;
+  }
+  // The scale (t < kN) or bias of k tile kt.
+  __device__ __forceinline__ const uint16_t* sb_src(const TileWeight<Bits>& W, int kt) const {
+    return (threadIdx.x < kN ? W.scales : W.biases) + (sb + (static_cast<uint32_t>(kt) >> W.group_shift));
   }
 };
 
+// Whether the code chunks copy whole (the stack starts on a chunk and every row is a whole count of chunks),
+// and the scale/bias words by cp.async: a 4-byte copy of the aligned pair holding the element stays inside
+// the stacked array when it starts on 4 bytes and every row holds an even count of groups; else a plain load.
+template <int Bits>
+__device__ __forceinline__ bool codes_aligned(const TileWeight<Bits>& W) {
+  constexpr int kBytes = RingWeight<Bits>::kChunkBytes;
+  return reinterpret_cast<uintptr_t>(W.codes) % kBytes == 0 && (W.words_per_row * 4) % kBytes == 0;
+}
+template <int Bits>
+__device__ __forceinline__ bool sb_async(const TileWeight<Bits>& W) {
+  return (reinterpret_cast<uintptr_t>(W.scales) | reinterpret_cast<uintptr_t>(W.biases)) % 4 == 0 &&
+         W.groups_per_row % 2 == 0;
+}
+
 // Copies k tile kt's raw weights into slot rs (no commit).
 template <int Bits, int M>
-__device__ __forceinline__ void copy_raw(RingSmem<Bits, M>& sm, int rs, const RingWeight<Bits>& R,
-                                         int64_t kt) {
+__device__ __forceinline__ void copy_raw(RingSmem<Bits, M>& sm, int rs, const TileWeight<Bits>& W,
+                                         const RingWeight<Bits>& R, int kt) {
   using RW = RingWeight<Bits>;
 #pragma unroll
   for (int i = 0; i < RW::kPer; ++i) {
     if (RW::kChunks % kThreads != 0 && threadIdx.x + i * kThreads >= RW::kChunks) break;
-    uint32_t* dst = &sm.codes[rs][0][0] + R.dst[i];
-    const uint32_t* src = R.src[i] + kt * Bits;
-    const int bytes = R.valid[i] ? RW::kChunkBytes : 0;
-    if (RW::kChunkBytes == 16 && R.aligned[i]) {
-      cp_async16(dst, src, bytes);
-    } else if (RW::kChunkBytes == 8 && R.aligned[i]) {
-      cp_async8(dst, src, bytes);
+    uint32_t* dst = &sm.codes[rs][0][0] + RW::dst(i);
+    const uint32_t* src = W.codes + (R.src[i] + static_cast<uint32_t>(kt) * Bits);
+    const bool ok = (R.valid >> i) & 1;
+    if (RW::kChunkBytes == 16 && codes_aligned(W)) {
+      cp_async16(dst, src, ok ? 16 : 0);
+    } else if (RW::kChunkBytes == 8 && codes_aligned(W)) {
+      cp_async8(dst, src, ok ? 8 : 0);
     } else {
 #pragma unroll
-      for (int j = 0; j < RW::kChunkWords; ++j) cp_async4(dst + j, src + j, R.valid[i] ? 4 : 0);
+      for (int j = 0; j < RW::kChunkWords; ++j) cp_async4(dst + j, src + j, ok ? 4 : 0);
     }
   }
   const int t = threadIdx.x, half = t / kN, row = t % kN;
-  const uint16_t* p = R.sb + (kt >> R.group_shift);
+  const bool ok = (R.valid >> RW::kPer) & 1;
+  const uint16_t* p = R.sb_src(W, kt);
   const uintptr_t a = reinterpret_cast<uintptr_t>(p);
   uint32_t* dst = &sm.sb[rs][half][row];
-  if (R.sb_async) {
-    cp_async4(dst, reinterpret_cast<const void*>(a & ~uintptr_t{3}), R.sb_valid ? 4 : 0);
+  if (sb_async(W)) {
+    cp_async4(dst, reinterpret_cast<const void*>(a & ~uintptr_t{3}), ok ? 4 : 0);
   } else {  // the value in the half of the word its address picks, as the copy puts it
-    const uint32_t v = R.sb_valid ? uint32_t{*p} : 0u;
+    const uint32_t v = ok ? uint32_t{*p} : 0u;
     *dst = v << (8 * (a & 2));
   }
 }
 
 // Copies k tile kt of the tile's x rows into slot xs (as copy_x in tc_products.cu; no commit).
 template <int Bits, int M>
-__device__ __forceinline__ void copy_x_ring(RingSmem<Bits, M>& sm, int xs, const ThreadCopy& C, int64_t kt) {
+__device__ __forceinline__ void copy_x_ring(RingSmem<Bits, M>& sm, int xs, const SplitX& X,
+                                            const ThreadCopy& C, int kt) {
   constexpr int kChunks = kTerms * M * 4;
   const int t = threadIdx.x;
 #pragma unroll
@@ -128,10 +145,9 @@ __device__ __forceinline__ void copy_x_ring(RingSmem<Bits, M>& sm, int xs, const
     if (kChunks % kThreads != 0 && c >= kChunks) break;
     const int plane = c / (4 * M), rr = (c / 4) % M, chunk = c % 4;
     const int ri = (kThreads / 4) % M == 0 ? 0 : (i & 1);
-    cp_async16(&sm.x[xs][plane][rr][chunk * 8], C.row[ri] + plane * C.plane_stride + kt * kTileCols,
-               C.has[ri] ? 16 : 0);
+    cp_async16(&sm.x[xs][plane][rr][chunk * 8], C.x_src(X, ri, plane, kt), C.x_bytes(ri));
   }
-  if (t < M) cp_async4(&sm.sumx[xs][t], C.sum + kt, C.has[2] ? 4 : 0);
+  if (t < M) cp_async4(&sm.sumx[xs][t], C.sum_src(X, kt), C.sum_bytes());
 }
 
 // 16 4-bit codes (two words) as 8 bf16 pairs in column order, the values store_codes<4, J0> gives: per word,
@@ -169,10 +185,10 @@ __device__ __forceinline__ void store_codes4_lop3(uint16_t* dst, uint32_t w0, ui
 // Decodes k tile kt from raw slot rs into bf16 buffer wb: thread (row t % kN, half t / kN) codes 16 half ..
 // 16 half + 15 of its row, and its row's scale (half 0) or bias (half 1), as store_tile does.
 template <int Bits, int M>
-__device__ __forceinline__ void decode_raw(RingSmem<Bits, M>& sm, int rs, int wb, const RingWeight<Bits>& R,
-                                           int64_t kt, bool lop3) {
+__device__ __forceinline__ void decode_raw(RingSmem<Bits, M>& sm, int rs, int wb, const TileWeight<Bits>& W,
+                                           const RingWeight<Bits>& R, int kt, bool lop3) {
   const int t = threadIdx.x, half = t / kN, row = t % kN;
-  const uintptr_t a = reinterpret_cast<uintptr_t>(R.sb + (kt >> R.group_shift));
+  const uintptr_t a = reinterpret_cast<uintptr_t>(R.sb_src(W, kt));
   const uint32_t word = sm.sb[rs][half][row];
   (half == 0 ? sm.scale[wb] : sm.bias[wb])[row] = from_bf16(static_cast<uint16_t>(word >> (8 * (a & 2))));
   if constexpr (Bits == 4) {
@@ -208,7 +224,7 @@ __device__ __forceinline__ void decode_raw(RingSmem<Bits, M>& sm, int rs, int wb
 
 template <int Bits, int M>
 __global__ void __launch_bounds__(kThreads, 2)
-    ring_kernel(TileWeight<Bits> W0, const ExpertWindow* tiles, int n_rows, const int32_t* row_ids, SplitX X,
+    ring_kernel(TileWeight<Bits> W, const ExpertWindow* tiles, int n_rows, const int32_t* row_ids, SplitX X,
                 float* y, int64_t ldy, int n_experts, int64_t split_stride, bool lop3) {
   using Wp = Tile<M, kN>;
   constexpr int kMi = Wp::kMi, kNi = Wp::kNi;
@@ -220,23 +236,19 @@ __global__ void __launch_bounds__(kThreads, 2)
     if (tw.count <= 0 || tw.count > M || tw.expert < 0 || tw.expert >= n_experts) return;
     tr = {tw.first, tw.count, tw.expert};
   } else {
-    tr = {int64_t{blockIdx.x} * M, min(M, n_rows - static_cast<int>(blockIdx.x) * M), 0};
+    tr = {static_cast<int>(blockIdx.x) * M, min(M, n_rows - static_cast<int>(blockIdx.x) * M), 0};
   }
-  TileWeight<Bits> W = W0;
-  W.codes += tr.expert * W.rows * W.words_per_row;
-  W.scales += tr.expert * W.rows * W.groups_per_row;
-  W.biases += tr.expert * W.rows * W.groups_per_row;
-  const int64_t n0 = int64_t{blockIdx.y} * kN;
+  const int n0 = static_cast<int>(blockIdx.y) * kN;
   const int t = threadIdx.x, warp = t / 32, lane = t % 32, g = lane / 4, tq = lane % 4;
   const int row0 = (warp / Wp::kWn) * Wp::kRows, out0 = (warp % Wp::kWn) * Wp::kOuts;
   // This warp's m fragments that hold a row of the tile (warp-uniform); the others run no MMAs.
   const int frags = min(kMi, max(0, (tr.count - row0 + 15) / 16));
-  int64_t xr[3];
+  int xr[3];
   const int my_rows[3] = {(t / 4) % M, (t / 4 + kThreads / 4) % M, t < M ? t : M};
 #pragma unroll
   for (int i = 0; i < 3; ++i) {
     const int rr = my_rows[i];
-    xr[i] = rr < tr.count ? (row_ids != nullptr ? int64_t{row_ids[tr.first + rr]} : tr.first + rr) : -1;
+    xr[i] = rr < tr.count ? (row_ids != nullptr ? row_ids[tr.first + rr] : tr.first + rr) : -1;
   }
   const uint32_t a_lane = tc::smem_addr(&sm.x[0][0][row0 + lane % 16][(lane / 16) * 8]);
   const uint32_t b_lane = tc::smem_addr(&sm.w[0][out0 + lane % 8 + (lane / 16) * 8][((lane / 8) % 2) * 8]);
@@ -251,30 +263,30 @@ __global__ void __launch_bounds__(kThreads, 2)
 #pragma unroll
       for (int e = 0; e < 4; ++e) acc[mi][ni][e] = 0.0f;
 
-  const int64_t all_k = W.cols / kTileCols;
-  const int64_t k_begin = all_k * blockIdx.z / gridDim.z, n_k = all_k * (blockIdx.z + 1) / gridDim.z;
-  y += blockIdx.z * split_stride;
-  const RingWeight<Bits> RW(W, n0);
+  const int all_k = W.cols / kTileCols;
+  const int k_begin = static_cast<int>(int64_t{all_k} * blockIdx.z / gridDim.z);
+  const int n_k = static_cast<int>(int64_t{all_k} * (blockIdx.z + 1) / gridDim.z);
+  const RingWeight<Bits> RW(W, tr.expert, n0);
   const ThreadCopy C(X, xr);
   // Group j (one a tile, committed after the barrier of tile j - kLeadX, or before the loop) holds x of tile
   // j and the raw weights of tile j + 1 + kLeadW - kLeadX; the first group also the raw weights of tiles
   // k_begin .. k_begin + kLeadW - kLeadX. Before tile kt's barrier, group kt must have landed: x of kt and
   // the raw weights of kt + 1 (decoded during tile kt).
-  auto issue = [&](int64_t j) {
-    if (j < n_k) copy_x_ring<Bits, M>(sm, static_cast<int>((j - k_begin) % kXSlots), C, j);
-    const int64_t jw = j + 1 + kLeadW - kLeadX;
-    if (jw < n_k) copy_raw<Bits, M>(sm, static_cast<int>((jw - k_begin) % kRawSlots), RW, jw);
+  auto issue = [&](int j) {
+    if (j < n_k) copy_x_ring<Bits, M>(sm, (j - k_begin) % kXSlots, X, C, j);
+    const int jw = j + 1 + kLeadW - kLeadX;
+    if (jw < n_k) copy_raw<Bits, M>(sm, (jw - k_begin) % kRawSlots, W, RW, jw);
     cp_async_commit();
   };
-  for (int64_t j = k_begin; j <= k_begin + kLeadW - kLeadX && j < n_k; ++j)
-    copy_raw<Bits, M>(sm, static_cast<int>(j - k_begin), RW, j);
-  for (int64_t j = k_begin; j < k_begin + kLeadX; ++j) issue(j);
+  for (int j = k_begin; j <= k_begin + kLeadW - kLeadX && j < n_k; ++j)
+    copy_raw<Bits, M>(sm, j - k_begin, W, RW, j);
+  for (int j = k_begin; j < k_begin + kLeadX; ++j) issue(j);
   tc::cp_async_wait<kLeadX - 1>();
   __syncthreads();
-  decode_raw<Bits, M>(sm, 0, 0, RW, k_begin, lop3);
-  for (int64_t kt = k_begin; kt < n_k; ++kt) {
-    const int64_t i = kt - k_begin;
-    const int xs = static_cast<int>(i % kXSlots), wb = static_cast<int>(i & 1);
+  decode_raw<Bits, M>(sm, 0, 0, W, RW, k_begin, lop3);
+  for (int kt = k_begin; kt < n_k; ++kt) {
+    const int i = kt - k_begin;
+    const int xs = i % kXSlots, wb = i & 1;
     tc::cp_async_wait<kLeadX - 1>();  // group kt: x of kt, raw weights of kt + 1
     __syncthreads();  // every thread's copies of group kt and the decode of tile kt are visible; kt-1 is done
     issue(kt + kLeadX);
@@ -307,8 +319,7 @@ __global__ void __launch_bounds__(kThreads, 2)
       }
     }
     // Tile kt+1's codes (landed before this barrier) into the other buffer, last read by tile kt-1.
-    if (kt + 1 < n_k)
-      decode_raw<Bits, M>(sm, static_cast<int>((i + 1) % kRawSlots), wb ^ 1, RW, kt + 1, lop3);
+    if (kt + 1 < n_k) decode_raw<Bits, M>(sm, (i + 1) % kRawSlots, wb ^ 1, W, RW, kt + 1, lop3);
       // y += scale * (x . q) + bias * sum(x), per tile in k order.
 #pragma unroll
     for (int mi = 0; mi < kMi; ++mi) {
@@ -325,6 +336,7 @@ __global__ void __launch_bounds__(kThreads, 2)
     }
   }
   tc::cp_async_wait<0>();  // no copy outlives the block (the last groups are empty or past n_k)
+  float* out = y + blockIdx.z * split_stride;
 #pragma unroll
   for (int mi = 0; mi < kMi; ++mi)
 #pragma unroll
@@ -332,8 +344,8 @@ __global__ void __launch_bounds__(kThreads, 2)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int row = row0 + mi * 16 + g + (e >= 2 ? 8 : 0);
-        const int64_t o = n0 + out0 + ni * 8 + 2 * tq + (e & 1);
-        if (row < tr.count && o < W.rows) y[(tr.first + row) * ldy + o] = acc[mi][ni][e];
+        const int o = n0 + out0 + ni * 8 + 2 * tq + (e & 1);
+        if (row < tr.count && o < W.rows) out[(tr.first + row) * ldy + o] = acc[mi][ni][e];
       }
 }
 

@@ -72,10 +72,15 @@ void set_tiled_config(const TiledConfig& c) {
 
 bool tiled_supported(const TiledWeight& w) {
   if (w.rows <= 0 || w.cols <= 0 || w.cols % kTileCols != 0 || w.n_experts < 1) return false;
-  if (w.dense != nullptr) return true;
+  // The kernels address the stacked arrays by 32-bit offsets (fewer registers than pointers): the dense
+  // values or the code words of all experts under 2^31 (the scales and biases are fewer).
+  constexpr int64_t kMaxOffset = int64_t{1} << 31;
+  if (w.rows >= kMaxOffset / w.n_experts) return false;
+  const int64_t stacked_rows = w.n_experts * w.rows;
+  if (w.dense != nullptr) return w.cols < kMaxOffset / stacked_rows;
   const int b = w.affine.bits, g = w.affine.group;
   return w.affine.codes != nullptr && (b == 2 || b == 3 || b == 4 || b == 5 || b == 6 || b == 8) &&
-         (g == 32 || g == 64 || g == 128) && w.cols % g == 0;
+         (g == 32 || g == 64 || g == 128) && w.cols % g == 0 && w.cols / 32 * b < kMaxOffset / stacked_rows;
 }
 
 int tiled_fixed_splits(const TiledWeight& w) {
