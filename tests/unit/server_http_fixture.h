@@ -40,7 +40,8 @@ class ScriptedBackend : public GenerationBackend {
   std::string error;                  // ends the script with an engine error
   bool error_despite_cancel = false;  // the error even when cancelled (a round that failed before the cancel)
   std::chrono::milliseconds first_delay{0};  // before the first token (a prompt queued behind others)
-  std::string failure;  // EngineStats::backend_failure (a backend that cannot serve again)
+  std::string failure;       // EngineStats::backend_failure (a backend that cannot serve again)
+  EngineStats engine_stats;  // what stats() reports (with `failure` as its backend_failure)
   GenerationRequest last;
 
   ~ScriptedBackend() override {
@@ -101,7 +102,7 @@ class ScriptedBackend : public GenerationBackend {
     return changed_.wait_for(lock, limit, [&] { return cancelled_.size() >= n; });
   }
   EngineStats stats() const override {
-    EngineStats s;
+    EngineStats s = engine_stats;
     s.backend_failure = failure;
     return s;
   }
