@@ -134,6 +134,10 @@ void run(const RunOptions& o) {
     std::fprintf(stderr, "[drafts: ms by rows:%s; head catch-up by rows:%s; head chain by streams:%s]\n",
                  table(stats.draft_round_ms).c_str(), table(stats.draft_catch_up_ms).c_str(),
                  table(stats.draft_chain_ms).c_str());
+  // The draft guard's verdicts over the reply: rests, and rest rounds in which the resting head caught up.
+  if (options.drafts && options.draft_guard)
+    std::fprintf(stderr, "[drafts: guard rested %lld times; head catch-up rounds %lld]\n",
+                 static_cast<long long>(stats.draft_rests), static_cast<long long>(stats.draft_catch_ups));
 }
 
 }  // namespace

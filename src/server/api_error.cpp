@@ -22,4 +22,14 @@ std::string error_body(const ApiError& error) {
   return error_body(error.what(), error.type, error.param, error.code);
 }
 
+std::string exception_message(std::exception_ptr thrown) {
+  try {
+    std::rethrow_exception(thrown);
+  } catch (const std::exception& e) {
+    return e.what();
+  } catch (...) {
+  }
+  return "an unknown exception";
+}
+
 }  // namespace ds::server

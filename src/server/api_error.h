@@ -1,6 +1,7 @@
 #pragma once
 // A request the server refuses: the HTTP status and the OpenAI error fields a client SDK turns into an
 // exception.
+#include <exception>
 #include <string>
 
 #include "core/error.h"
@@ -28,5 +29,9 @@ class ApiError : public Error {
 std::string error_body(const ApiError& error);
 std::string error_body(const std::string& message, const std::string& type, const std::string& param = "",
                        const std::string& code = "");
+
+// What an exception of any type says: its what(), or "an unknown exception" for one that is no
+// std::exception.
+std::string exception_message(std::exception_ptr thrown);
 
 }  // namespace ds::server

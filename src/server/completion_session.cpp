@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <condition_variable>
 #include <deque>
+#include <exception>
 #include <mutex>
 
 #include "server/api_error.h"
@@ -104,6 +105,13 @@ CompletionSession::CompletionSession(ServerState& state, ApiRequest request, Pre
     // A request the engine refuses outright (e.g. its stream state over the memory limit) names its field.
     throw ApiError(400, message, refused_field(message, request_.endpoint),
                    message.starts_with("context_length_exceeded") ? "context_length_exceeded" : "");
+  } catch (...) {
+    // Not a refusal but a failure (a backend's std::runtime_error, a std::bad_alloc, anything else thrown):
+    // the engine's error, a 500 like one it reports after the request started.
+    throw ApiError(
+        500,
+        fmt::format("the engine could not take the request: {}", exception_message(std::current_exception())),
+        "", "engine_error", "server_error");
   }
   const bool chat = request_.endpoint == Endpoint::Chat;
   id_ = fmt::format("{}-{:x}{:08x}", chat ? "chatcmpl" : "cmpl", state_.next_id++,
@@ -114,22 +122,52 @@ CompletionSession::CompletionSession(ServerState& state, ApiRequest request, Pre
 }
 
 CompletionSession::~CompletionSession() {
-  if (!done_) state_.backend.cancel(engine_id_);
+  end_engine_request();
+}
+
+void CompletionSession::end_engine_request() noexcept {
+  if (done_) return;
+  done_ = true;
+  try {
+    state_.backend.cancel(engine_id_);
+  } catch (...) {  // a backend that cannot cancel has nothing left to free here either
+  }
+}
+
+std::string CompletionSession::failure_body(std::exception_ptr thrown) {
+  return error_body(
+      fmt::format("the server failed while generating the reply: {}", exception_message(thrown)),
+      "server_error", "", "internal_error");
 }
 
 void CompletionSession::stream(const Write& write, std::chrono::milliseconds keepalive) {
-  run(write, nullptr, keepalive);
+  try {
+    run(write, nullptr, keepalive);
+  } catch (...) {
+    // The 200 went out with the headers: the failure is the stream's error event (as an engine error's is).
+    end_engine_request();
+    try {
+      write("data: " + failure_body(std::current_exception()) + "\n\n" + kSseDone);
+    } catch (...) {  // nothing more can reach this client
+    }
+  }
 }
 
 std::optional<CompletionSession::Whole> CompletionSession::complete(const Alive& alive,
                                                                     std::chrono::milliseconds check) {
   Whole whole;
-  whole.status = run(
-      [&](const std::string& data) {
-        whole.body += data;
-        return true;
-      },
-      alive, check);
+  try {
+    whole.status = run(
+        [&](const std::string& data) {
+          whole.body += data;
+          return true;
+        },
+        alive, check);
+  } catch (...) {
+    // Nothing was sent: the reply is a 500 with the error object, whatever the body held so far.
+    end_engine_request();
+    return Whole{500, failure_body(std::current_exception())};
+  }
   if (whole.status == 0) return std::nullopt;
   return whole;
 }

@@ -3,6 +3,8 @@
 #include <httplib.h>
 
 #include <chrono>
+#include <exception>
+#include <optional>
 
 #include "server/api_error.h"
 #include "server/client_socket.h"
@@ -89,6 +91,12 @@ struct HttpServer::Impl {
     }
   }
 
+  // A generation request that failed with something other than ApiError / ds::Error: 500 server_error.
+  void internal_error(httplib::Response& res, bool chat, std::exception_ptr thrown) {
+    state.metrics.request_done(chat, 500);
+    send_error(res, 500, error_body(exception_message(thrown), "server_error", "", "internal_error"));
+  }
+
   void generate(const httplib::Request& req, httplib::Response& res, bool chat) {
     std::shared_ptr<CompletionSession> session;
     try {
@@ -104,13 +112,22 @@ struct HttpServer::Impl {
     } catch (const Error& e) {
       state.metrics.request_done(chat, 400);
       return send_error(res, 400, error_body(e.what(), "invalid_request_error"));
+    } catch (...) {
+      // Anything else before the session started (the engine's submission throws only ApiError, see
+      // CompletionSession) is the server's failure: a 500 with the error object, counted, never httplib's.
+      return internal_error(res, chat, std::current_exception());
     }
     if (!session->streaming()) {
       // Nothing goes out before the reply is whole, so an engine failure at any token gets its real status
       // (docs/server.md, "Errors"); the client's socket is watched meanwhile, so one that left cancels.
-      const int fd = request_socket(
-          {req.local_addr, req.local_port > 0 ? req.local_port : port, req.remote_addr, req.remote_port});
-      auto whole = session->complete([fd] { return peer_connected(fd); }, options.client_check);
+      std::optional<CompletionSession::Whole> whole;
+      try {
+        const int fd = request_socket(
+            {req.local_addr, req.local_port > 0 ? req.local_port : port, req.remote_addr, req.remote_port});
+        whole = session->complete([fd] { return peer_connected(fd); }, options.client_check);
+      } catch (...) {  // complete() itself never throws
+        return internal_error(res, chat, std::current_exception());
+      }
       if (!whole) {
         state.metrics.request_done(chat, kClientClosed);
         res.status = kClientClosed;  // never sent: httplib's write to the closed socket fails

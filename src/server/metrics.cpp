@@ -75,6 +75,11 @@ std::string Metrics::render(const EngineStats& e) const {
   out += counter("deltaserve_engine_requests_total", "requests the engine accepted", e.requests_total);
   out += counter("deltaserve_drafted_tokens_total", "draft tokens proposed", e.drafted_total);
   out += counter("deltaserve_accepted_tokens_total", "draft tokens accepted", e.accepted_total);
+  out += counter("deltaserve_draft_rests_total",
+                 "times drafting measured slower than plain rounds and rested", e.draft_rests);
+  out += counter("deltaserve_draft_catch_ups_total",
+                 "rest rounds in which the resting MTP head caught up (neither drafting nor plain rounds)",
+                 e.draft_catch_ups);
   out += counter("deltaserve_prompt_cache_hits_total", "prompt cache hits", e.cache_hits);
   out += counter("deltaserve_cached_tokens_total", "prompt tokens resumed from the cache",
                  e.cached_tokens_total);

@@ -1,13 +1,18 @@
 // The HTTP routes' error statuses against a scripted backend: engine errors before and after the first token
-// (a whole reply's real status, a stream's error event), a stop-string reply complete despite a later error,
-// a failed backend's health, and a client that leaves (streaming or not) cancelling its engine request.
+// (a whole reply's real status, a stream's error event), exceptions at submission or mid-session (500s with
+// the error object, counted; never a crash), a stop-string reply complete despite a later error, a failed
+// backend's health, and a client that leaves (streaming or not) cancelling its engine request.
 #include <netdb.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <exception>
 #include <fstream>
+#include <new>
 #include <nlohmann/json.hpp>
+#include <stdexcept>
+#include <utility>
 
 #include "server_http_fixture.h"
 
@@ -72,6 +77,93 @@ TEST_F(ServerHttp, EngineErrorBeforeTheFirstTokenIsA500) {
   std::vector<std::string> events = sse(stream->body);
   ASSERT_GE(events.size(), 2u);
   EXPECT_EQ(json::parse(events[events.size() - 2])["error"]["code"], "engine_error");
+}
+
+// An exception that is not a ds::Error from the engine's submission (a backend's std::runtime_error, a
+// std::bad_alloc, anything thrown) is a 500 with the OpenAI error object (server_error, code engine_error),
+// streaming or not (a stream has sent nothing yet), counted in deltaserve_requests_total; the server keeps
+// serving.
+TEST_F(ServerHttp, EngineExceptionAtSubmissionIsA500) {
+  backend_.script = ids("ab");
+  start();
+  const std::pair<std::exception_ptr, std::string> thrown[] = {
+      {std::make_exception_ptr(std::runtime_error("cudaStreamCreate: out of memory")),
+       "cudaStreamCreate: out of memory"},
+      {std::make_exception_ptr(std::bad_alloc()), "std::bad_alloc"},
+      {std::make_exception_ptr(42), "an unknown exception"}};
+  for (const auto& [exception, message] : thrown) {
+    backend_.submit_throws = exception;
+    for (const char* path : {"/v1/completions", "/v1/chat/completions"}) {
+      for (bool stream : {false, true}) {
+        json request = std::string(path) == "/v1/completions" ? json{{"prompt", "x"}} : kChat;
+        request["stream"] = stream;
+        auto res = post(path, request);
+        ASSERT_TRUE(res) << path;
+        ASSERT_EQ(res->status, 500) << path << " stream " << stream << " " << res->body;
+        EXPECT_EQ(res->get_header_value("Content-Type"), "application/json");
+        ASSERT_TRUE(json::accept(res->body)) << res->body;
+        json e = json::parse(res->body)["error"];
+        EXPECT_NE(e["message"].get<std::string>().find(message), std::string::npos) << res->body;
+        EXPECT_EQ(e["type"], "server_error");
+        EXPECT_EQ(e["code"], "engine_error");
+        EXPECT_TRUE(e["param"].is_null());
+      }
+    }
+  }
+  std::string metrics = client().Get("/metrics")->body;
+  EXPECT_NE(metrics.find("deltaserve_requests_total{route=\"completions\",status=\"500\"} 6"),
+            std::string::npos)
+      << metrics;
+  EXPECT_NE(metrics.find("deltaserve_requests_total{route=\"chat\",status=\"500\"} 6"), std::string::npos)
+      << metrics;
+  backend_.submit_throws = nullptr;
+  auto ok = post("/v1/completions", {{"prompt", "x"}});
+  ASSERT_TRUE(ok);
+  EXPECT_EQ(ok->status, 200) << ok->body;
+}
+
+// An exception in the middle of a session (here the backend's cancel, which a matched stop string calls,
+// throws) is a 500 with the error object (server_error, code internal_error) for a whole reply, and an SSE
+// error event before [DONE] for a stream (its 200 went out at once), each counted with that status; the
+// server neither crashes (a throw out of a stream's content provider would end the process) nor stops
+// serving.
+TEST_F(ServerHttp, ExceptionMidSessionIsAnErrorNotACrash) {
+  backend_.script = ids("one two STOP three four");
+  start();
+  json body = {{"prompt", "count:"}, {"max_tokens", 40}, {"stop", {"STOP"}}};
+  backend_.cancel_throws = std::make_exception_ptr(std::runtime_error("cancel: the backend is gone"));
+  auto whole = post("/v1/completions", body);
+  ASSERT_TRUE(whole);
+  ASSERT_EQ(whole->status, 500) << whole->body;
+  json e = json::parse(whole->body)["error"];
+  EXPECT_NE(e["message"].get<std::string>().find("cancel: the backend is gone"), std::string::npos)
+      << whole->body;
+  EXPECT_EQ(e["type"], "server_error");
+  EXPECT_EQ(e["code"], "internal_error");
+  EXPECT_FALSE(json::parse(whole->body).contains("choices"));
+  body["stream"] = true;
+  backend_.cancel_throws = std::make_exception_ptr(std::runtime_error("cancel: the backend is gone"));
+  auto stream = post("/v1/completions", body);
+  ASSERT_TRUE(stream);
+  ASSERT_EQ(stream->status, 200);
+  std::vector<std::string> events = sse(stream->body);
+  ASSERT_GE(events.size(), 2u) << stream->body;
+  EXPECT_EQ(events.back(), "[DONE]");
+  json event = json::parse(events[events.size() - 2]);
+  EXPECT_EQ(event["error"]["code"], "internal_error") << stream->body;
+  EXPECT_EQ(event["error"]["type"], "server_error");
+  std::string metrics = client().Get("/metrics")->body;
+  EXPECT_NE(metrics.find("deltaserve_requests_total{route=\"completions\",status=\"500\"} 1"),
+            std::string::npos)
+      << metrics;
+  EXPECT_NE(metrics.find("deltaserve_requests_total{route=\"completions\",status=\"200\"} 1"),
+            std::string::npos)
+      << metrics;
+  body["stream"] = false;
+  auto ok = post("/v1/completions", body);
+  ASSERT_TRUE(ok);
+  ASSERT_EQ(ok->status, 200) << ok->body;
+  EXPECT_EQ(json::parse(ok->body)["choices"][0]["text"], "one two ");
 }
 
 // A late first token (a long prompt queued behind others on a busy server) is a 200 with the whole reply: the

@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <exception>
 #include <filesystem>
 #include <memory>
 #include <mutex>
@@ -14,6 +15,7 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "core/error.h"
@@ -40,7 +42,12 @@ class ScriptedBackend : public GenerationBackend {
   std::string error;                  // ends the script with an engine error
   bool error_despite_cancel = false;  // the error even when cancelled (a round that failed before the cancel)
   std::chrono::milliseconds first_delay{0};  // before the first token (a prompt queued behind others)
-  std::string failure;  // EngineStats::backend_failure (a backend that cannot serve again)
+  std::string failure;       // EngineStats::backend_failure (a backend that cannot serve again)
+  EngineStats engine_stats;  // what stats() reports (with `failure` as its backend_failure)
+  std::exception_ptr
+      submit_throws;  // submit throws it (not a ds::Error: a backend's runtime_error, bad_alloc)
+  std::exception_ptr
+      cancel_throws;  // the next cancel throws it, once (an exception in the middle of a session)
   GenerationRequest last;
 
   ~ScriptedBackend() override {
@@ -48,6 +55,7 @@ class ScriptedBackend : public GenerationBackend {
   }
   uint64_t submit(GenerationRequest request, TokenCallback on_event) override {
     if (!refuse.empty()) fail("{}", refuse);
+    if (submit_throws) std::rethrow_exception(submit_throws);
     uint64_t id = next_++;
     last = request;
     threads_.emplace_back([this, id, request, on_event] {
@@ -88,6 +96,7 @@ class ScriptedBackend : public GenerationBackend {
   }
   void cancel(uint64_t id) override {
     std::lock_guard lock(mutex_);
+    if (auto thrown = std::exchange(cancel_throws, nullptr)) std::rethrow_exception(thrown);
     cancelled_.insert(id);
     changed_.notify_all();
   }
@@ -101,7 +110,7 @@ class ScriptedBackend : public GenerationBackend {
     return changed_.wait_for(lock, limit, [&] { return cancelled_.size() >= n; });
   }
   EngineStats stats() const override {
-    EngineStats s;
+    EngineStats s = engine_stats;
     s.backend_failure = failure;
     return s;
   }

@@ -213,6 +213,23 @@ TEST_F(ServerHttp, TokenizeDetokenizeAndMetrics) {
     EXPECT_NE(metrics->body.find(name), std::string::npos) << name;
 }
 
+// The engine's draft counters are exported as they stand: drafts proposed and accepted, and the draft guard's
+// rests and the resting head's catch-up rounds (EngineStats::draft_rests / draft_catch_ups).
+TEST_F(ServerHttp, MetricsExportTheDraftCounters) {
+  backend_.engine_stats.drafted_total = 40;
+  backend_.engine_stats.accepted_total = 31;
+  backend_.engine_stats.draft_rests = 3;
+  backend_.engine_stats.draft_catch_ups = 7;
+  start();
+  auto metrics = client().Get("/metrics");
+  ASSERT_EQ(metrics->status, 200);
+  for (const char* line :
+       {"\ndeltaserve_drafted_tokens_total 40\n", "\ndeltaserve_accepted_tokens_total 31\n",
+        "\ndeltaserve_draft_rests_total 3\n", "# TYPE deltaserve_draft_rests_total counter\n",
+        "\ndeltaserve_draft_catch_ups_total 7\n", "# TYPE deltaserve_draft_catch_ups_total counter\n"})
+    EXPECT_NE(metrics->body.find(line), std::string::npos) << line << metrics->body;
+}
+
 TEST_F(ServerHttp, ToolCallsFinishWithToolCalls) {
   backend_.script = ids(
       "</think><tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\"}}\n</tool_call>");
