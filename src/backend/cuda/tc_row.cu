@@ -62,6 +62,20 @@ struct RowCopy {
     sb_word = sb + (sb_row >> 1), sb_par = static_cast<int>(sb_row & 1);
   }
 
+  // The stage's code chunks (units t0 .. t0 + nu - 1 of each row) into dst_stage; I is the offsets' type
+  // (int for the lean copy, int64_t for the plain one), so each form keeps its own address arithmetic.
+  template <typename I>
+  __device__ __forceinline__ void copy_codes(uint32_t* dst_stage, I t0, int nu) const {
+    using L = Stage<Bits>;
+    const int lim = nu * Bits / 4;  // 16-byte chunks a row in this stage (rows are whole chunks)
+#pragma unroll
+    for (int i = 0; i < kChunks; ++i) {
+      const int c = lane + 32 * i, k = chunk_of(c);
+      if (c < kWarpOutputs * Bits && k < lim)
+        cp_async16(dst_stage + row_of(c) * L::kRowWords + 4 * k, src[i] + t0 * Bits, 16);
+    }
+  }
+
   // Stage s (units 4s .. 4s + nu - 1) of the current task into dst, or nothing when `live` is false; one
   // commit group per call, as issue_stage. Lean (launch variant bit 2): the same bytes to the same places
   // with fewer instructions: 32-bit stage offsets (T <= 256) and the stage's 1-3 words of scales or biases
@@ -74,13 +88,7 @@ struct RowCopy {
     if (Lean && live) {
       const int t0 = static_cast<int>(s) * kUnitsPerStage;
       const int nu = min(kUnitsPerStage, static_cast<int>(T) - t0);
-      const int lim = nu * Bits / 4;  // 16-byte chunks a row in this stage (rows are whole chunks)
-#pragma unroll
-      for (int i = 0; i < kChunks; ++i) {
-        const int c = lane + 32 * i, k = chunk_of(c);
-        if (c < kWarpOutputs * Bits && k < lim)
-          cp_async16(dst_stage + row_of(c) * L::kRowWords + 4 * k, src[i] + t0 * Bits, 16);
-      }
+      copy_codes(dst_stage, t0, nu);
       // Words (sb_row + g) >> 1 for the stage's groups g_lo .. g_hi: at most 4 groups, so at most 3 words.
       const int g_lo = (t0 * 32) >> W.group_shift, g_hi = ((t0 + nu) * 32 - 1) >> W.group_shift;
       const int w_lo = (sb_par + g_lo) >> 1, w_hi = (sb_par + g_hi) >> 1;
@@ -90,13 +98,7 @@ struct RowCopy {
     } else if (live) {
       const int64_t t0 = s * kUnitsPerStage;
       const int nu = static_cast<int>(min(int64_t{kUnitsPerStage}, T - t0));
-      const int lim = nu * Bits / 4;  // 16-byte chunks a row in this stage (rows are whole chunks)
-#pragma unroll
-      for (int i = 0; i < kChunks; ++i) {
-        const int c = lane + 32 * i, k = chunk_of(c);
-        if (c < kWarpOutputs * Bits && k < lim)
-          cp_async16(dst_stage + row_of(c) * L::kRowWords + 4 * k, src[i] + t0 * Bits, 16);
-      }
+      copy_codes(dst_stage, t0, nu);
       const int64_t i_lo = sb_row + ((t0 * 32) >> W.group_shift);
       const int64_t i_hi = sb_row + (((t0 + nu) * 32 - 1) >> W.group_shift);
       for (int64_t w = i_lo >> 1; w <= (i_hi >> 1); ++w) cp_async4(sb_dst + (w - (i_lo >> 1)), sb + w, 4);
