@@ -179,7 +179,9 @@ struct HttpServer::Impl {
               {"completion_tokens_total", s.completion_tokens_total},
               {"cache_hits", s.cache_hits},
               {"drafted_total", s.drafted_total},
-              {"accepted_total", s.accepted_total}};
+              {"accepted_total", s.accepted_total},
+              {"draft_rests", s.draft_rests},
+              {"draft_catch_ups", s.draft_catch_ups}};
     if (failed) j["error"] = s.backend_failure;
     res.status = state.shutting_down || failed ? 503 : 200;
     res.set_content(dump_json(j), "application/json");

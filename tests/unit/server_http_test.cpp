@@ -215,7 +215,7 @@ TEST_F(ServerHttp, TokenizeDetokenizeAndMetrics) {
 
 // The engine's draft counters are exported as they stand: drafts proposed and accepted, and the draft guard's
 // rests and the resting head's catch-up rounds (EngineStats::draft_rests / draft_catch_ups).
-TEST_F(ServerHttp, MetricsExportTheDraftCounters) {
+TEST_F(ServerHttp, MetricsAndHealthExportTheDraftCounters) {
   backend_.engine_stats.drafted_total = 40;
   backend_.engine_stats.accepted_total = 31;
   backend_.engine_stats.draft_rests = 3;
@@ -228,6 +228,12 @@ TEST_F(ServerHttp, MetricsExportTheDraftCounters) {
         "\ndeltaserve_draft_rests_total 3\n", "# TYPE deltaserve_draft_rests_total counter\n",
         "\ndeltaserve_draft_catch_ups_total 7\n", "# TYPE deltaserve_draft_catch_ups_total counter\n"})
     EXPECT_NE(metrics->body.find(line), std::string::npos) << line << metrics->body;
+  // /health carries the same counters (a supervisor reading one JSON document sees the guard's state).
+  json health = json::parse(client().Get("/health")->body);
+  EXPECT_EQ(health["drafted_total"], 40);
+  EXPECT_EQ(health["accepted_total"], 31);
+  EXPECT_EQ(health["draft_rests"], 3);
+  EXPECT_EQ(health["draft_catch_ups"], 7);
 }
 
 TEST_F(ServerHttp, ToolCallsFinishWithToolCalls) {
