@@ -37,22 +37,25 @@ wx() {
     timeout ${WX_T:-90} $b/cuda_wx_check --only "$WX_ONLY" --no-bench > "$out/wx.log" 2>&1; echo "rc=$?" | tee -a "$out/summary.txt"; tail -3 "$out/wx.log" | tee -a "$out/summary.txt"
   fi
 }
+# The lean bench's plain lines (streams, rounds, ms/round, tok/s; not the variants in parentheses).
+plain_rounds() { grep -E "^ +[0-9]+ +[0-9]+ +[0-9.]+ +[0-9.]+( +[0-9.]+%.*)?$" "$1" | head -8 | tee -a "$out/summary.txt"; }
 bench() {  # family streams
   local fam=$1 STREAMS=$2
   stamp "== lean bench $fam 4:32 streams ${STREAMS:-1,8,32,64} =="
   DS_CUDA_DECODE_PRODUCTS=$fam timeout ${BENCH_T:-150} $b/cuda_model_check . --no-checks --lean-bench --bench $cfg \
     --encoding 4:32 --streams ${STREAMS:-1,8,32,64} --rounds ${ROUNDS:-8} > "$out/bench-$fam-${STREAMS//,/_}.log" 2>&1
-  echo "rc=$?" | tee -a "$out/summary.txt"; grep -iE "tok/s|streams" "$out/bench-$fam-${STREAMS//,/_}.log" | head -20 | tee -a "$out/summary.txt"
+  echo "rc=$?" | tee -a "$out/summary.txt"; plain_rounds "$out/bench-$fam-${STREAMS//,/_}.log"
 }
 six() {
   stamp "== lean bench fma 6:64 1 stream =="
   timeout ${BENCH_T:-150} $b/cuda_model_check . --no-checks --lean-bench --bench $cfg --encoding 6:64 --streams 1 --rounds ${ROUNDS:-8} > "$out/bench-6.log" 2>&1
-  echo "rc=$?" | tee -a "$out/summary.txt"; grep -iE "tok/s" "$out/bench-6.log" | head -6 | tee -a "$out/summary.txt"
+  echo "rc=$?" | tee -a "$out/summary.txt"; plain_rounds "$out/bench-6.log"
 }
 prompts() {
   stamp "== prompts ${PROMPTS-2048,8192} =="
   timeout ${PROMPT_T:-150} $b/cuda_model_check . --no-checks --bench $cfg --prompt ${PROMPTS-2048,8192} > "$out/prompt.log" 2>&1
-  echo "rc=$?" | tee -a "$out/summary.txt"; grep -iE "tok/s" "$out/prompt.log" | head -12 | tee -a "$out/summary.txt"
+  echo "rc=$?" | tee -a "$out/summary.txt"
+  grep -E "^prompt tiles|^ +[0-9]+ +[0-9.]+ +[0-9.]+$" "$out/prompt.log" | head -12 | tee -a "$out/summary.txt"
 }
 engine() {
   [[ -n "${ENGINE_STREAMS:-}" ]] || return 0
@@ -72,3 +75,5 @@ prompts
 [[ "${SKIP_6:-1}" == 1 ]] || six
 engine
 stamp done
+# Two files come back (the device returns a few files only): the summary and every log in one archive.
+(cd "$out" && tar -czf logs.tgz --remove-files *.log)
