@@ -202,23 +202,12 @@ __global__ void __launch_bounds__(Tile<M, N>::kThreads, MinBlocks)
   extern __shared__ __align__(16) unsigned char tile_smem[];
   TileSmem<M, N>& sm = *reinterpret_cast<TileSmem<M, N>*>(tile_smem);
   TileRows tr;
-  if (tiles != nullptr) {
-    const ExpertWindow tw = tiles[blockIdx.x];
-    if (tw.count <= 0 || tw.count > M || tw.expert < 0 || tw.expert >= n_experts) return;
-    tr = {tw.first, tw.count, tw.expert};
-  } else {
-    tr = {static_cast<int>(blockIdx.x) * M, min(M, n_rows - static_cast<int>(blockIdx.x) * M), 0};
-  }
+  if (!block_tile_rows<M>(tiles, n_rows, n_experts, tr)) return;
   const int n0 = static_cast<int>(blockIdx.y) * N;
-  const int t = threadIdx.x, warp = t / 32, lane = t % 32, g = lane / 4, tq = lane % 4;
+  const int t = threadIdx.x, warp = t / 32, lane = t % 32;
   const int row0 = (warp / Wp::kWn) * Wp::kRows, out0 = (warp % Wp::kWn) * Wp::kOuts;
   int xr[3];
-  const int my_rows[3] = {(t / 4) % M, (t / 4 + Wp::kThreads / 4) % M, t < M ? t : M};
-#pragma unroll
-  for (int i = 0; i < 3; ++i) {
-    const int rr = my_rows[i];
-    xr[i] = rr < tr.count ? (row_ids != nullptr ? row_ids[tr.first + rr] : tr.first + rr) : -1;
-  }
+  thread_x_rows<M, Wp::kThreads>(t, tr, row_ids, xr);
 
   // This lane's ldmatrix rows in stage 0 at k step 0; the stage, term, fragment and k step add constants.
   const uint32_t a_lane = tc::smem_addr(&sm.x[0][0][row0 + lane % 16][(lane / 16) * 8]);
@@ -227,12 +216,7 @@ __global__ void __launch_bounds__(Tile<M, N>::kThreads, MinBlocks)
   constexpr uint32_t kXStage = kTerms * kPlaneBytes, kWStage = N * kRowBytes;
 
   float acc[kMi][kNi][4], part[kMi][kNi][4];
-#pragma unroll
-  for (int mi = 0; mi < kMi; ++mi)
-#pragma unroll
-    for (int ni = 0; ni < kNi; ++ni)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) acc[mi][ni][e] = 0.0f;
+  zero_fragments(acc);
 
   // gridDim.z > 1 only for split-K (tiled_fixed_splits, tiled_wx_split_k): split z takes its share of the k
   // tiles and writes its partial sums to y + z * split_stride.
@@ -254,59 +238,14 @@ __global__ void __launch_bounds__(Tile<M, N>::kThreads, MinBlocks)
       copy_x<M, N>(sm, st ^ 1, X, C, kt + 1);
       load_tile<Bits>(L, W, TW, kt + 1);
     }
-    float(&target)[kMi][kNi][4] = Bits == 0 ? acc : part;
-    const uint32_t a_st = a_lane + st * kXStage, b_st = b_lane + st * kWStage;
-#pragma unroll
-    for (int ks = 0; ks < 2; ++ks) {
-      uint32_t b[kNi][2];
-#pragma unroll
-      for (int p = 0; p < kNi / 2; ++p) {
-        ldmatrix_x4(b_st + p * 16 * kRowBytes + ks * 32, b[2 * p][0], b[2 * p][1], b[2 * p + 1][0],
-                    b[2 * p + 1][1]);
-      }
-      // The smallest term first; the order (k step, term, m fragment, n fragment) is fixed. The affine
-      // tile's first MMA starts its partial sum at zero.
-#pragma unroll
-      for (int j = kTerms - 1; j >= 0; --j)
-#pragma unroll
-        for (int mi = 0; mi < kMi; ++mi) {
-          uint32_t a[4];
-          ldmatrix_x4(a_st + j * kPlaneBytes + mi * 16 * kRowBytes + ks * 32, a[0], a[1], a[2], a[3]);
-#pragma unroll
-          for (int ni = 0; ni < kNi; ++ni) {
-            if (Bits != 0 && ks == 0 && j == kTerms - 1)
-              mma_bf16_zero(target[mi][ni], a, b[ni][0], b[ni][1]);
-            else
-              mma_bf16(target[mi][ni], a, b[ni][0], b[ni][1]);
-          }
-        }
-    }
-    if constexpr (Bits != 0) {
-      // y += scale * (x . q) + bias * sum(x), per tile in k order.
-#pragma unroll
-      for (int mi = 0; mi < kMi; ++mi)
-#pragma unroll
-        for (int ni = 0; ni < kNi; ++ni)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int row = row0 + mi * 16 + g + (e >= 2 ? 8 : 0);
-            const int col = out0 + ni * 8 + 2 * tq + (e & 1);
-            acc[mi][ni][e] = __fmaf_rn(sm.scale[st][col], part[mi][ni][e], acc[mi][ni][e]);
-            acc[mi][ni][e] = __fmaf_rn(sm.bias[st][col], sm.sumx[st][row], acc[mi][ni][e]);
-          }
-    }
+    // Dense weights sum every tile's MMAs in acc; affine tiles start a partial sum at zero, then the tile
+    // sum.
+    tile_mmas<M, kMi, kNi, Bits != 0>(a_lane + st * kXStage, b_lane + st * kWStage, kMi,
+                                      Bits == 0 ? acc : part);
+    if constexpr (Bits != 0)
+      add_affine_tile(acc, part, sm.scale[st], sm.bias[st], sm.sumx[st], row0, out0, kMi);
   }
-  float* out = y + blockIdx.z * split_stride;
-#pragma unroll
-  for (int mi = 0; mi < kMi; ++mi)
-#pragma unroll
-    for (int ni = 0; ni < kNi; ++ni)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int row = row0 + mi * 16 + g + (e >= 2 ? 8 : 0);
-        const int o = n0 + out0 + ni * 8 + 2 * tq + (e & 1);
-        if (row < tr.count && o < W.rows) out[(tr.first + row) * ldy + o] = acc[mi][ni][e];
-      }
+  store_fragments(y + blockIdx.z * split_stride, ldy, acc, tr, row0, out0, n0, W.rows);
 }
 
 template <int Bits, int M, int N, int MinBlocks>

@@ -111,6 +111,117 @@ struct ThreadCopy {
   }
 };
 
+// The block's rows: expert window blockIdx.x of `tiles`, else row tile blockIdx.x of the n_rows rows; false
+// for a window the kernels must not run (count out of 1..M or expert out of range: no writes).
+template <int M>
+__device__ __forceinline__ bool block_tile_rows(const ExpertWindow* tiles, int n_rows, int n_experts,
+                                                TileRows& tr) {
+  if (tiles != nullptr) {
+    const ExpertWindow tw = tiles[blockIdx.x];
+    if (tw.count <= 0 || tw.count > M || tw.expert < 0 || tw.expert >= n_experts) return false;
+    tr = {tw.first, tw.count, tw.expert};
+  } else {
+    tr = {static_cast<int>(blockIdx.x) * M, min(M, n_rows - static_cast<int>(blockIdx.x) * M), 0};
+  }
+  return true;
+}
+
+// The x rows thread t copies (ThreadCopy): tile rows (t/4) % M and (t/4 + Threads/4) % M and the sums of
+// tile row t (none where t >= M), through row_ids where set; -1 past the tile's rows.
+template <int M, int Threads>
+__device__ __forceinline__ void thread_x_rows(int t, const TileRows& tr, const int32_t* row_ids,
+                                              int (&xr)[3]) {
+  const int my_rows[3] = {(t / 4) % M, (t / 4 + Threads / 4) % M, t < M ? t : M};
+#pragma unroll
+  for (int i = 0; i < 3; ++i) {
+    const int rr = my_rows[i];
+    xr[i] = rr < tr.count ? (row_ids != nullptr ? row_ids[tr.first + rr] : tr.first + rr) : -1;
+  }
+}
+
+template <int Mi, int Ni>
+__device__ __forceinline__ void zero_fragments(float (&acc)[Mi][Ni][4]) {
+#pragma unroll
+  for (int mi = 0; mi < Mi; ++mi)
+#pragma unroll
+    for (int ni = 0; ni < Ni; ++ni)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[mi][ni][e] = 0.0f;
+}
+
+// A k tile's MMAs on a warp's fragments from the stage at a_st (x: kTerms planes of M rows) and b_st (the
+// weights), in the one order both kernels keep: k step, term (the smallest first), m fragment, n fragment.
+// zero_first: each fragment's first MMA starts at zero (the affine tile's partial sum). Fragments mi >=
+// frags hold no row of the tile and run no MMAs (frags = Mi: all).
+template <int M, int Mi, int Ni, bool ZeroFirst>
+__device__ __forceinline__ void tile_mmas(uint32_t a_st, uint32_t b_st, int frags,
+                                          float (&target)[Mi][Ni][4]) {
+  constexpr uint32_t kRowBytes = kPad * 2, kPlaneBytes = M * kRowBytes;
+#pragma unroll
+  for (int ks = 0; ks < 2; ++ks) {
+    uint32_t b[Ni][2];
+#pragma unroll
+    for (int p = 0; p < Ni / 2; ++p) {
+      tc::ldmatrix_x4(b_st + p * 16 * kRowBytes + ks * 32, b[2 * p][0], b[2 * p][1], b[2 * p + 1][0],
+                      b[2 * p + 1][1]);
+    }
+#pragma unroll
+    for (int j = kTerms - 1; j >= 0; --j)
+#pragma unroll
+      for (int mi = 0; mi < Mi; ++mi) {
+        if (mi >= frags) break;
+        uint32_t a[4];
+        tc::ldmatrix_x4(a_st + j * kPlaneBytes + mi * 16 * kRowBytes + ks * 32, a[0], a[1], a[2], a[3]);
+#pragma unroll
+        for (int ni = 0; ni < Ni; ++ni) {
+          if (ZeroFirst && ks == 0 && j == kTerms - 1)
+            tc::mma_bf16_zero(target[mi][ni], a, b[ni][0], b[ni][1]);
+          else
+            tc::mma_bf16(target[mi][ni], a, b[ni][0], b[ni][1]);
+        }
+      }
+  }
+}
+
+// y += scale * (x . q) + bias * sum(x) for one k tile (tiles in k order): acc from the tile's partial sums,
+// the stage's scales and biases by output column and x sums by tile row.
+template <int Mi, int Ni>
+__device__ __forceinline__ void add_affine_tile(float (&acc)[Mi][Ni][4], const float (&part)[Mi][Ni][4],
+                                                const float* scale, const float* bias, const float* sumx,
+                                                int row0, int out0, int frags) {
+  const int lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
+#pragma unroll
+  for (int mi = 0; mi < Mi; ++mi) {
+    if (mi >= frags) break;
+#pragma unroll
+    for (int ni = 0; ni < Ni; ++ni)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int row = row0 + mi * 16 + g + (e >= 2 ? 8 : 0);
+        const int col = out0 + ni * 8 + 2 * tq + (e & 1);
+        acc[mi][ni][e] = __fmaf_rn(scale[col], part[mi][ni][e], acc[mi][ni][e]);
+        acc[mi][ni][e] = __fmaf_rn(bias[col], sumx[row], acc[mi][ni][e]);
+      }
+  }
+}
+
+// The warp's fragments to y rows tr.first + row (row < tr.count) and outputs n0 + o (< rows).
+template <int Mi, int Ni>
+__device__ __forceinline__ void store_fragments(float* out, int64_t ldy, const float (&acc)[Mi][Ni][4],
+                                                const TileRows& tr, int row0, int out0, int n0, int rows) {
+  const int lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
+#pragma unroll
+  for (int mi = 0; mi < Mi; ++mi)
+#pragma unroll
+    for (int ni = 0; ni < Ni; ++ni)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int row = row0 + mi * 16 + g + (e >= 2 ? 8 : 0);
+        const int o = n0 + out0 + ni * 8 + 2 * tq + (e & 1);
+        if (row < tr.count && o < rows) out[(tr.first + row) * ldy + o] = acc[mi][ni][e];
+      }
+}
+
 template <int Bits>
 TileWeight<Bits> tile_weight(const TiledWeight& w) {
   TileWeight<Bits> t{};

@@ -231,37 +231,21 @@ __global__ void __launch_bounds__(kThreads, 2)
   extern __shared__ __align__(16) unsigned char ring_smem[];
   RingSmem<Bits, M>& sm = *reinterpret_cast<RingSmem<Bits, M>*>(ring_smem);
   TileRows tr;
-  if (tiles != nullptr) {
-    const ExpertWindow tw = tiles[blockIdx.x];
-    if (tw.count <= 0 || tw.count > M || tw.expert < 0 || tw.expert >= n_experts) return;
-    tr = {tw.first, tw.count, tw.expert};
-  } else {
-    tr = {static_cast<int>(blockIdx.x) * M, min(M, n_rows - static_cast<int>(blockIdx.x) * M), 0};
-  }
+  if (!block_tile_rows<M>(tiles, n_rows, n_experts, tr)) return;
   const int n0 = static_cast<int>(blockIdx.y) * kN;
-  const int t = threadIdx.x, warp = t / 32, lane = t % 32, g = lane / 4, tq = lane % 4;
+  const int t = threadIdx.x, warp = t / 32, lane = t % 32;
   const int row0 = (warp / Wp::kWn) * Wp::kRows, out0 = (warp % Wp::kWn) * Wp::kOuts;
   // This warp's m fragments that hold a row of the tile (warp-uniform); the others run no MMAs.
   const int frags = min(kMi, max(0, (tr.count - row0 + 15) / 16));
   int xr[3];
-  const int my_rows[3] = {(t / 4) % M, (t / 4 + kThreads / 4) % M, t < M ? t : M};
-#pragma unroll
-  for (int i = 0; i < 3; ++i) {
-    const int rr = my_rows[i];
-    xr[i] = rr < tr.count ? (row_ids != nullptr ? row_ids[tr.first + rr] : tr.first + rr) : -1;
-  }
+  thread_x_rows<M, kThreads>(t, tr, row_ids, xr);
   const uint32_t a_lane = tc::smem_addr(&sm.x[0][0][row0 + lane % 16][(lane / 16) * 8]);
   const uint32_t b_lane = tc::smem_addr(&sm.w[0][out0 + lane % 8 + (lane / 16) * 8][((lane / 8) % 2) * 8]);
   constexpr uint32_t kRowBytes = kPad * 2, kPlaneBytes = M * kRowBytes;
   constexpr uint32_t kXStage = kTerms * kPlaneBytes, kWStage = kN * kRowBytes;
 
   float acc[kMi][kNi][4], part[kMi][kNi][4];
-#pragma unroll
-  for (int mi = 0; mi < kMi; ++mi)
-#pragma unroll
-    for (int ni = 0; ni < kNi; ++ni)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) acc[mi][ni][e] = 0.0f;
+  zero_fragments(acc);
 
   const int all_k = W.cols / kTileCols;
   const int k_begin = static_cast<int>(int64_t{all_k} * blockIdx.z / gridDim.z);
@@ -290,63 +274,14 @@ __global__ void __launch_bounds__(kThreads, 2)
     tc::cp_async_wait<kLeadX - 1>();  // group kt: x of kt, raw weights of kt + 1
     __syncthreads();  // every thread's copies of group kt and the decode of tile kt are visible; kt-1 is done
     issue(kt + kLeadX);
-    const uint32_t a_st = a_lane + xs * kXStage, b_st = b_lane + wb * kWStage;
-    if (frags > 0) {
-#pragma unroll
-      for (int ks = 0; ks < 2; ++ks) {
-        uint32_t b[kNi][2];
-#pragma unroll
-        for (int p = 0; p < kNi / 2; ++p) {
-          ldmatrix_x4(b_st + p * 16 * kRowBytes + ks * 32, b[2 * p][0], b[2 * p][1], b[2 * p + 1][0],
-                      b[2 * p + 1][1]);
-        }
-        // The register-staged kernel's order: k step, term (smallest first), m fragment, n fragment.
-#pragma unroll
-        for (int j = kTerms - 1; j >= 0; --j)
-#pragma unroll
-          for (int mi = 0; mi < kMi; ++mi) {
-            if (mi >= frags) break;
-            uint32_t a[4];
-            ldmatrix_x4(a_st + j * kPlaneBytes + mi * 16 * kRowBytes + ks * 32, a[0], a[1], a[2], a[3]);
-#pragma unroll
-            for (int ni = 0; ni < kNi; ++ni) {
-              if (ks == 0 && j == kTerms - 1)
-                mma_bf16_zero(part[mi][ni], a, b[ni][0], b[ni][1]);
-              else
-                mma_bf16(part[mi][ni], a, b[ni][0], b[ni][1]);
-            }
-          }
-      }
-    }
+    // The register-staged kernel's MMAs and order (tile_mmas), on the fragments that hold rows.
+    if (frags > 0) tile_mmas<M, kMi, kNi, true>(a_lane + xs * kXStage, b_lane + wb * kWStage, frags, part);
     // Tile kt+1's codes (landed before this barrier) into the other buffer, last read by tile kt-1.
     if (kt + 1 < n_k) decode_raw<Bits, M>(sm, (i + 1) % kRawSlots, wb ^ 1, W, RW, kt + 1, lop3);
-      // y += scale * (x . q) + bias * sum(x), per tile in k order.
-#pragma unroll
-    for (int mi = 0; mi < kMi; ++mi) {
-      if (mi >= frags) break;
-#pragma unroll
-      for (int ni = 0; ni < kNi; ++ni)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int row = row0 + mi * 16 + g + (e >= 2 ? 8 : 0);
-          const int col = out0 + ni * 8 + 2 * tq + (e & 1);
-          acc[mi][ni][e] = __fmaf_rn(sm.scale[wb][col], part[mi][ni][e], acc[mi][ni][e]);
-          acc[mi][ni][e] = __fmaf_rn(sm.bias[wb][col], sm.sumx[xs][row], acc[mi][ni][e]);
-        }
-    }
+    add_affine_tile(acc, part, sm.scale[wb], sm.bias[wb], sm.sumx[xs], row0, out0, frags);
   }
   tc::cp_async_wait<0>();  // no copy outlives the block (the last groups are empty or past n_k)
-  float* out = y + blockIdx.z * split_stride;
-#pragma unroll
-  for (int mi = 0; mi < kMi; ++mi)
-#pragma unroll
-    for (int ni = 0; ni < kNi; ++ni)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int row = row0 + mi * 16 + g + (e >= 2 ? 8 : 0);
-        const int o = n0 + out0 + ni * 8 + 2 * tq + (e & 1);
-        if (row < tr.count && o < W.rows) out[(tr.first + row) * ldy + o] = acc[mi][ni][e];
-      }
+  store_fragments(y + blockIdx.z * split_stride, ldy, acc, tr, row0, out0, n0, W.rows);
 }
 
 }  // namespace
