@@ -247,6 +247,29 @@ __host__ __device__ __forceinline__ int column_slices(int64_t rows, int64_t cols
   return rows <= 32768 && (units >= 128 || (units >= 64 && rows <= 1024)) ? kWarpsPerBlock : 1;
 }
 
+// One row's NO sums from each lane's partials: the xor butterfly over the warp, then with column slices the
+// four warps' sums as (w0 + w1) + (w2 + w3) through `part` (every lane ends with the block's sums).
+template <int NO>
+__device__ __forceinline__ void sum_warp_slices(float (&acc)[1][NO], float (&part)[kWarpsPerBlock][NO],
+                                                int slices, int warp, int lane) {
+#pragma unroll
+  for (int o = 0; o < NO; ++o)
+#pragma unroll
+    for (int mask = 16; mask > 0; mask >>= 1)
+      acc[0][o] = __fadd_rn(acc[0][o], __shfl_xor_sync(0xFFFFFFFFu, acc[0][o], mask));
+  if (slices > 1) {
+    if (lane == 0) {
+#pragma unroll
+      for (int o = 0; o < NO; ++o) part[warp][o] = acc[0][o];
+    }
+    __syncthreads();
+#pragma unroll
+    for (int o = 0; o < NO; ++o)
+      acc[0][o] = __fadd_rn(__fadd_rn(part[0][o], part[1][o]), __fadd_rn(part[2][o], part[3][o]));
+    __syncthreads();  // part is rewritten by the next task
+  }
+}
+
 // Products of one unit of each of the warp's outputs with rows 0..n_rows-1, added to acc in column order.
 template <class Unit, class Rows, int R, int NO>
 __device__ __forceinline__ void unit_product(const Unit (&cur)[NO], int64_t u, const Rows& rows,
@@ -408,22 +431,7 @@ __device__ __forceinline__ void persistent_row_product(const typename Unit::Matr
 #pragma unroll
       for (int o = 0; o < NO; ++o) cur[o] = next[o];
     }
-#pragma unroll
-    for (int o = 0; o < NO; ++o)
-#pragma unroll
-      for (int mask = 16; mask > 0; mask >>= 1)
-        acc[0][o] = __fadd_rn(acc[0][o], __shfl_xor_sync(0xFFFFFFFFu, acc[0][o], mask));
-    if (slices > 1) {
-      if (lane == 0) {
-#pragma unroll
-        for (int o = 0; o < NO; ++o) part[warp][o] = acc[0][o];
-      }
-      __syncthreads();
-#pragma unroll
-      for (int o = 0; o < NO; ++o)
-        acc[0][o] = __fadd_rn(__fadd_rn(part[0][o], part[1][o]), __fadd_rn(part[2][o], part[3][o]));
-      __syncthreads();  // part is rewritten by the next task
-    }
+    sum_warp_slices(acc, part, slices, warp, lane);
     if (slices == 1 || warp == 0) {
 #pragma unroll
       for (int o = 0; o < NO; ++o)

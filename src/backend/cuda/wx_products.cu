@@ -110,22 +110,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32, 4)
 #pragma unroll
         for (int o = 0; o < NO; ++o) cur[o] = next[o];
       }
-#pragma unroll
-      for (int o = 0; o < NO; ++o)
-#pragma unroll
-        for (int mask = 16; mask > 0; mask >>= 1)
-          acc[0][o] = __fadd_rn(acc[0][o], __shfl_xor_sync(0xFFFFFFFFu, acc[0][o], mask));
-      if (slices > 1) {
-        if (lane == 0) {
-#pragma unroll
-          for (int o = 0; o < NO; ++o) part[warp][o] = acc[0][o];
-        }
-        __syncthreads();
-#pragma unroll
-        for (int o = 0; o < NO; ++o)
-          acc[0][o] = __fadd_rn(__fadd_rn(part[0][o], part[1][o]), __fadd_rn(part[2][o], part[3][o]));
-        __syncthreads();  // part is rewritten by the next task
-      }
+      detail::sum_warp_slices(acc, part, slices, warp, lane);
     } else if (next_loads) {
       load_all(cur, next_t, u_first);
     }
