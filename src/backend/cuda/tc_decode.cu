@@ -256,7 +256,9 @@ bool small_windows = true;     // tc_decode_small_windows
 int planes = -1;               // tc_decode_set_planes (a TcPlanes; -1: not yet read from the environment)
 bool one_row_in_block = true;  // tc_decode_one_row_in_block
 int forced_slices = 0;         // tc_decode_force_column_slices (0: the shape's rule)
-int row_kernel = -1;  // tc_decode_row_kernel: 1 on, 0 off, 2 the default; -1: not yet read
+int row_kernel = -1;           // tc_decode_row_kernel: 1 on, 0 off, 2 the default; -1: not yet read
+int swiglu_fold = -1;          // tc_decode_fold_swiglu: 1 on, 0 off; -1: not yet read
+int group_fold = -1;           // tc_decode_fold_grouping: 1 on, 0 off; -1: not yet read
 
 // The layout, from DS_CUDA_TC_PLANES (columns | chained) on first use when no caller has set it.
 TcPlanes planes_now() {
@@ -290,6 +292,38 @@ bool row_kernel_now() {
   return row_kernel == 1 || (row_kernel == 2 && kDefaultTcRowKernel);
 }
 
+// The SwiGLU fold, from DS_CUDA_TC_SWIGLU (1: on, 0: off) on first use when no caller has set it; unset:
+// kDefaultTcSwiglu.
+bool swiglu_fold_now() {
+  if (swiglu_fold < 0) {
+    const char* v = std::getenv("DS_CUDA_TC_SWIGLU");
+    const std::string name = v != nullptr ? v : "";
+    if (name.empty())
+      swiglu_fold = kDefaultTcSwiglu ? 1 : 0;
+    else if (name == "1" || name == "0")
+      swiglu_fold = name == "1" ? 1 : 0;
+    else
+      bad("DS_CUDA_TC_SWIGLU", "must be 1 or 0 (got '" + name + "')");
+  }
+  return swiglu_fold == 1;
+}
+
+// The grouping fold, from DS_CUDA_TC_GROUP (1: on, 0: off) on first use when no caller has set it; unset:
+// kDefaultTcGroupFold.
+bool group_fold_now() {
+  if (group_fold < 0) {
+    const char* v = std::getenv("DS_CUDA_TC_GROUP");
+    const std::string name = v != nullptr ? v : "";
+    if (name.empty())
+      group_fold = kDefaultTcGroupFold ? 1 : 0;
+    else if (name == "1" || name == "0")
+      group_fold = name == "1" ? 1 : 0;
+    else
+      bad("DS_CUDA_TC_GROUP", "must be 1 or 0 (got '" + name + "')");
+  }
+  return group_fold == 1;
+}
+
 // Whether a launch takes the small-window kernel, and whether its one row is split in the block (no split
 // launch): affine weights (dense keeps the general kernel), windows of up to 8 rows, expert tiles of one slot
 // (tiles of 8 measured slower on it than on the general kernel: 8 staged rows a warp, 2 blocks an SM).
@@ -308,9 +342,10 @@ bool takes_row(const TiledWeight& w, int tier_rows, bool tiles) {
 template <int Bits, bool PC>
 void launch_bits(const DecodeWeight& W, Slicing sl, dim3 grid, int tier_rows, bool small, bool in_block,
                  bool row, const ExpertWindow* tiles, int n_rows, const int32_t* row_ids, const DecodeX& X,
-                 float* y, int64_t ldy, int64_t n_experts, cudaStream_t stream) {
+                 float* y, int64_t ldy, int64_t n_experts, int64_t half, const OneRowTiles& group,
+                 cudaStream_t stream) {
   if (Bits != 0 && row)
-    launch_row<Bits, PC>(W, sl, grid, tiles, n_rows, row_ids, X, y, ldy, n_experts, stream);
+    launch_row<Bits, PC>(W, sl, grid, tiles, n_rows, row_ids, X, y, ldy, n_experts, half, group, stream);
   else if (Bits != 0 && small)
     launch_small<Bits, PC>(W, sl, grid, tier_rows, in_block, tiles, n_rows, row_ids, X, y, ldy, n_experts,
                            stream);
@@ -324,10 +359,13 @@ void launch_bits(const DecodeWeight& W, Slicing sl, dim3 grid, int tier_rows, bo
     launch_nf<Bits, 8, PC>(W, sl, grid, tiles, n_rows, row_ids, X, y, ldy, n_experts, stream);
 }
 
-// Splits x into scratch, then runs the products over grid (output blocks, row tiles or expert tiles).
+// Splits x into scratch, then runs the products over grid (output blocks, row tiles or expert tiles). half >
+// 0: the one-row kernel's SwiGLU (swiglu_takes holds), y then holds h rows of half outputs; group.topk set
+// (with half > 0): the launch groups one row's routing itself (OneRowTiles).
 void dispatch(const char* op, const TiledWeight& w, unsigned grid_y, int tier_rows, const ExpertWindow* tiles,
               int n_rows, const int32_t* row_ids, const float* x, int64_t ldx, int64_t n_x, float* y,
-              int64_t ldy, void* scratch, size_t scratch_bytes, cudaStream_t stream) {
+              int64_t ldy, void* scratch, size_t scratch_bytes, cudaStream_t stream, int64_t half = 0,
+              const OneRowTiles& group = OneRowTiles{}) {
   if (!tc_decode_supported(w))
     bad(op,
         "the weight must be dense bf16 or MLX affine bits 2-6/8, group 32/64/128, cols a multiple of 32, "
@@ -336,7 +374,8 @@ void dispatch(const char* op, const TiledWeight& w, unsigned grid_y, int tier_ro
             std::to_string(w.rows) + ", cols " + std::to_string(w.cols) + ")");
   if (ldx % 4 != 0 || reinterpret_cast<uintptr_t>(x) % 16 != 0)
     bad(op, "x must be 16-byte aligned with ldx a multiple of 4 (ldx " + std::to_string(ldx) + ")");
-  if (ldy < w.rows) bad(op, "ldy must be >= the weight's rows (got " + std::to_string(ldy) + ")");
+  if (ldy < (half > 0 ? half : w.rows))
+    bad(op, "ldy must be >= the weight's rows (got " + std::to_string(ldy) + ")");
   if (y == nullptr) bad(op, "y must be a device pointer");
   if (grid_y == 0 || n_x <= 0) return;
   if (grid_y > 65535) bad(op, "at most 65535 row tiles a launch");
@@ -358,16 +397,17 @@ void dispatch(const char* op, const TiledWeight& w, unsigned grid_y, int tier_ro
   const DecodeWeight W = decode_weight(w);
   const DecodeX X{reinterpret_cast<const uint4*>(planes), sums, n_x, w.cols, x, ldx};
   const Slicing sl{tc_decode_column_slices(w.rows, w.cols)};
-  const dim3 grid(static_cast<unsigned>((w.rows + sl.block_outputs() - 1) / sl.block_outputs()), grid_y);
+  const int64_t outputs = half > 0 ? half : w.rows;  // SwiGLU: a block takes a gate block and its up block
+  const dim3 grid(static_cast<unsigned>((outputs + sl.block_outputs() - 1) / sl.block_outputs()), grid_y);
   auto with_layout = [&](auto pc) {
     constexpr bool PC = decltype(pc)::value;
     if (w.dense != nullptr)
       launch_bits<0, PC>(W, sl, grid, tier_rows, false, false, false, tiles, n_rows, row_ids, X, y, ldy,
-                         w.n_experts, stream);
+                         w.n_experts, 0, group, stream);
     else
       with_bits(w.affine.bits, [&](auto bits) {
         launch_bits<decltype(bits)::value, PC>(W, sl, grid, tier_rows, small, in_block, row, tiles, n_rows,
-                                               row_ids, X, y, ldy, w.n_experts, stream);
+                                               row_ids, X, y, ldy, w.n_experts, half, group, stream);
       });
   };
   if (planes_now() == TcPlanes::Columns)
@@ -481,6 +521,70 @@ void tc_decode_experts(const TiledWeight& w, const ExpertWindow* tiles, int max_
   if (tiles == nullptr && max_tiles > 0) bad(op, "tiles must be a device pointer");
   dispatch(op, w, static_cast<unsigned>(max_tiles), tile_rows, tiles, 0, row_ids, x, ldx, n_x_rows, y, ldy,
            scratch, scratch_bytes, stream);
+}
+
+void tc_decode_fold_swiglu(bool on) {
+  swiglu_fold = on ? 1 : 0;
+}
+
+bool tc_decode_fold_swiglu_on() {
+  return swiglu_fold_now();
+}
+
+bool tc_decode_swiglu_takes(const TiledWeight& w, int tile_rows) {
+  if (!swiglu_fold_now() || w.dense != nullptr || w.rows % 2 != 0 || !tc_decode_supported(w) ||
+      !takes_row(w, tile_rows, true))
+    return false;
+  const Slicing sl{tc_decode_column_slices(w.rows, w.cols)};
+  return (w.rows / 2) % sl.block_outputs() == 0;
+}
+
+bool tc_decode_experts_swiglu(const TiledWeight& w, const ExpertWindow* tiles, int max_tiles, int tile_rows,
+                              const int32_t* row_ids, const float* x, int64_t ldx, int n_x_rows, float* h,
+                              int64_t ldh, void* scratch, size_t scratch_bytes, cudaStream_t stream) {
+  constexpr const char* op = "tc_decode_experts_swiglu";
+  if (max_tiles < 0) bad(op, "max_tiles must be >= 0 (got " + std::to_string(max_tiles) + ")");
+  if (tile_rows < 1 || tile_rows > kDecodeTileRows)
+    bad(op, "tile_rows must be 1..64 (got " + std::to_string(tile_rows) + ")");
+  if (tiles == nullptr && max_tiles > 0) bad(op, "tiles must be a device pointer");
+  if (!tc_decode_swiglu_takes(w, tile_rows)) return false;
+  dispatch(op, w, static_cast<unsigned>(max_tiles), tile_rows, tiles, 0, row_ids, x, ldx, n_x_rows, h, ldh,
+           scratch, scratch_bytes, stream, w.rows / 2);
+  return true;
+}
+
+void tc_decode_fold_grouping(bool on) {
+  group_fold = on ? 1 : 0;
+}
+
+bool tc_decode_fold_grouping_on() {
+  return group_fold_now();
+}
+
+bool tc_decode_grouping_takes(const TiledWeight& w, int k, bool shared) {
+  return group_fold_now() && k >= 1 && k + (shared ? 1 : 0) <= 32 && tc_decode_swiglu_takes(w, 1);
+}
+
+bool tc_decode_experts_swiglu_routed(const TiledWeight& w, const int32_t* topk, int k, int shared_expert,
+                                     ExpertWindow* tiles, int max_tiles, int32_t* row_ids, int32_t* slot_of,
+                                     const float* x, float* h, int64_t ldh, void* scratch,
+                                     size_t scratch_bytes, cudaStream_t stream) {
+  constexpr const char* op = "tc_decode_experts_swiglu_routed";
+  const int n_experts = static_cast<int>(w.n_experts);
+  if (shared_expert != -1 && shared_expert != n_experts - 1)
+    bad(op, "shared_expert must be -1 or n_experts - 1 (got " + std::to_string(shared_expert) + ")");
+  if (!tc_decode_grouping_takes(w, k, shared_expert >= 0)) return false;
+  const int with_shared = shared_expert >= 0 ? 1 : 0;
+  if (max_tiles < max_expert_tiles(1, k + with_shared, n_experts, 1))
+    bad(op, "max_tiles is below max_expert_tiles(1, k (+ 1 with a shared expert), n_experts, 1)");
+  if (topk == nullptr || tiles == nullptr || row_ids == nullptr || slot_of == nullptr)
+    bad(op, "topk, tiles, row_ids and slot_of must be device pointers");
+  OneRowTiles g;
+  g.topk = topk, g.k = k, g.shared = shared_expert, g.max_tiles = max_tiles;
+  g.tiles = tiles, g.row_ids = row_ids, g.slot_of = slot_of;
+  dispatch(op, w, static_cast<unsigned>(max_tiles), 1, tiles, 0, nullptr, x, w.cols, 1, h, ldh, scratch,
+           scratch_bytes, stream, w.rows / 2, g);
+  return true;
 }
 
 }  // namespace ds::cuda

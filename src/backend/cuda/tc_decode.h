@@ -111,4 +111,38 @@ void tc_decode_experts(const TiledWeight& w, const ExpertWindow* tiles, int max_
                        const int32_t* row_ids, const float* x, int64_t ldx, int n_x_rows, float* y,
                        int64_t ldy, void* scratch, size_t scratch_bytes, cudaStream_t stream);
 
+// Expert tiles of gate|up (w: [2 half, cols] an expert, gate rows first) with the SwiGLU in the product's
+// epilogue (session 12): h[slot * ldh + o] = silu(gate o) * (up o), silu_mul_halves' expression, for o <
+// half, bit for bit tc_decode_experts into gu followed by silu_mul_halves (checked, memcmp). Taken where the
+// tiles run the one-row kernel (tile_rows 1; tc_decode_row_kernel_on), the weight is MLX affine and half is
+// a multiple of the launch's output block (tc_decode_column_slices), and the fold is on; returns false having
+// launched nothing otherwise (the caller runs the two ops). Arguments as tc_decode_experts.
+bool tc_decode_experts_swiglu(const TiledWeight& w, const ExpertWindow* tiles, int max_tiles, int tile_rows,
+                              const int32_t* row_ids, const float* x, int64_t ldx, int n_x_rows, float* h,
+                              int64_t ldh, void* scratch, size_t scratch_bytes, cudaStream_t stream);
+// Whether tc_decode_experts_swiglu takes (w, tile_rows) now.
+bool tc_decode_swiglu_takes(const TiledWeight& w, int tile_rows);
+// The fold on or off for every later launch (process-wide; the bench's before/after). Without a call, the
+// first use reads DS_CUDA_TC_SWIGLU (1: on, 0: off; other values throw naming it), else kDefaultTcSwiglu.
+constexpr bool kDefaultTcSwiglu = true;
+void tc_decode_fold_swiglu(bool on);
+bool tc_decode_fold_swiglu_on();
+
+// tc_decode_experts_swiglu for one row's routing with the tile grouping folded into the same launch (session
+// 12): topk [k] expert ids (device) of the one x row (x: cols floats), the shared expert (n_experts - 1, or
+// -1) after them; each block finds its own tile from topk, and the launch writes tiles [max_tiles], row_ids
+// and slot_of [k] exactly as moe_expert_tiles(topk, 1, k, n_experts, ..., tile_rows 1, shared_expert) does
+// (checked, memcmp, bad ids included), so the down products and the combine read them as before. Taken
+// where tc_decode_swiglu_takes(w, 1) holds, k + (shared) <= 32 and this fold is on; returns false having
+// launched nothing otherwise (the caller groups and runs tc_decode_experts_swiglu or the separate ops).
+bool tc_decode_experts_swiglu_routed(const TiledWeight& w, const int32_t* topk, int k, int shared_expert,
+                                     ExpertWindow* tiles, int max_tiles, int32_t* row_ids, int32_t* slot_of,
+                                     const float* x, float* h, int64_t ldh, void* scratch,
+                                     size_t scratch_bytes, cudaStream_t stream);
+bool tc_decode_grouping_takes(const TiledWeight& w, int k, bool shared);
+// The grouping fold on or off (process-wide; DS_CUDA_TC_GROUP 1 | 0 at first use, else kDefaultTcGroupFold).
+constexpr bool kDefaultTcGroupFold = true;
+void tc_decode_fold_grouping(bool on);
+bool tc_decode_fold_grouping_on();
+
 }  // namespace ds::cuda

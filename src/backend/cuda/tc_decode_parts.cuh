@@ -95,6 +95,49 @@ struct DecodeX {
   int64_t ldx = 0;
 };
 
+// One row's routing grouped into expert tiles of one slot by the product itself (tc_decode_experts_swiglu's
+// routed form; topk == nullptr: off): pairs i < k are (expert topk[i], row 0), then with shared >= 0 one more
+// (expert shared, row 0). Every block finds its own tile (one_row_tile) and block (0, 0) writes tiles,
+// row_ids and slot_of as moe_expert_tiles(topk, 1, k, n_experts, ..., tile_rows 1, shared) would.
+struct OneRowTiles {
+  const int32_t* topk = nullptr;
+  int k = 0, shared = -1, max_tiles = 0;
+  ExpertWindow* tiles = nullptr;
+  int32_t* row_ids = nullptr;
+  int32_t* slot_of = nullptr;
+};
+
+// Tile j of that grouping (count 0 past the last), by the warp (every lane calls; all = k + (shared >= 0) <=
+// 32 pairs, lane i holds pair i). moe_expert_tiles' rule at one row and tiles of one slot: a valid pair (0 <=
+// expert < n_experts) ranks by (expert, pair index); its tile is its rank, its slot its rank, or for the
+// shared expert (the last id) k plus its rank among that expert's pairs; an invalid routed pair gets slot_of
+// -1. write: also store every tile up to max_tiles (zeros past the last), row_ids and slot_of.
+__device__ __forceinline__ ExpertWindow one_row_tile(const OneRowTiles& g, int64_t n_experts, int j,
+                                                     bool write, int lane) {
+  const int all = g.k + (g.shared >= 0 ? 1 : 0);
+  const int e = lane < all ? (lane < g.k ? g.topk[lane] : g.shared) : -1;
+  const bool valid = lane < all && e >= 0 && e < n_experts;
+  int rank = 0, same_before = 0;
+  for (int i = 0; i < 32; ++i) {
+    const int ei = __shfl_sync(0xFFFFFFFFu, e, i);
+    const bool vi = __shfl_sync(0xFFFFFFFFu, valid ? 1 : 0, i) != 0;
+    rank += vi && (ei < e || (ei == e && i < lane)) ? 1 : 0;
+    same_before += vi && ei == e && i < lane ? 1 : 0;
+  }
+  const int slot = e == g.shared ? g.k + same_before : rank;
+  const int n_tiles = __popc(__ballot_sync(0xFFFFFFFFu, valid));
+  if (write) {
+    if (valid && rank < g.max_tiles) g.tiles[rank] = ExpertWindow{e, slot, 1};
+    for (int i = n_tiles + lane; i < g.max_tiles; i += 32) g.tiles[i] = ExpertWindow{0, 0, 0};
+    if (valid) g.row_ids[slot] = 0;
+    if (lane < g.k) g.slot_of[lane] = valid ? slot : -1;
+  }
+  const unsigned mine = __ballot_sync(0xFFFFFFFFu, valid && rank == j);
+  if (mine == 0) return ExpertWindow{0, 0, 0};
+  const int src = __ffs(mine) - 1;
+  return ExpertWindow{__shfl_sync(0xFFFFFFFFu, e, src), __shfl_sync(0xFFFFFFFFu, slot, src), 1};
+}
+
 // The one-row small kernel that splits its x row in shared memory (no split launch) takes at most this many
 // columns (its planes and sums then fit beside the ring).
 constexpr int64_t kInBlockMaxCols = 8192;
@@ -320,10 +363,14 @@ void launch_small(const DecodeWeight& W, Slicing sl, dim3 grid, int x_rows, bool
 // tiles on the 4-block kernel where that runs them in fewer waves. For the bench's before/after.
 // Measured fastest (tc11): lean copy, 3 blocks an SM, tile waves; the model at one stream 6.866 -> 6.770 ms
 // a round against variant 2 (tcrow10's default).
+// half > 0 (expert tiles of gate|up, [2 half, cols] an expert; grid.x = half / sl.block_outputs()): the
+// SwiGLU in the epilogue, y then holds h rows of half outputs (tc_decode_experts_swiglu); 0: plain. group
+// (topk set; with half > 0, grid.y = group.max_tiles): the tiles grouped by the launch itself from one row's
+// routing (OneRowTiles), `tiles` and `row_ids` not read.
 constexpr int kDefaultRowVariant = 14;
 template <int Bits, bool PC>
 void launch_row(const DecodeWeight& W, Slicing sl, dim3 grid, const ExpertWindow* tiles, int n_rows,
                 const int32_t* row_ids, const DecodeX& X, float* y, int64_t ldy, int64_t n_experts,
-                cudaStream_t stream);
+                int64_t half, const OneRowTiles& group, cudaStream_t stream);
 
 }  // namespace ds::cuda::tcd

@@ -18,11 +18,17 @@
 // running on into its next output block's stages; expert tiles one output block a block. Launch variants
 // (tc_decode_row_variant) change only the grid, the register budget and how a stage's bytes are copied (the
 // same bytes to the same places), never the arithmetic.
+// SwiGLU (session 12): expert tiles of gate|up ([2 half, cols] an expert) with grid.x = half / block outputs,
+// so a block's tasks are output block b of gate (o0) and then the same block of up (o0 + half, the
+// persistent loop's next task): the lane that stores gate output o keeps it in a register and, at up output
+// half + o, stores h[o] = silu(gate) * up (silu_mul_halves' expression) instead of both products. The chains,
+// slices and merge are the plain launch's, so gate and up carry the same bits.
 #include <algorithm>
 #include <atomic>
 
 #include "backend/cuda/code_bits.h"
 #include "backend/cuda/cuda_error.h"
+#include "backend/cuda/device_math.cuh"
 #include "backend/cuda/grid_dependency.cuh"
 #include "backend/cuda/tc_decode.h"
 #include "backend/cuda/tc_decode_parts.cuh"
@@ -132,11 +138,12 @@ __device__ __forceinline__ bool merge_row(const Slicing& sl, float (&v)[2], floa
 
 // Persistent over output blocks for a single matrix (block b takes output blocks b, b + gridDim.x, ...; each
 // warp's ring runs on into its next task's stages); expert tiles: one output block a block (grid.x covers
-// them), tile blockIdx.y.
+// them), tile blockIdx.y; with half > 0 (SwiGLU, expert tiles only) the gate block, then its up block, and y
+// holds h rows (ldy apart) of half outputs.
 template <int Bits, bool PC, int MinBlocks, bool Lean>
 __global__ void __launch_bounds__(kThreads, MinBlocks)
     row_kernel(DecodeWeight W, Slicing sl, const ExpertWindow* tiles, int n_rows, const int32_t* row_ids,
-               DecodeX X, float* y, int64_t ldy, int64_t n_experts) {
+               DecodeX X, float* y, int64_t ldy, int64_t n_experts, int64_t half, OneRowTiles group) {
   using L = Stage<Bits>;
   constexpr int KS = kRowStages;
   extern __shared__ __align__(16) uint32_t smem[];
@@ -148,7 +155,11 @@ __global__ void __launch_bounds__(kThreads, MinBlocks)
   int64_t first = 0;
   int count = 0;
   if (tiles != nullptr) {
-    const ExpertWindow tw = tiles[blockIdx.y];
+    // The routed form finds its tile itself (block (0, 0)'s first warp writes the grouping).
+    const ExpertWindow tw = group.topk != nullptr
+                                ? one_row_tile(group, n_experts, static_cast<int>(blockIdx.y),
+                                               blockIdx.x == 0 && blockIdx.y == 0 && warp == 0, lane)
+                                : tiles[blockIdx.y];
     if (tw.count <= 0 || tw.count > 1 || tw.expert < 0 || tw.expert >= n_experts) return;  // whole block
     first = tw.first, count = tw.count;
     const int64_t e = tw.expert;
@@ -174,7 +185,10 @@ __global__ void __launch_bounds__(kThreads, MinBlocks)
 #pragma unroll
   for (int s = 0; s < KS - 1; ++s) issue_next(ring + s * L::kWords);
   if (tiles == nullptr) dev::grid_dependency_wait();
-  const int64_t xrow = count > 0 ? (row_ids != nullptr ? int64_t{row_ids[first]} : first) : -1;
+  const int64_t xrow = count > 0 ? (group.topk != nullptr ? 0
+                                    : row_ids != nullptr  ? int64_t{row_ids[first]}
+                                                          : first)
+                                 : -1;
   uint4* xplanes = reinterpret_cast<uint4*>(smem + kWarps * KS * L::kWords);
   float* xsums = reinterpret_cast<float*>(xplanes + kTerms * T * 4);
   float* merge_area = xsums + 5 * T;  // after the split's sums and pair sums: [2][kWarps][2][32]
@@ -192,6 +206,16 @@ __global__ void __launch_bounds__(kThreads, MinBlocks)
   const int pc_off = pc_h ? row_off[1] : row_off[0];
   float* yr = y + first * ldy;
   int slot = 0;  // the ring slot of the warp's next stage to decode (its stages over its tasks in order)
+  float gate[2] = {0.0f, 0.0f};  // SwiGLU: the gate outputs this lane stored at the block's first task
+  // Output o's value v: y[o]; with SwiGLU gate o (o < half) is kept in gate[k], up o stores h[o - half].
+  auto store = [&](int64_t o, int k, float v) {
+    if (half == 0)
+      yr[o] = v;
+    else if (o < half)
+      gate[k] = v;
+    else
+      yr[o - half] = __fmul_rn(dev::silu(gate[k]), v);
+  };
   for (int parity = 0; o0 < W.rows; o0 += step, parity ^= 1) {
     // Chained: acc[h] is D element 2h (output g + 8h, column 2t; the row's on t == 0). Plane columns: acc[0]
     // is this lane's d of output g + 8 (t & 1) (the row's on t < 2).
@@ -257,12 +281,12 @@ __global__ void __launch_bounds__(kThreads, MinBlocks)
     if (!merge_row(sl, acc, merge_area, parity, warp, lane) || count <= 0) continue;
     if constexpr (PC) {
       const int64_t o = o0 + g + 8 * pc_h;
-      if (t < 2 && o < W.rows) yr[o] = acc[0];
+      if (t < 2 && o < W.rows) store(o, 0, acc[0]);
     } else {
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int64_t o = o0 + g + 8 * h;
-        if (t == 0 && o < W.rows) yr[o] = acc[h];
+        if (t == 0 && o < W.rows) store(o, h, acc[h]);
       }
     }
   }
@@ -303,18 +327,19 @@ struct RowLaunch {
   // tiles: one output block a block.
   static void launch(const DecodeWeight& W, Slicing sl, dim3 grid, bool persistent, const ExpertWindow* tiles,
                      int n_rows, const int32_t* row_ids, const DecodeX& X, float* y, int64_t ldy,
-                     int64_t n_experts, cudaStream_t stream) {
+                     int64_t n_experts, int64_t half, const OneRowTiles& group, cudaStream_t stream) {
     const int64_t T = W.cols / 32, resident_now = resident(T);
     dim3 g = grid;
     if (tiles == nullptr && persistent) g.x = static_cast<unsigned>(std::min<int64_t>(grid.x, resident_now));
-    kernel<<<g, kThreads, bytes(T), stream>>>(W, sl, tiles, n_rows, row_ids, X, y, ldy, n_experts);
+    kernel<<<g, kThreads, bytes(T), stream>>>(W, sl, tiles, n_rows, row_ids, X, y, ldy, n_experts, half,
+                                              group);
   }
 };
 
 template <int Bits, bool PC, bool Lean>
 void launch_lean(int v, const DecodeWeight& W, Slicing sl, dim3 grid, const ExpertWindow* tiles, int n_rows,
                  const int32_t* row_ids, const DecodeX& X, float* y, int64_t ldy, int64_t n_experts,
-                 cudaStream_t stream) {
+                 int64_t half, const OneRowTiles& group, cudaStream_t stream) {
   using Three = RowLaunch<Bits, PC, 3, Lean>;
   using Four = RowLaunch<Bits, PC, 4, Lean>;
   bool three = (v & 2) != 0;
@@ -327,9 +352,9 @@ void launch_lean(int v, const DecodeWeight& W, Slicing sl, dim3 grid, const Expe
   }
   const bool persistent = (v & 1) == 0;
   if (three)
-    Three::launch(W, sl, grid, persistent, tiles, n_rows, row_ids, X, y, ldy, n_experts, stream);
+    Three::launch(W, sl, grid, persistent, tiles, n_rows, row_ids, X, y, ldy, n_experts, half, group, stream);
   else
-    Four::launch(W, sl, grid, persistent, tiles, n_rows, row_ids, X, y, ldy, n_experts, stream);
+    Four::launch(W, sl, grid, persistent, tiles, n_rows, row_ids, X, y, ldy, n_experts, half, group, stream);
 }
 
 }  // namespace
@@ -340,20 +365,23 @@ void launch_lean(int v, const DecodeWeight& W, Slicing sl, dim3 grid, const Expe
 template <int Bits, bool PC>
 void launch_row(const DecodeWeight& W, Slicing sl, dim3 grid, const ExpertWindow* tiles, int n_rows,
                 const int32_t* row_ids, const DecodeX& X, float* y, int64_t ldy, int64_t n_experts,
-                cudaStream_t stream) {
+                int64_t half, const OneRowTiles& group, cudaStream_t stream) {
   const int v = tc_decode_row_variant();
   if (v & 4)
-    launch_lean<Bits, PC, true>(v, W, sl, grid, tiles, n_rows, row_ids, X, y, ldy, n_experts, stream);
+    launch_lean<Bits, PC, true>(v, W, sl, grid, tiles, n_rows, row_ids, X, y, ldy, n_experts, half, group,
+                                stream);
   else
-    launch_lean<Bits, PC, false>(v, W, sl, grid, tiles, n_rows, row_ids, X, y, ldy, n_experts, stream);
+    launch_lean<Bits, PC, false>(v, W, sl, grid, tiles, n_rows, row_ids, X, y, ldy, n_experts, half, group,
+                                 stream);
 }
 
-#define DS_TC_ROW(B)                                                                               \
-  template void launch_row<B, false>(const DecodeWeight&, Slicing, dim3, const ExpertWindow*, int, \
-                                     const int32_t*, const DecodeX&, float*, int64_t, int64_t,     \
-                                     cudaStream_t);                                                \
-  template void launch_row<B, true>(const DecodeWeight&, Slicing, dim3, const ExpertWindow*, int,  \
-                                    const int32_t*, const DecodeX&, float*, int64_t, int64_t, cudaStream_t);
+#define DS_TC_ROW(B)                                                                                    \
+  template void launch_row<B, false>(const DecodeWeight&, Slicing, dim3, const ExpertWindow*, int,      \
+                                     const int32_t*, const DecodeX&, float*, int64_t, int64_t, int64_t, \
+                                     const OneRowTiles&, cudaStream_t);                                 \
+  template void launch_row<B, true>(const DecodeWeight&, Slicing, dim3, const ExpertWindow*, int,       \
+                                    const int32_t*, const DecodeX&, float*, int64_t, int64_t, int64_t,  \
+                                    const OneRowTiles&, cudaStream_t);
 DS_TC_ROW(2)
 DS_TC_ROW(3)
 DS_TC_ROW(4)

@@ -13,6 +13,7 @@
 #include "backend/cuda/model/cuda_bench.h"
 #include "backend/cuda/model/cuda_model.h"
 #include "backend/cuda/model/hc_kernels.h"
+#include "backend/cuda/tc_decode.h"
 #include "backend/cuda/wx_products.h"
 #include "backend/cuda/wx_row_choice.h"
 #include "core/error.h"
@@ -132,6 +133,39 @@ void run_fast_vs_generic(Tally& tally, const std::string& config_path) {
   tally.expect(far > bound, "fast vs generic: negative control exceeds the bound");
 }
 
+// The tensor expert tiles' folds (tc_decode_fold_swiglu, tc_decode_fold_grouping; in the graphs' key: each
+// setting captures its own): both off, the SwiGLU alone, both on; at one row (where the grouping fold is
+// taken) the op tables of each.
+static void bench_swiglu_fold(CudaModel& m, int n, int rounds) {
+  const bool swiglu = tc_decode_fold_swiglu_on(), group = tc_decode_fold_grouping_on();
+  struct Folds {
+    bool swiglu, group;
+    const char* name;
+  };
+  for (const Folds f :
+       {Folds{false, false, "folds off (tiles, product, SwiGLU)"}, Folds{true, false, "SwiGLU fold only"},
+        Folds{true, true, "SwiGLU + grouping folds"}}) {
+    tc_decode_fold_swiglu(f.swiglu), tc_decode_fold_grouping(f.group);
+    const DecodeRate v = bench_decode_rounds(m, n, rounds, 1);
+    std::printf("%8d %10d %12.3f %12.1f  (tensor expert gate|up: %s", n, rounds, v.ms_per_round,
+                v.tokens_per_s, f.name);
+    if (n == 1) std::printf("; %zu graph nodes a round", m.graph_nodes());
+    std::printf(")\n");
+    if (n != 1) continue;
+    const int timed = 8;
+    const auto ops = op_breakdown(m, timed);
+    double total = 0;
+    for (const auto& o : ops) total += o.second;
+    std::printf("  per-op GPU time of one batch-1 round, %s (events as graph nodes; mean of %d):\n", f.name,
+                timed);
+    for (const auto& [k, us] : ops)
+      std::printf("    %-22s %9.1f us %5.1f%%\n", k.c_str(), us, 100 * us / total);
+    std::printf("    %-22s %9.1f us\n", "total", total);
+  }
+  tc_decode_fold_swiglu(swiglu), tc_decode_fold_grouping(group);
+  std::fflush(stdout);
+}
+
 void run_bench(const std::string& config_path, int bits, int group, const std::vector<int>& streams,
                int rounds, bool lean) {
   const ModelConfig cfg = read_config(config_path);
@@ -162,6 +196,10 @@ void run_bench(const std::string& config_path, int bits, int group, const std::v
       for (const auto& [c, k] : kinds) std::printf("    %5d  %s\n", c, k.c_str());
     }
     std::fflush(stdout);
+    if (m.options().decode_products == DecodeProducts::Tensor) bench_swiglu_fold(m, n, rounds);
+    // DS_LEAN_FOLDS_ONLY=1: the default line and the folds' lines only (a short device call).
+    if (const char* v = std::getenv("DS_LEAN_FOLDS_ONLY"); lean && v != nullptr && std::string(v) == "1")
+      continue;
     // The greedy pick by the one-block argmax (the earlier kernel; the same ids), then the default again,
     // each with the host's time a round: preparing the inputs, the launch, the wait for the ids.
     for (const bool split : {false, true}) {

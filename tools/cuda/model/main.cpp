@@ -97,6 +97,7 @@ int main(int argc, char** argv) {
       section(tally, "hc mix", [&] { mc::run_hc_checks(tally); });
       section(tally, "argmax", [&] { mc::run_argmax_checks(tally); });
       section(tally, "fused moe glue", [&] { mc::run_moe_fused_checks(tally); });
+      section(tally, "tensor expert swiglu", [&] { mc::run_tc_swiglu_checks(tally); });
       section(tally, "fast vs generic", [&] { mc::run_fast_vs_generic(tally, small_config); });
       section(tally, "prompt real heads", [&] { mc::run_prompt_real_heads(tally, small_config); });
       section(tally, "prompt attention", [&] { mc::run_attention_prompt_checks(tally); });

@@ -71,6 +71,8 @@ void run_op_tables(const std::string& config_path, int bits, int group, const st
 void run_argmax_checks(Tally& tally);
 // The MoE glue folded into the FMA products (moe_fused_checks.cpp) == the separate launches, bit for bit.
 void run_moe_fused_checks(Tally& tally);
+// The tensor expert tiles' gate|up with the SwiGLU folded in (moe_tc_swiglu_checks.cpp) == the separate ops.
+void run_tc_swiglu_checks(Tally& tally);
 // The hyper-connection mix kernels (hc_checks.cpp) at the real shape against float64, rows alone == together.
 void run_hc_checks(Tally& tally);
 // The prompt path (prompt_checks.cpp): a fixture's teacher-forced logits through prompt passes within the

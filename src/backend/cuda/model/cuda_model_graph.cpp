@@ -160,6 +160,8 @@ void CudaModel::append_option_key(GraphKey& key) const {
   o.tc_forced_slices = tc_decode_forced_column_slices();
   o.tc_row_kernel = tc_decode_row_kernel_on();
   o.tc_row_variant = tc_decode_row_variant();
+  o.tc_swiglu = tc_decode_fold_swiglu_on();
+  o.tc_group = tc_decode_fold_grouping_on();
   const TiledConfig tiled = tiled_config();
   o.tiled_outputs = tiled.tile_outputs;
   o.tiled_min_blocks = tiled.min_blocks;

@@ -218,22 +218,36 @@ const int32_t* CudaModel::prompt_experts(const Layer& L, int n, const float* x) 
       tc_decode_wx(w, xs, ldx, n, y, ldy, s.tc_split, s.tc_split_bytes, st);
   };
   op("moe expert gate|up");
-  moe_expert_tiles(s.ids, n, K, E + tiled_shared, tiles, max_tiles, s.row_ids, s.slot_of, group, st,
-                   tile_rows, tiled_shared ? E : -1);
   TiledWeight t;
   tiled_view(L.gate_up, t);
-  experts(t, s.row_ids, x, D, n, s.gu, 2 * I);
   // Otherwise (prompt passes) the shared expert stacked as expert E (joint products) over every row, in the
   // slots after the routed ones.
   const int routed = n * K, all = routed + (L.shared_stacked ? n : 0);
   const bool shared_alone = L.shared_stacked && !tiled_shared;
-  if (shared_alone) one(expert_slice(t, E), x, D, s.gu + int64_t{routed} * 2 * I, 2 * I);
-  if (L.up_alone.valid()) {
-    tiled_view(L.up_alone, t);
-    experts(t, s.row_ids, x, D, n, s.gu + I, 2 * I);
-    if (shared_alone) one(expert_slice(t, E), x, D, s.gu + int64_t{routed} * 2 * I + I, 2 * I);
+  // Decode tiles of one slot on the one-row kernel: gate|up with the SwiGLU in its epilogue (the bits of the
+  // product then silu_mul_halves; tc_decode_experts_swiglu), one launch instead of two; at one row also the
+  // grouping (tc_decode_experts_swiglu_routed: the tiles, row_ids and slot_of of moe_expert_tiles).
+  const bool fold = !prompt_pass_ && !shared_alone && !L.up_alone.valid();
+  bool folded =
+      fold && n == 1 &&
+      tc_decode_experts_swiglu_routed(t, s.ids, K, tiled_shared ? E : -1, tiles, max_tiles, s.row_ids,
+                                      s.slot_of, x, s.h, I, s.tc_split, s.tc_split_bytes, st);
+  if (!folded) {
+    moe_expert_tiles(s.ids, n, K, E + tiled_shared, tiles, max_tiles, s.row_ids, s.slot_of, group, st,
+                     tile_rows, tiled_shared ? E : -1);
+    folded = fold && tc_decode_experts_swiglu(t, tiles, max_tiles, tile_rows, s.row_ids, x, D, n, s.h, I,
+                                              s.tc_split, s.tc_split_bytes, st);
   }
-  silu_mul_halves(s.gu, all, I, s.h, st);
+  if (!folded) {
+    experts(t, s.row_ids, x, D, n, s.gu, 2 * I);
+    if (shared_alone) one(expert_slice(t, E), x, D, s.gu + int64_t{routed} * 2 * I, 2 * I);
+    if (L.up_alone.valid()) {
+      tiled_view(L.up_alone, t);
+      experts(t, s.row_ids, x, D, n, s.gu + I, 2 * I);
+      if (shared_alone) one(expert_slice(t, E), x, D, s.gu + int64_t{routed} * 2 * I + I, 2 * I);
+    }
+    silu_mul_halves(s.gu, all, I, s.h, st);
+  }
   op("moe expert down");
   tiled_view(L.down, t);
   experts(t, nullptr, s.h, I, tiled_shared ? all : routed, s.slots, D);

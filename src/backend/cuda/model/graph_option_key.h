@@ -36,6 +36,8 @@ struct GraphOptionKey {
   int64_t tc_forced_slices = 0;
   bool tc_row_kernel = false;  // the one-row tensor kernel (tc_row.cu) and its launch variant
   int64_t tc_row_variant = 0;
+  bool tc_swiglu = false;  // the tensor expert tiles' SwiGLU fold (tc_decode_fold_swiglu)
+  bool tc_group = false;   // and their grouping fold at one row (tc_decode_fold_grouping)
   int64_t tiled_outputs = 0, tiled_min_blocks = 0;
   int64_t tiled_ring = 0;  // which tiles take the ring kernel (tc_products_ring.h)
 };
@@ -69,6 +71,8 @@ inline void append_graph_option_key(std::vector<int64_t>& key, const GraphOption
                          o.tc_forced_slices,
                          b(o.tc_row_kernel),
                          o.tc_row_variant,
+                         b(o.tc_swiglu),
+                         b(o.tc_group),
                          o.tiled_outputs,
                          o.tiled_min_blocks,
                          o.tiled_ring});
