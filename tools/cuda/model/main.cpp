@@ -85,6 +85,7 @@ int main(int argc, char** argv) {
   mc::Tally tally;
   if (checks && hc_only) {
     section(tally, "hc mix", [&] { mc::run_hc_checks(tally); });
+    section(tally, "hc tensor mix", [&] { mc::run_hc_tensor_checks(tally); });
     std::printf("checks: %d passed, %d failed\n", tally.passed, tally.failed);
   } else if (checks) {
     if (!mtp_only) {
@@ -95,6 +96,7 @@ int main(int argc, char** argv) {
              "qwen4exp_mlx_8bit_g128", "qwen4exp_mlx_2bit_g32", "qwen35moe", "flashnext_tiny", "qwen3next"});
       });
       section(tally, "hc mix", [&] { mc::run_hc_checks(tally); });
+      section(tally, "hc tensor mix", [&] { mc::run_hc_tensor_checks(tally); });
       section(tally, "argmax", [&] { mc::run_argmax_checks(tally); });
       section(tally, "fused moe glue", [&] { mc::run_moe_fused_checks(tally); });
       section(tally, "fast vs generic", [&] { mc::run_fast_vs_generic(tally, small_config); });

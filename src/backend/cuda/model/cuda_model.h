@@ -76,7 +76,8 @@ struct CudaModelOptions {
   // A decode call's hyper-connection mix in two launches per mix at every row count (hc_kernels.h: the norm
   // folded into the down|inject product split by stream, the partials summed by the tail); off: the separate
   // ops. Other down|inject sums (checked within the float64 bounds); docs/receipts/cuda-decode-batch1.md,
-  // "hcchain".
+  // "hcchain". Under the tensor family where it takes hc up but not down|inject (`tensor`), the tail runs up
+  // on the tensor cores (hc_tensor_tail, tc_decode_wx's bits; DS_CUDA_HC_TENSOR=0: the separate ops there).
   bool fused_hc = true;
   // Outputs a warp of the split mix's hc_head computes (1 or 2; 0: hc_head_outputs_for_rows, 1 at one row):
   // how many blocks share the down|inject product; the same bits either way
