@@ -255,6 +255,9 @@ class CudaModel {
   void set_programmatic_launch(bool on) { opt_.programmatic_launch = on; }
   void set_fused_hc(bool on) { opt_.fused_hc = on; }
   void set_hc_head_outputs(int outputs) { opt_.hc_head_outputs = outputs; }
+  // hc_head's outputs a warp at n rows as a decode call takes them (the option, else the rule for the mix the
+  // first layer takes: hc_head_outputs_for_rows).
+  int hc_head_outputs_taken(int n) const;
   void set_fused_moe(bool route, bool swiglu, bool combine) {
     opt_.fused_route = route, opt_.fused_swiglu = swiglu, opt_.fused_combine = combine;
   }
@@ -294,6 +297,8 @@ class CudaModel {
               float* gu, float* h);
   // pending: the previous block's output, injected into H (with the previous iota) by the mix.
   // iota_in: the previous mix's iota (for pending); iota_out: this mix's (null: none), a different buffer.
+  // Whether a decode call's mix of hc takes hc_head + hc_tensor_tail (cuda_model_hc.cpp).
+  bool hc_tensor_mix(const struct DeviceHc& hc) const;
   void hc_mix(const struct DeviceHc& hc, int n, float* H, const float* pending, const float* iota_in,
               float* x, float* iota_out);
   void greedy_ids(int rows);  // scratch argmax[r] = argmax of logits row r (split_argmax picks the kernels)

@@ -9,6 +9,21 @@
 
 namespace ds::cuda {
 
+bool CudaModel::hc_tensor_mix(const DeviceHc& hc) const {
+  const int S = static_cast<int>(cfg_.hc_count), D = static_cast<int>(cfg_.hidden),
+            R = static_cast<int>(cfg_.hc_rank);
+  const DeviceMatrix& di = hc.down_inject.joined;
+  return opt_.fused_hc && !prompt_pass_ && di.kind == DeviceMatrix::Kind::Affine &&
+         hc.up.kind == DeviceMatrix::Kind::Affine && !decode_tensor_takes(di) && decode_tensor_takes(hc.up) &&
+         hc_tensor_tail_on() && hc_head_takes(di.affine, S, D, R) &&
+         hc_tensor_tail_takes(hc.up.affine, S, D, R);
+}
+
+int CudaModel::hc_head_outputs_taken(int n) const {
+  if (opt_.hc_head_outputs > 0) return opt_.hc_head_outputs;
+  return hc_head_outputs_for_rows(n, !layers_.empty() && hc_tensor_mix(layers_[0].hc_attn));
+}
+
 void CudaModel::hc_mix(const DeviceHc& hc, int n, float* H, const float* pending, const float* iota_in,
                        float* x, float* iota_out) {
   Scratch& s = *scratch_;
@@ -38,13 +53,10 @@ void CudaModel::hc_mix(const DeviceHc& hc, int n, float* H, const float* pending
   // 10240 x 320 at the real shape, down|inject 324 rows under its min rows), hc_head as above (its FMA
   // down|inject at every decode row count, as fused_hc's) and hc_tensor_tail, whose up outputs are
   // tc_decode_wx's bit for bit (checked). Where they take down|inject too (tensor-all), the separate ops.
-  if (opt_.fused_hc && !prompt_pass_ && !decode_tensor_takes(di) && decode_tensor_takes(hc.up) &&
-      hc_tensor_tail_on() && di.kind == DeviceMatrix::Kind::Affine &&
-      hc.up.kind == DeviceMatrix::Kind::Affine && hc_head_takes(di.affine, S, D, R) &&
-      hc_tensor_tail_takes(hc.up.affine, S, D, R) && (iota_out == nullptr || di.rows == int64_t{R} + S)) {
+  if (hc_tensor_mix(hc) && (iota_out == nullptr || di.rows == int64_t{R} + S)) {
     op("hc norm|down|inject");
     hc_head(di.affine, H, pending, iota_in, hc.norm.as<float>(), S, D, cfg_.rms_eps, s.normed, s.low_iota, n,
-            st, opt_.hc_head_outputs > 0 ? opt_.hc_head_outputs : hc_head_outputs_for_rows(n));
+            st, opt_.hc_head_outputs > 0 ? opt_.hc_head_outputs : hc_head_outputs_for_rows(n, true));
     op("hc up");
     hc_tensor_tail(hc.up.affine, s.low_iota, di.rows, R, inv_s, s.normed, S, D, H, pending, iota_in, x,
                    iota_out, n, st);

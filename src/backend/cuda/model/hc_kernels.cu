@@ -286,8 +286,8 @@ bool hc_fused_takes(const AffineWeight& down_inject, const AffineWeight& up, int
   return unsliced;
 }
 
-int hc_head_outputs_for_rows(int n) {
-  return n == 1 ? 1 : 2;
+int hc_head_outputs_for_rows(int n, bool tensor_tail) {
+  return n == 1 && !tensor_tail ? 1 : 2;
 }
 
 int64_t hc_partial_floats(const AffineWeight& down_inject, int S, int n) {

@@ -37,8 +37,10 @@ void hc_head(const AffineWeight& down_inject, const float* H, const float* pendi
 
 // hc_head's outputs a warp for a call of n rows: 1 at one row (twice the blocks: on the H200 a batch-1
 // round 0.6% faster at 4-bit, 1.4% at 6-bit), 2 from two rows (1 cost 1.4% at 8 streams);
-// docs/receipts/cuda-decode-batch1.md, "hcfast". Either gives the same bits.
-int hc_head_outputs_for_rows(int n);
+// docs/receipts/cuda-decode-batch1.md, "hcfast". Either gives the same bits. Before hc_tensor_tail
+// (tensor_tail), 2 at every row count: at one stream on the H200 a round 6.480 ms with 1, 6.237 with 2
+// (docs/receipts/cuda-tc-row.md, "session 12").
+int hc_head_outputs_for_rows(int n, bool tensor_tail = false);
 
 // Per row r < n: joint[o] = (p0[o] + p1[o]) + (p2[o] + p3[o]) over hc_head's partials (rows ld_partial),
 // low = silu(joint[0..R) * inv_s), mix = up low (affine_wx's chain and butterfly, each output's on a lane
