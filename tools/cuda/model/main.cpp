@@ -4,7 +4,7 @@
 // BITS:GROUP]... [--streams 1,8,32,64] [--rounds N] [--mtp-reps N] [--lean-bench] [--prompt 2048,8192,32768]
 // [--op-streams 8,64] [--hc-only]
 // --mtp-only: only the MTP head's checks and (with --bench) its real-shape cost.
-// --hc-only: of the checks, only the hyper-connection mix kernels' ("hc mix").
+// --hc-only: of the checks, only the hyper-connection mix kernels' ("hc mix", "hc tensor mix").
 // --prompt: the prompt bench at these lengths (the decode bench then only with --encoding).
 #include <cstdlib>
 #include <exception>
