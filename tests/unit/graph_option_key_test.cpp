@@ -49,6 +49,8 @@ TEST(GraphOptionKey, EveryOptionAndSwitchChangesTheKey) {
       {"tc_forced_slices", [](GraphOptionKey& o) { o.tc_forced_slices = 4; }},
       {"tc_row_kernel", [](GraphOptionKey& o) { o.tc_row_kernel = true; }},
       {"tc_row_variant", [](GraphOptionKey& o) { o.tc_row_variant = 2; }},
+      {"tc_swiglu", [](GraphOptionKey& o) { o.tc_swiglu = true; }},
+      {"tc_group", [](GraphOptionKey& o) { o.tc_group = true; }},
       {"tiled_outputs", [](GraphOptionKey& o) { o.tiled_outputs = 64; }},
       {"tiled_min_blocks", [](GraphOptionKey& o) { o.tiled_min_blocks = 3; }},
       {"tiled_ring", [](GraphOptionKey& o) { o.tiled_ring = 3; }},

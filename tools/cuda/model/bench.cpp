@@ -263,7 +263,7 @@ void run_bench(const std::string& config_path, int bits, int group, const std::v
     // The split mix's head with the other count of outputs a warp (the same bits), at every stream count.
     if (m.options().fused_hc) {
       const int outputs = m.options().hc_head_outputs;
-      const int other = 3 - (outputs > 0 ? outputs : hc_head_outputs_for_rows(n));
+      const int other = 3 - m.hc_head_outputs_taken(n);
       m.set_hc_head_outputs(other);
       const DecodeRate v = bench_decode_rounds(m, n, rounds, 1);
       m.set_hc_head_outputs(outputs);
@@ -308,7 +308,7 @@ void run_bench(const std::string& config_path, int bits, int group, const std::v
     };
     const bool hc = m.options().fused_hc;
     // The tables are of one row: hc_head's outputs a warp as the default takes them there, and the other.
-    const int outs = m.options().hc_head_outputs, one_row = outs > 0 ? outs : hc_head_outputs_for_rows(1);
+    const int outs = m.options().hc_head_outputs, one_row = m.hc_head_outputs_taken(1);
     for (const Table t : {Table{hc, true, outs}, Table{hc, false, outs}, Table{!hc, true, outs},
                           Table{hc, true, 3 - one_row}}) {
       if (t.head_outputs != outs && !hc) continue;

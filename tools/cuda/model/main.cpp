@@ -4,7 +4,7 @@
 // BITS:GROUP]... [--streams 1,8,32,64] [--rounds N] [--mtp-reps N] [--lean-bench] [--prompt 2048,8192,32768]
 // [--op-streams 8,64] [--hc-only]
 // --mtp-only: only the MTP head's checks and (with --bench) its real-shape cost.
-// --hc-only: of the checks, only the hyper-connection mix kernels' ("hc mix").
+// --hc-only: of the checks, only the hyper-connection mix kernels' ("hc mix", "hc tensor mix").
 // --prompt: the prompt bench at these lengths (the decode bench then only with --encoding).
 #include <cstdlib>
 #include <exception>
@@ -85,6 +85,7 @@ int main(int argc, char** argv) {
   mc::Tally tally;
   if (checks && hc_only) {
     section(tally, "hc mix", [&] { mc::run_hc_checks(tally); });
+    section(tally, "hc tensor mix", [&] { mc::run_hc_tensor_checks(tally); });
     std::printf("checks: %d passed, %d failed\n", tally.passed, tally.failed);
   } else if (checks) {
     if (!mtp_only) {
@@ -95,6 +96,7 @@ int main(int argc, char** argv) {
              "qwen4exp_mlx_8bit_g128", "qwen4exp_mlx_2bit_g32", "qwen35moe", "flashnext_tiny", "qwen3next"});
       });
       section(tally, "hc mix", [&] { mc::run_hc_checks(tally); });
+      section(tally, "hc tensor mix", [&] { mc::run_hc_tensor_checks(tally); });
       section(tally, "argmax", [&] { mc::run_argmax_checks(tally); });
       section(tally, "fused moe glue", [&] { mc::run_moe_fused_checks(tally); });
       section(tally, "tensor expert swiglu", [&] { mc::run_tc_swiglu_checks(tally); });

@@ -75,6 +75,9 @@ void run_moe_fused_checks(Tally& tally);
 void run_tc_swiglu_checks(Tally& tally);
 // The hyper-connection mix kernels (hc_checks.cpp) at the real shape against float64, rows alone == together.
 void run_hc_checks(Tally& tally);
+// The tensor family's fused hc mix (hc_tensor_checks.cpp) == the separate ops (tc_decode_wx of up), bit for
+// bit at 1-64 rows, with a negative control.
+void run_hc_tensor_checks(Tally& tally);
 // The prompt path (prompt_checks.cpp): a fixture's teacher-forced logits through prompt passes within the
 // bound, and the prompt invariances (cut at 64 == one pass, cut elsewhere within 1e-3 of the largest logit;
 // alone == beside other prompts).

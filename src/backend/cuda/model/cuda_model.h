@@ -76,7 +76,8 @@ struct CudaModelOptions {
   // A decode call's hyper-connection mix in two launches per mix at every row count (hc_kernels.h: the norm
   // folded into the down|inject product split by stream, the partials summed by the tail); off: the separate
   // ops. Other down|inject sums (checked within the float64 bounds); docs/receipts/cuda-decode-batch1.md,
-  // "hcchain".
+  // "hcchain". Under the tensor family where it takes hc up but not down|inject (`tensor`), the tail runs up
+  // on the tensor cores (hc_tensor_tail, tc_decode_wx's bits; DS_CUDA_HC_TENSOR=0: the separate ops there).
   bool fused_hc = true;
   // Outputs a warp of the split mix's hc_head computes (1 or 2; 0: hc_head_outputs_for_rows, 1 at one row):
   // how many blocks share the down|inject product; the same bits either way
@@ -254,6 +255,9 @@ class CudaModel {
   void set_programmatic_launch(bool on) { opt_.programmatic_launch = on; }
   void set_fused_hc(bool on) { opt_.fused_hc = on; }
   void set_hc_head_outputs(int outputs) { opt_.hc_head_outputs = outputs; }
+  // hc_head's outputs a warp at n rows as a decode call takes them (the option, else the rule for the mix the
+  // first layer takes: hc_head_outputs_for_rows).
+  int hc_head_outputs_taken(int n) const;
   void set_fused_moe(bool route, bool swiglu, bool combine) {
     opt_.fused_route = route, opt_.fused_swiglu = swiglu, opt_.fused_combine = combine;
   }
@@ -293,6 +297,8 @@ class CudaModel {
               float* gu, float* h);
   // pending: the previous block's output, injected into H (with the previous iota) by the mix.
   // iota_in: the previous mix's iota (for pending); iota_out: this mix's (null: none), a different buffer.
+  // Whether a decode call's mix of hc takes hc_head + hc_tensor_tail (cuda_model_hc.cpp).
+  bool hc_tensor_mix(const struct DeviceHc& hc) const;
   void hc_mix(const struct DeviceHc& hc, int n, float* H, const float* pending, const float* iota_in,
               float* x, float* iota_out);
   void greedy_ids(int rows);  // scratch argmax[r] = argmax of logits row r (split_argmax picks the kernels)

@@ -270,11 +270,14 @@ bool affine_ok(const AffineWeight& w) {
 
 }  // namespace
 
-bool hc_fused_takes(const AffineWeight& down_inject, const AffineWeight& up, int S, int D, int R) {
+bool hc_head_takes(const AffineWeight& down_inject, int S, int D, int R) {
   if (S != kStreams || D % 32 != 0 || D > kMaxStreamWidth || R % 32 != 0 || R > kMaxRank) return false;
-  if (!affine_ok(down_inject) || !affine_ok(up)) return false;
-  if (down_inject.cols != int64_t{S} * D || (down_inject.rows != R && down_inject.rows != R + S))
-    return false;
+  return affine_ok(down_inject) && down_inject.cols == int64_t{S} * D &&
+         (down_inject.rows == R || down_inject.rows == R + S);
+}
+
+bool hc_fused_takes(const AffineWeight& down_inject, const AffineWeight& up, int S, int D, int R) {
+  if (!hc_head_takes(down_inject, S, D, R) || !affine_ok(up)) return false;
   if (up.rows != int64_t{S} * D || up.cols != R) return false;
   bool unsliced = false;
   with_bits(up.bits, [&](auto bits) {
@@ -283,8 +286,8 @@ bool hc_fused_takes(const AffineWeight& down_inject, const AffineWeight& up, int
   return unsliced;
 }
 
-int hc_head_outputs_for_rows(int n) {
-  return n == 1 ? 1 : 2;
+int hc_head_outputs_for_rows(int n, bool tensor_tail) {
+  return n == 1 && !tensor_tail ? 1 : 2;
 }
 
 int64_t hc_partial_floats(const AffineWeight& down_inject, int S, int n) {

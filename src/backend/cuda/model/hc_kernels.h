@@ -19,6 +19,8 @@ namespace ds::cuda {
 // each, S == 4 streams, D % 32 == 0, D <= 3072, R % 32 == 0, R <= 1024, up not split into column slices.
 // False: run the separate ops.
 bool hc_fused_takes(const AffineWeight& down_inject, const AffineWeight& up, int S, int D, int R);
+// hc_head's part of that: down|inject [R (+ S), S*D], S == 4, D % 32 == 0, D <= 3072, R % 32 == 0, R <= 1024.
+bool hc_head_takes(const AffineWeight& down_inject, int S, int D, int R);
 
 // Floats of hc_head's partials for n rows (the caller's scratch): n * S * down_inject.rows.
 int64_t hc_partial_floats(const AffineWeight& down_inject, int S, int n);
@@ -35,8 +37,10 @@ void hc_head(const AffineWeight& down_inject, const float* H, const float* pendi
 
 // hc_head's outputs a warp for a call of n rows: 1 at one row (twice the blocks: on the H200 a batch-1
 // round 0.6% faster at 4-bit, 1.4% at 6-bit), 2 from two rows (1 cost 1.4% at 8 streams);
-// docs/receipts/cuda-decode-batch1.md, "hcfast". Either gives the same bits.
-int hc_head_outputs_for_rows(int n);
+// docs/receipts/cuda-decode-batch1.md, "hcfast". Either gives the same bits. Before hc_tensor_tail
+// (tensor_tail), 2 at every row count: at one stream on the H200 a round 6.480 ms with 1, 6.237 with 2
+// (docs/receipts/cuda-tc-row.md, "session 12").
+int hc_head_outputs_for_rows(int n, bool tensor_tail = false);
 
 // Per row r < n: joint[o] = (p0[o] + p1[o]) + (p2[o] + p3[o]) over hc_head's partials (rows ld_partial),
 // low = silu(joint[0..R) * inv_s), mix = up low (affine_wx's chain and butterfly, each output's on a lane
@@ -47,5 +51,21 @@ int hc_head_outputs_for_rows(int n);
 void hc_tail(const AffineWeight& up, const float* partial, int64_t ld_partial, int R, float inv_s,
              const float* normed, int S, int D, float* H, const float* pending, const float* iota_in,
              float* x, float* iota_out, int n, cudaStream_t stream);
+
+// The tail for the tensor decode family (hc_tensor_tail.cu): hc_tail's work (the partials' sum, the
+// activations, up, hc_combine's sum, the new iota, the inject's store) with up on the tensor cores in
+// tc_decode_wx's arithmetic (tc_decode.h): up's outputs are tc_decode_wx's of hc_activations' low values,
+// bit for bit at every row count, and x, iota and H those of hc_combine, hc_activations and the separate norm
+// on hc_head's outputs. Block (b, y): values 16 b .. 16 b + 15 of rows 8 y .. 8 y + 7, a warp a stream.
+// Takes: S == 4, D % 16 == 0, R % 32 == 0, 32 <= R <= 1024, up MLX affine [S*D, R] that tc_decode_wx takes,
+// unsliced (tc_decode_column_slices == 1). Under the planes layout of the launch (tc_decode_planes()).
+bool hc_tensor_tail_takes(const AffineWeight& up, int S, int D, int R);
+// Whether the model takes it (DS_CUDA_HC_TENSOR: 1 or unset on, 0 off, read once: the bench's before/after).
+bool hc_tensor_tail_on();
+// mix_out (optional, ld_mix >= S*D): up's outputs as well, for the checks.
+void hc_tensor_tail(const AffineWeight& up, const float* partial, int64_t ld_partial, int R, float inv_s,
+                    const float* normed, int S, int D, float* H, const float* pending, const float* iota_in,
+                    float* x, float* iota_out, int n, cudaStream_t stream, float* mix_out = nullptr,
+                    int64_t ld_mix = 0);
 
 }  // namespace ds::cuda

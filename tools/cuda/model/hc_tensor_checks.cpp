@@ -1,0 +1,188 @@
+// The tensor family's fused hc mix (hc_kernels.h, hc_head + hc_tensor_tail) against the separate ops on the
+// same head outputs, bit for bit: up's outputs == tc_decode_wx of hc up on hc_activations' low values, x ==
+// hc_combine's, the new iota == hc_activations', the stored inject == add_rms_norm_rows', at 1, 2, 3, 4, 8,
+// 16 and 64 rows (tc_decode_wx's one-row, small-window and general kernels), both planes layouts; a row's x
+// at every row count == at one row. Negative control: tc_decode_wx on up with one scale a bf16 ulp off must
+// not match.
+#include <cstring>
+#include <random>
+
+#include "../host_reference.h"
+#include "backend/cuda/cuda_error.h"
+#include "backend/cuda/device_buffer.h"
+#include "backend/cuda/model/glue_kernels.h"
+#include "backend/cuda/model/hc_kernels.h"
+#include "backend/cuda/tc_decode.h"
+#include "model_checks.h"
+
+namespace ds::cuda::modelcheck {
+
+namespace {
+
+using wxcheck::HostAffine;
+
+constexpr int kS = 4, kD = 2560;
+constexpr float kEps = 1e-6f;
+constexpr int kMaxRows = 64;
+
+template <class T>
+DeviceBuffer to_device(const std::vector<T>& v) {
+  DeviceBuffer b(v.size() * sizeof(T));
+  b.upload(v.data(), v.size() * sizeof(T));
+  return b;
+}
+
+template <class T>
+std::vector<T> to_host(const DeviceBuffer& b, size_t count) {
+  std::vector<T> v(count);
+  b.download(v.data(), count * sizeof(T));
+  return v;
+}
+
+struct DeviceAffine {
+  DeviceBuffer codes, scales, biases;
+  AffineWeight w;
+  explicit DeviceAffine(const HostAffine& a)
+      : codes(to_device(a.codes)), scales(to_device(a.scales)), biases(to_device(a.biases)) {
+    w = {codes.as<uint32_t>(),
+         scales.as<uint16_t>(),
+         biases.as<uint16_t>(),
+         a.rows,
+         a.cols,
+         a.bits,
+         a.group,
+         1};
+  }
+  TiledWeight tiled() const {
+    TiledWeight t;
+    t.affine = w, t.rows = w.rows, t.cols = w.cols;
+    return t;
+  }
+};
+
+struct Result {
+  std::vector<float> mix, x, iota, H;
+};
+
+// The fused tail's outputs (fused) and the separate ops' (ref) on one hc_head run of n rows; `ref_up` is the
+// up matrix the reference's tc_decode_wx runs (the negative control passes a perturbed one).
+void run_both(const DeviceAffine& di, const DeviceAffine& up, const DeviceAffine& ref_up, int R, int n,
+              bool with_pending, const std::vector<float>& H0, const std::vector<float>& pending0,
+              const std::vector<float>& iota0, const std::vector<float>& norm0, Result& fused, Result& ref) {
+  const int64_t SD = int64_t{kS} * kD, rows = di.w.rows;
+  const float inv_s = 1.0f / kS;
+  std::vector<float> Hn(H0.begin(), H0.begin() + n * SD), pn(pending0.begin(), pending0.begin() + n * kD),
+      in(iota0.begin(), iota0.begin() + n * kS);
+  DeviceBuffer H = to_device(Hn), H_ref = to_device(Hn), pending = to_device(pn), iota_in = to_device(in),
+               norm_w = to_device(norm0);
+  DeviceBuffer normed(size_t(n) * SD * 4), normed_ref(size_t(n) * SD * 4),
+      partial(size_t(hc_partial_floats(di.w, kS, n)) * 4), x(size_t(n) * kD * 4), x_ref(size_t(n) * kD * 4),
+      iota(size_t(n) * kS * 4), iota_ref(size_t(n) * kS * 4), mix(size_t(n) * SD * 4),
+      mix_ref(size_t(n) * SD * 4), low(size_t(n) * R * 4);
+  for (DeviceBuffer* b : {&x, &x_ref, &iota, &iota_ref, &mix, &mix_ref}) b->fill_bytes(0xFF);
+  const float* p = with_pending ? pending.as<float>() : nullptr;
+  const float* ii = with_pending ? iota_in.as<float>() : nullptr;
+  hc_head(di.w, H.as<float>(), p, ii, norm_w.as<float>(), kS, kD, kEps, normed.as<float>(),
+          partial.as<float>(), n, nullptr, hc_head_outputs_for_rows(n));
+  hc_tensor_tail(up.w, partial.as<float>(), rows, R, inv_s, normed.as<float>(), kS, kD, H.as<float>(), p, ii,
+                 x.as<float>(), with_pending ? iota.as<float>() : nullptr, n, nullptr, mix.as<float>(), SD);
+  // The separate ops on the head's joint values ((p0 + p1) + (p2 + p3) in f32, -ffp-contract=off) and normed
+  // rows; the inject stored by add_rms_norm_rows.
+  const std::vector<float> pv = to_host<float>(partial, size_t(n) * kS * rows);
+  std::vector<float> joint(size_t(n) * rows);
+  for (int r = 0; r < n; ++r)
+    for (int64_t o = 0; o < rows; ++o) {
+      const float* p0 = &pv[size_t(r) * kS * rows + o];
+      joint[size_t(r) * rows + o] = (p0[0] + p0[rows]) + (p0[2 * rows] + p0[3 * rows]);
+    }
+  DeviceBuffer jd = to_device(joint);
+  hc_activations(jd.as<float>(), n, rows, R, kS, inv_s, low.as<float>(),
+                 with_pending ? iota_ref.as<float>() : nullptr, nullptr);
+  const size_t scratch_bytes = tc_decode_scratch_bytes(R, n);
+  DeviceBuffer scratch(scratch_bytes);
+  tc_decode_wx(ref_up.tiled(), low.as<float>(), R, n, mix_ref.as<float>(), SD, scratch.data(), scratch_bytes,
+               nullptr);
+  hc_combine(mix_ref.as<float>(), normed.as<float>(), n, kS, kD, x_ref.as<float>(), nullptr);
+  if (with_pending)
+    add_rms_norm_rows(H_ref.as<float>(), SD, iota_in.as<float>(), pending.as<float>(), norm_w.as<float>(), kS,
+                      kD, kEps, normed_ref.as<float>(), SD, n, nullptr);
+  check(cudaDeviceSynchronize(), "hc tensor mix check");
+  fused = {to_host<float>(mix, size_t(n) * SD), to_host<float>(x, size_t(n) * kD),
+           to_host<float>(iota, size_t(n) * kS), to_host<float>(H, size_t(n) * SD)};
+  ref = {to_host<float>(mix_ref, size_t(n) * SD), to_host<float>(x_ref, size_t(n) * kD),
+         to_host<float>(iota_ref, size_t(n) * kS), to_host<float>(H_ref, size_t(n) * SD)};
+}
+
+bool same(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+}  // namespace
+
+void run_hc_tensor_checks(Tally& tally) {
+  struct Case {
+    int bits, group;
+    bool with_pending;  // false: the final mixer's form (down rows R, no inject, no iota out)
+    int R = 320;
+  };
+  const TcPlanes before = tc_decode_planes();
+  for (const TcPlanes planes : {TcPlanes::Chained, TcPlanes::Columns}) {
+    tc_decode_set_planes(planes);
+    for (const Case c : {Case{4, 32, true}, Case{6, 64, true}, Case{3, 32, true}, Case{8, 64, false},
+                         Case{5, 64, true}, Case{2, 32, true}, Case{4, 64, true, 128}}) {
+      std::mt19937_64 rng(7000 + c.bits * 7 + c.group + c.R);
+      const HostAffine di =
+          wxcheck::random_affine(c.with_pending ? c.R + kS : c.R, int64_t{kS} * kD, c.bits, c.group, rng);
+      const HostAffine up = wxcheck::random_affine(int64_t{kS} * kD, c.R, c.bits, c.group, rng);
+      HostAffine off = up;  // one scale a bf16 ulp off (output 5, its first group)
+      off.scales[5 * off.groups_per_row()] ^= 1;
+      const DeviceAffine ddi(di), dup(up), doff(off);
+      const std::string name = std::string("hc tensor mix (") + tc_planes_name(planes) + ") " +
+                               std::to_string(c.bits) + "-bit g" + std::to_string(c.group) +
+                               (c.R != 320 ? ", R " + std::to_string(c.R) : "") +
+                               (c.with_pending ? "" : " (mixer form)");
+      if (!hc_head_takes(ddi.w, kS, kD, c.R) || !hc_tensor_tail_takes(dup.w, kS, kD, c.R)) {
+        tally.expect(false, name + ": hc_head_takes/hc_tensor_tail_takes refuse the shape");
+        continue;
+      }
+      const std::vector<float> H = wxcheck::random_normal(int64_t{kMaxRows} * kS * kD, 1.0f, rng),
+                               pending = wxcheck::random_normal(int64_t{kMaxRows} * kD, 1.0f, rng);
+      std::uniform_real_distribution<float> u(0.5f, 1.5f);
+      std::vector<float> iota(size_t(kMaxRows) * kS), norm(size_t(kS) * kD);
+      for (float& v : iota) v = u(rng);
+      for (float& v : norm) v = u(rng);
+      std::string failed_rows;
+      std::vector<float> x_one;  // row 0's x at one row
+      bool row0_same = true;
+      for (const int n : {1, 2, 3, 4, 8, 16, 64}) {
+        Result fused, ref;
+        run_both(ddi, dup, dup, c.R, n, c.with_pending, H, pending, iota, norm, fused, ref);
+        const bool ok = same(fused.mix, ref.mix) && same(fused.x, ref.x) &&
+                        (!c.with_pending || (same(fused.iota, ref.iota) && same(fused.H, ref.H)));
+        if (!ok) {
+          failed_rows += ' ';
+          failed_rows += std::to_string(n);
+        }
+        if (n == 1) x_one = fused.x;
+        row0_same = row0_same && std::memcmp(fused.x.data(), x_one.data(), kD * sizeof(float)) == 0;
+      }
+      Result fused, ref;
+      run_both(ddi, dup, doff, c.R, 3, c.with_pending, H, pending, iota, norm, fused, ref);
+      const bool control_differs = !same(fused.mix, ref.mix);
+      std::string verdict = "bit-identical";
+      if (!failed_rows.empty()) verdict = "DIFFERENT at rows" + failed_rows;
+      std::printf(
+          "  %s: up, x%s == tc_decode_wx + hc_combine%s at 1, 2, 3, 4, 8, 16, 64 rows: %s; row 0 at every "
+          "row count == alone: %s; one scale 1 ulp off: %s\n",
+          name.c_str(), c.with_pending ? ", iota, inject" : "", c.with_pending ? " + hc_activations" : "",
+          verdict.c_str(), row0_same ? "bit-identical" : "DIFFERENT",
+          control_differs ? "differs (control ok)" : "SAME");
+      tally.expect(failed_rows.empty(), name + ": == the separate ops at every row count");
+      tally.expect(row0_same, name + ": a row among others == alone");
+      tally.expect(control_differs, name + ": negative control (perturbed scale) differs");
+    }
+  }
+  tc_decode_set_planes(before);
+}
+
+}  // namespace ds::cuda::modelcheck
