@@ -7,6 +7,9 @@
 #include "runtime/cpu_backend.h"
 
 #ifdef DELTASERVE_HAS_CUDA
+#include <fstream>
+#include <nlohmann/json.hpp>
+
 #include "backend/cuda/engine/cuda_backend.h"
 #endif
 
@@ -49,6 +52,28 @@ LoadedBackend load_cuda(const std::string& dir, int64_t context, bool prompt_pat
 #endif
 
 }  // namespace
+
+#ifdef DELTASERVE_HAS_CUDA
+std::unique_ptr<cuda::CudaModel> dummy_cuda_model(const std::string& config_file, uint64_t seed,
+                                                  const cuda::CudaModelOptions& opt) {
+  using nlohmann::json;
+  std::ifstream in(config_file);
+  if (!in) fail("{}: cannot open", config_file);
+  json config;
+  try {
+    config = json::parse(in);
+  } catch (const json::exception& e) {
+    fail("{}: not valid JSON: {}", config_file, e.what());
+  }
+  const json& text = config.contains("text_config") ? config["text_config"] : config;
+  cuda::DummySpec spec;
+  spec.seed = seed;
+  const json q = text.value("quantization", config.value("quantization", json::object()));
+  spec.expert_bits = spec.other_bits = q.value("bits", 0);
+  spec.expert_group = spec.other_group = q.value("group_size", 64);
+  return std::make_unique<cuda::CudaModel>(ModelConfig::from_json(config), spec, opt);
+}
+#endif
 
 void add_backend_options(CLI::App& cmd, std::string& backend, bool& cuda_prompt_passes, bool& cuda_drafts,
                          std::string& cuda_products) {

@@ -53,4 +53,18 @@ LoadedBackend load_backend(const std::string& name, const std::string& model_dir
                            bool cuda_prompt_path = false, const std::string& cuda_products = "auto",
                            int parallel = 1);
 
+#ifdef DELTASERVE_HAS_CUDA
+}  // namespace ds::cli
+namespace ds::cuda {
+class CudaModel;
+struct CudaModelOptions;
+}  // namespace ds::cuda
+namespace ds::cli {
+// `--load-format dummy` on CUDA: a model of random weights made on the GPU for the config.json at
+// `config_file` (its `quantization` bits and group_size, else dense bf16), from `seed`; a file that cannot be
+// read or parsed fails naming it.
+std::unique_ptr<cuda::CudaModel> dummy_cuda_model(const std::string& config_file, uint64_t seed,
+                                                  const cuda::CudaModelOptions& opt);
+#endif
+
 }  // namespace ds::cli

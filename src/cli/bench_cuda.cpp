@@ -8,13 +8,13 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
-#include <fstream>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
 
 #include "backend/cuda/engine/cuda_backend.h"
 #include "backend/cuda/model/cuda_bench.h"
+#include "cli/backend_choice.h"
 #include "model/model.h"
 #include "runtime/bench_decode.h"
 #include "runtime/engine.h"
@@ -109,17 +109,7 @@ void bench(const CudaBenchOptions& o) {
   std::unique_ptr<cuda::CudaModel> m;
   if (o.load_format == "dummy") {
     if (o.config.empty()) fail("--load-format dummy needs --config FILE (a config.json)");
-    std::ifstream in(o.config);
-    if (!in) fail("{}: cannot open", o.config);
-    const json config = json::parse(in);
-    const json& text = config.contains("text_config") ? config["text_config"] : config;
-    // Random weights made on the GPU at the config's `quantization` (bits, group_size), else dense bf16.
-    cuda::DummySpec spec;
-    spec.seed = o.seed + 1;
-    const json q = text.value("quantization", config.value("quantization", json::object()));
-    spec.expert_bits = spec.other_bits = q.value("bits", 0);
-    spec.expert_group = spec.other_group = q.value("group_size", 64);
-    m = std::make_unique<cuda::CudaModel>(ModelConfig::from_json(config), spec, opt);
+    m = dummy_cuda_model(o.config, o.seed + 1, opt);
   } else {
     if (o.model.empty()) fail("bench needs --model DIR or --load-format dummy --config FILE");
     host = std::make_unique<Model>(o.model);

@@ -7,7 +7,8 @@
 # carried (docs/receipts/cuda-decode-merged.md "session 10"). SKIP_6=0 adds 6-bit g64 at one stream;
 # WX_ONLY=NAME adds `cuda_wx_check --only NAME --no-bench` after the contract. ENGINE_STREAMS=1,8 adds
 # `deltaserve bench --backend cuda` (the engine on the real shape; the prebuilt then also holds deltaserve and its
-# libraries: libpcre2-8, libutf8proc, libcpp-httplib, brotli).
+# libraries: libpcre2-8, libutf8proc, libcpp-httplib, brotli). CONTRACT_DUMMY=0 skips the contract on random
+# weights at the real hc and expert shapes under `tensor`.
 # Usage: DS_PREBUILT=.dev/X/prebuilt.tar.xz BENCH_CONFIG=.dev/X/flashnext-large-config.json tools/device/cuda_merged.sh
 set -uo pipefail
 out=${OUT:-/tmp/out}; mkdir -p "$out"
@@ -30,6 +31,17 @@ contract() {
   tail -4 "$out/contract.log" | tee -a "$out/summary.txt"
   timeout ${CONTRACT_T:-100} $b/cuda_engine_contract models/flashnext-tiny --backend cuda --prompt-path > "$out/contract-prompt.log" 2>&1; echo "rc=$?" | tee -a "$out/summary.txt"
   tail -4 "$out/contract-prompt.log" | tee -a "$out/summary.txt"
+}
+# The contract at the real hc and expert shapes (random weights for the small real-heads config) under
+# `tensor`, where the fused hc tail and the expert folds are taken (the tiny checkpoint's shapes take neither).
+contract_real_shapes() {
+  [[ "${CONTRACT_DUMMY:-1}" == 1 ]] || return 0
+  for pp in "" --prompt-path; do
+    stamp "== contract, tensor, dummy weights for $small $pp =="
+    DS_CUDA_DECODE_PRODUCTS=tensor timeout ${CONTRACT_T:-100} $b/cuda_engine_contract --dummy-config $small \
+      --backend cuda $pp > "$out/contract-dummy$pp.log" 2>&1
+    echo "rc=$?" | tee -a "$out/summary.txt"; tail -3 "$out/contract-dummy$pp.log" | tee -a "$out/summary.txt"
+  done
 }
 wx() {
   if [[ -n "${WX_ONLY:-}" ]]; then
@@ -67,6 +79,7 @@ engine() {
 }
 checks fma
 contract
+contract_real_shapes
 wx
 bench tensor 1,8,64
 bench fma 1,8

@@ -1,13 +1,14 @@
-// cuda_engine_contract MODEL_DIR [--backend cuda|cpu] [--context N] [--prompt-path]: the exactness contract
-// (../shared/design/exactness.md) through the Engine API on one backend, greedy and seeded: concurrent ==
-// solo, drafted == plain (the engine's default source: the MTP head on a model with one, else n-gram copies;
-// a forced depth too, so rollbacks happen; and n-gram copies alone), resumed == fresh (a prompt-cache hit,
-// and a second chat turn resumed from the warm pass's mark; with a head its cache travels in the snapshots).
-// The reference of each check is the same backend's plain decode: one slot, no prompt cache, no drafts.
-// Prints one line per check and case; exits 1 if any fails. `--backend cpu` runs the same checks on the CPU
-// (a control for the program itself). `--prompt-path`: CUDA prompts as CudaModel prompt passes (CudaBackend's
-// option; decode windows without it). On CUDA, also device draws == host draws (the DeviceSampler against the
-// KeyedSampler through the engine).
+// cuda_engine_contract MODEL_DIR|--dummy-config FILE [--backend cuda|cpu] [--context N] [--prompt-path]: the
+// exactness contract (../shared/design/exactness.md) through the Engine API on one backend, greedy and
+// seeded: concurrent == solo, drafted == plain (the engine's default source: the MTP head on a model with
+// one, else n-gram copies; a forced depth too, so rollbacks happen; and n-gram copies alone), resumed ==
+// fresh (a prompt-cache hit, and a second chat turn resumed from the warm pass's mark; with a head its cache
+// travels in the snapshots). The reference of each check is the same backend's plain decode: one slot, no
+// prompt cache, no drafts. Prints one line per check and case; exits 1 if any fails. `--backend cpu` runs the
+// same checks on the CPU (a control for the program itself). `--prompt-path`: CUDA prompts as CudaModel
+// prompt passes (CudaBackend's option; decode windows without it). On CUDA, also device draws == host draws
+// (the DeviceSampler against the KeyedSampler through the engine). `--dummy-config`: random weights for a
+// config (dummy_backend below).
 #include <fmt/format.h>
 
 #include <chrono>
@@ -235,8 +236,24 @@ int device_vs_host_draws(const cli::LoadedBackend& loaded, cuda::CudaBackend& cu
   return ok ? 0 : 1;
 }
 
+constexpr const char* kUsage =
+    "usage: cuda_engine_contract MODEL_DIR|--dummy-config FILE [--backend cuda|cpu] [--context N] "
+    "[--prompt-path]";
+
+// --dummy-config: random weights made on the GPU for a config.json, no checkpoint, so the contract runs at
+// shapes the tiny checkpoint lacks (tests/cuda/flashnext-small-real-heads.json has the real hc and expert
+// shapes, where the tensor family's fused hc tail and expert folds are taken).
+cli::LoadedBackend dummy_backend(const std::string& file, int64_t context, bool prompt_path) {
+  cuda::CudaModelOptions opt;
+  opt.max_context = context;
+  cli::LoadedBackend b;
+  b.context = context;
+  b.backend = std::make_shared<cuda::CudaBackend>(cli::dummy_cuda_model(file, 1, opt), prompt_path);
+  return b;
+}
+
 int run(int argc, char** argv) {
-  std::string dir, backend = "cuda";
+  std::string dir, dummy_config, backend = "cuda";
   int64_t context = 2048;
   bool prompt_path = false;
   for (int i = 1; i < argc; ++i) {
@@ -247,17 +264,20 @@ int run(int argc, char** argv) {
       prompt_path = true;
     else if (a == "--context" && i + 1 < argc)
       context = std::stoll(argv[++i]);
+    else if (a == "--dummy-config" && i + 1 < argc)
+      dummy_config = argv[++i];
     else if (dir.empty() && a.rfind("--", 0) != 0)
       dir = a;
     else
-      fail(
-          "usage: cuda_engine_contract MODEL_DIR [--backend cuda|cpu] [--context N] [--prompt-path] (unknown "
-          "'{}')",
-          a);
+      fail("{} (unknown '{}')", kUsage, a);
   }
-  if (dir.empty())
-    fail("usage: cuda_engine_contract MODEL_DIR [--backend cuda|cpu] [--context N] [--prompt-path]");
-  const cli::LoadedBackend loaded = cli::load_backend(backend, dir, context, prompt_path);
+  if (dir.empty() == dummy_config.empty()) fail("{} (give a model directory or --dummy-config, one)", kUsage);
+  if (!dummy_config.empty() && backend != "cuda")
+    fail("--dummy-config is for --backend cuda (got '{}')", backend);
+  const cli::LoadedBackend loaded = dummy_config.empty()
+                                        ? cli::load_backend(backend, dir, context, prompt_path)
+                                        : dummy_backend(dummy_config, context, prompt_path);
+  if (!dummy_config.empty()) dir = "dummy weights for " + dummy_config;
   std::printf("contract on %s, backend %s%s, context %lld, draft source %s\n", dir.c_str(),
               loaded.backend->name(), prompt_path ? " (prompt path)" : "",
               static_cast<long long>(loaded.context),
