@@ -9,6 +9,7 @@
 # `deltaserve bench --backend cuda` (the engine on the real shape; the prebuilt then also holds deltaserve and its
 # libraries: libpcre2-8, libutf8proc, libcpp-httplib, brotli). CONTRACT_DUMMY=0 skips the contract on random
 # weights at the real hc and expert shapes under `tensor`.
+# Programs bundled by tools/device/bundle_prebuilt.sh build-cuda .dev/X (run here, then carry .dev/X).
 # Usage: DS_PREBUILT=.dev/X/prebuilt.tar.xz BENCH_CONFIG=.dev/X/flashnext-large-config.json tools/device/cuda_merged.sh
 set -uo pipefail
 out=${OUT:-/tmp/out}; mkdir -p "$out"
