@@ -59,13 +59,26 @@ struct RowCopy {
   const uint32_t* sb_word;       // the word holding it
   int sb_par;                    // its half of that word
   int lane;
+  uint32_t dst_off[kChunks];  // kLean2: chunk i's byte offset in a stage
+  uint32_t sb_dst_off;        // and the lane's scale or bias words'
 
   __device__ __forceinline__ RowCopy(const DecodeWeight& W, int64_t o0, int lane_) : lane(lane_) {
     sb = lane < 16 ? W.scales : W.biases;
     retarget(W, o0);
+    using L = Stage<Bits>;
+#pragma unroll
+    for (int i = 0; i < kChunks; ++i) {
+      const int c = lane + 32 * i;
+      dst_off[i] = 4u * static_cast<uint32_t>(row_of(c) * L::kRowWords + 4 * chunk_of(c));
+    }
+    sb_dst_off = 4u * static_cast<uint32_t>((lane & 15) * L::kRowWords + L::kCodeWords + 4 * (lane >> 4));
   }
-  __device__ __forceinline__ static int row_of(int c) { return c / Bits; }
-  __device__ __forceinline__ static int chunk_of(int c) { return c - row_of(c) * Bits; }
+  __device__ __forceinline__ static int row_of(int c) {
+    return c / Bits;
+  }
+  __device__ __forceinline__ static int chunk_of(int c) {
+    return c - row_of(c) * Bits;
+  }
   // The warp's 16 outputs from o0 (rows past the matrix clamped to its last, as issue_stage).
   __device__ __forceinline__ void retarget(const DecodeWeight& W, int64_t o0) {
 #pragma unroll
@@ -128,15 +141,21 @@ struct RowCopy {
     using L = Stage<Bits>;
     if (live) {
       const int t0 = s * kUnitsPerStage, nu = min(kUnitsPerStage, T - t0), lim = nu * Bits / 4;
+      constexpr bool kWhole = kWarpOutputs * Bits % 32 == 0;  // every lane's every chunk in the stage
+      if (nu == kUnitsPerStage) {                             // every chunk of a row (k < Bits)
 #pragma unroll
-      for (int i = 0; i < kChunks; ++i) {
-        const int c = lane + 32 * i, k = chunk_of(c);
-        if (c < kWarpOutputs * Bits && k < lim)
-          cp16(dst + 4 * (row_of(c) * L::kRowWords + 4 * k), src[i] + t0 * Bits);
+        for (int i = 0; i < kChunks; ++i)
+          if (kWhole || lane + 32 * i < kWarpOutputs * Bits) cp16(dst + dst_off[i], src[i] + t0 * Bits);
+      } else {
+#pragma unroll
+        for (int i = 0; i < kChunks; ++i) {
+          const int c = lane + 32 * i;
+          if (c < kWarpOutputs * Bits && chunk_of(c) < lim) cp16(dst + dst_off[i], src[i] + t0 * Bits);
+        }
       }
       const int g_lo = (t0 * 32) >> W.group_shift, g_hi = ((t0 + nu) * 32 - 1) >> W.group_shift;
       const int w_lo = (sb_par + g_lo) >> 1, w_hi = (sb_par + g_hi) >> 1;
-      const uint32_t sb_dst = dst + 4 * ((lane & 15) * L::kRowWords + L::kCodeWords + 4 * (lane >> 4));
+      const uint32_t sb_dst = dst + sb_dst_off;
 #pragma unroll
       for (int k = 0; k < 3; ++k)
         if (w_lo + k <= w_hi) cp4(sb_dst + 4 * k, sb_word + w_lo + k);
@@ -336,9 +355,12 @@ __global__ void __launch_bounds__(kThreads, MinBlocks)
     const int se = static_cast<int>(s_end);
     for (int s = static_cast<int>(s_begin); s < se;) {
       const int n = (Mode & kPair) != 0 ? min(2, se - s) : 1;
-      for (int i = 0; i < n; ++i) {  // into the slots decoded last
-        issue_next(ring + fill * L::kWords);
-        fill = fill == KS - 1 ? 0 : fill + 1;
+#pragma unroll
+      for (int i = 0; i < ((Mode & kPair) != 0 ? 2 : 1); ++i) {  // into the slots decoded last
+        if (i == 0 || n == 2) {
+          issue_next(ring + fill * L::kWords);
+          fill = fill == KS - 1 ? 0 : fill + 1;
+        }
       }
       tc::cp_async_wait<kAhead>();  // the n oldest stages (s, s + 1) have landed (this lane's copies) ...
       __syncwarp();                 // ... and every lane's
