@@ -97,7 +97,8 @@ void check_format(Tally& tally, int bits, int group, std::mt19937_64& rng, const
 // Experts grouped by moe_expert_tiles; every slot == tc_decode_wx of its expert on its row alone. shared: one
 // more expert stacked last, taken by every row (the model's shared expert in the tiles).
 void check_experts(Tally& tally, int bits, int n_rows, int k, int n_experts, std::mt19937_64& rng,
-                   const Stream& s, int tile_rows, bool shared = false, int64_t cols = 256) {
+                   const Stream& s, int tile_rows, bool shared = false, int64_t cols = 256,
+                   const std::string& note = "") {
   const int64_t rows = 1024;
   const int stack = n_experts + (shared ? 1 : 0);
   TcWeight t = make_weight(rows, cols, bits, 64, stack, rng);
@@ -119,11 +120,11 @@ void check_experts(Tally& tally, int bits, int n_rows, int k, int n_experts, std
   s.synchronize();
   const auto h_tiles = download<ExpertWindow>(tiles, max_tiles);
   const auto h_rows = download<int32_t>(row_ids, total);
-  const std::string name = "decode tc expert tiles (" + std::to_string(n_rows) + " rows, top-" +
-                           std::to_string(k) + " of " + std::to_string(n_experts) +
-                           (shared ? " + shared" : "") + (bits == 0 ? ", bf16" : ", affine") + ", " +
-                           std::to_string(cols) + " columns, " +
-                           std::to_string(tc_decode_column_slices(rows, cols)) + " slices)" + layout_tag();
+  const std::string name =
+      "decode tc expert tiles (" + std::to_string(n_rows) + " rows, top-" + std::to_string(k) + " of " +
+      std::to_string(n_experts) + (shared ? " + shared" : "") + (bits == 0 ? ", bf16" : ", affine") + ", " +
+      std::to_string(cols) + " columns, " + std::to_string(tc_decode_column_slices(rows, cols)) + " slices" +
+      note + ")" + layout_tag();
   const std::vector<float> xh = random_normal(std::max(n_rows, total) * cols, 1.0f, rng);
   const DeviceBuffer x = upload(xh);
   DeviceBuffer y(total * rows * sizeof(float));
@@ -258,8 +259,9 @@ void check_small_windows(Tally& tally, std::mt19937_64& rng, const Stream& s) {
 // rows are not whole 16-byte chunks there and keep the small kernel) and partial output blocks, at rows 0
 // and 5 of x. Run under each layout.
 // The launch variants compared (tc_decode_row_variant's bits: 1 one output block a block, 2 three blocks an
-// SM, 4 the lean stage copy; 8 only moves expert tiles between the 4- and 3-block kernels).
-constexpr int kRowVariants[] = {0, 1, 2, 3, 4, 5, 6, 7};
+// SM, 4 the lean stage copy; 8 only moves expert tiles between the 4- and 3-block kernels; 16 kLean2, 32
+// kPair with kLean2: tc_row.cu's launch modes).
+constexpr int kRowVariants[] = {0, 1, 2, 3, 4, 5, 6, 7, 22, 23, 54, 55};
 void check_row_kernel(Tally& tally, std::mt19937_64& rng, const Stream& s) {
   const std::pair<int64_t, int64_t> shapes[] = {
       {1030, 384}, {300, 2560}, {5000, 1280}, {9000, 640}, {200, 2592}};
@@ -305,7 +307,8 @@ void check_row_kernel(Tally& tally, std::mt19937_64& rng, const Stream& s) {
 // at most 157 output blocks, fewer than the 396-660 resident at once, so each block there runs one task):
 // 100000 x 128 (1 slice, 1563 output blocks: the ring runs on into the next task's stages) and 24000 x 640
 // forced to 2 and 4 slices (750 and 1500 output blocks: the merge area's parity alternates), at row 5, the
-// persistent variants 0, 2, 4 and 6 (the lean stage copy) == the small kernel, bit for bit.
+// persistent variants 0, 2, 4 and 6 (the lean stage copy), 20 and 22 (kLean2), 52 and 54 (kPair) == the small
+// kernel, bit for bit.
 void check_row_kernel_persistent(Tally& tally, std::mt19937_64& rng, const Stream& s) {
   const bool shipped = tc_decode_row_kernel_on();
   struct Case {
@@ -324,7 +327,7 @@ void check_row_kernel_persistent(Tally& tally, std::mt19937_64& rng, const Strea
     const std::vector<float> small = run_decode(t.w, x, c.cols, 5, 1, s);
     tc_decode_row_kernel(true);
     bool same = true;
-    for (int variant : {0, 2, 4, 6}) {
+    for (int variant : {0, 2, 4, 6, 20, 22, 52, 54}) {
       setenv("DS_CUDA_TC_ROW_VARIANT", std::to_string(variant).c_str(), 1);
       const std::vector<float> one = run_decode(t.w, x, c.cols, 5, 1, s);
       same = same && std::memcmp(small.data(), one.data(), small.size() * sizeof(float)) == 0;
@@ -334,7 +337,7 @@ void check_row_kernel_persistent(Tally& tally, std::mt19937_64& rng, const Strea
     tally.expect(same, format_name(c.bits, c.group) + ": one-row kernel, persistent blocks over several " +
                            "output blocks (" + std::to_string(c.rows) + "x" + std::to_string(c.cols) + ", " +
                            std::to_string(slices) +
-                           " slices, variants 0, 2, 4 and 6) == small kernel, bit for bit");
+                           " slices, variants 0, 2, 4, 6, 20, 22, 52 and 54) == small kernel, bit for bit");
   }
   tc_decode_row_kernel(shipped);
 }
@@ -460,6 +463,12 @@ void run_tc_decode_checks(Tally& tally) {
     check_experts(tally, 4, 1, 10, 16, rng, s, 1);
     // The model's decode tiles with the shared expert; 2560 columns: 4 column slices.
     check_experts(tally, 4, 1, 10, 16, rng, s, 1, true, 2560);
+    for (int variant : {30, 62}) {  // the one-row kernel's launch modes (tcmid12) on tiles of one slot
+      setenv("DS_CUDA_TC_ROW_VARIANT", std::to_string(variant).c_str(), 1);
+      check_experts(tally, 4, 1, 10, 16, rng, s, 1, true, 2560, ", row variant " + std::to_string(variant));
+      check_experts(tally, 6, 1, 10, 16, rng, s, 1, false, 2560, ", row variant " + std::to_string(variant));
+      unsetenv("DS_CUDA_TC_ROW_VARIANT");
+    }
     check_experts(tally, 4, 13, 10, 24, rng, s, kDecodeExpertTileRows, true, 2560);
     check_experts(tally, 0, 9, 3, 8, rng, s, kDecodeExpertTileRows, true);
     check_experts(tally, 6, 3, 4, 8, rng, s, 2);

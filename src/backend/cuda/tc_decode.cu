@@ -458,7 +458,7 @@ int tc_decode_row_variant() {
   const std::string name(v);
   const bool digits = name.size() <= 2 && name.find_first_not_of("0123456789") == std::string::npos;
   const int n = digits ? std::atoi(v) : -1;
-  if (n < 0 || n > 15) bad("DS_CUDA_TC_ROW_VARIANT", "must be 0..15 (got '" + name + "')");
+  if (n < 0 || n > 63) bad("DS_CUDA_TC_ROW_VARIANT", "must be 0..63 (got '" + name + "')");
   return n;
 }
 

@@ -356,11 +356,13 @@ void launch_small(const DecodeWeight& W, Slicing sl, dim3 grid, int x_rows, bool
 // each block. The bits of launch_small at one row (the same MMAs and epilogue for the row), with less work a
 // unit: no work kept for the B columns that hold no row, precomputed copy offsets, cheaper scale indices.
 // Its launch variant (tc_decode_row_variant; the same arithmetic, so the same bits), from
-// DS_CUDA_TC_ROW_VARIANT (0..15) at every launch, else kDefaultRowVariant: bit 0: one output block a block
+// DS_CUDA_TC_ROW_VARIANT (0..63) at every launch, else kDefaultRowVariant: bit 0: one output block a block
 // instead of persistent blocks; bit 1: registers for 3 blocks an SM instead of 4 (no spills; 4 blocks capped
 // the chained kernels at 128 registers with 8-40 bytes of spill and left too few units in flight); bit 2: the
 // lean stage copy (the same bytes to the same places with fewer instructions); bit 3 (with bit 1): expert
-// tiles on the 4-block kernel where that runs them in fewer waves. For the bench's before/after.
+// tiles on the 4-block kernel where that runs them in fewer waves; bit 4 (tcmid12): kLean2 (the copy by
+// 32-bit shared addresses, 32-bit stage counters, a stage's g32 scale and bias words read as words); bit 5:
+// kPair (with kLean2: two stages a loop iteration on a 6-slot ring). For the bench's before/after.
 // Measured fastest (tc11): lean copy, 3 blocks an SM, tile waves; the model at one stream 6.866 -> 6.770 ms
 // a round against variant 2 (tcrow10's default).
 // half > 0 (expert tiles of gate|up, [2 half, cols] an expert; grid.x = half / sl.block_outputs()): the

@@ -25,6 +25,7 @@
 // slices and merge are the plain launch's, so gate and up carry the same bits.
 #include <algorithm>
 #include <atomic>
+#include <type_traits>
 
 #include "backend/cuda/code_bits.h"
 #include "backend/cuda/cuda_error.h"
@@ -37,6 +38,15 @@ namespace ds::cuda::tcd {
 namespace {
 
 constexpr int kRowStages = 5;  // ring slots a warp: 4 stages in flight while one is decoded
+// Launch modes past the lean copy (variant bits 4-5; tcmid12): kLean2 the stage copy by 32-bit shared
+// addresses, 32-bit stage counters, and for groups of 32 a stage's scale and bias words read as words
+// (shared by its units; each unit's bf16 by a funnel shift) instead of a 16-bit load a unit and value; kPair
+// (always with kLean2) two stages a loop iteration (8 units' MMA chains in one block of code) on a ring of 6
+// slots (still 4 stages in flight while two are decoded). The same copies, MMAs and epilogue order.
+constexpr int kLean2 = 1, kPair = 2;
+__host__ __device__ constexpr int row_slots(int mode) {
+  return (mode & kPair) != 0 ? kRowStages + 1 : kRowStages;
+}
 
 template <int Bits>
 struct RowCopy {
@@ -49,13 +59,26 @@ struct RowCopy {
   const uint32_t* sb_word;       // the word holding it
   int sb_par;                    // its half of that word
   int lane;
+  uint32_t dst_off[kChunks];  // kLean2: chunk i's byte offset in a stage
+  uint32_t sb_dst_off;        // and the lane's scale or bias words'
 
   __device__ __forceinline__ RowCopy(const DecodeWeight& W, int64_t o0, int lane_) : lane(lane_) {
     sb = lane < 16 ? W.scales : W.biases;
     retarget(W, o0);
+    using L = Stage<Bits>;
+#pragma unroll
+    for (int i = 0; i < kChunks; ++i) {
+      const int c = lane + 32 * i;
+      dst_off[i] = 4u * static_cast<uint32_t>(row_of(c) * L::kRowWords + 4 * chunk_of(c));
+    }
+    sb_dst_off = 4u * static_cast<uint32_t>((lane & 15) * L::kRowWords + L::kCodeWords + 4 * (lane >> 4));
   }
-  __device__ __forceinline__ static int row_of(int c) { return c / Bits; }
-  __device__ __forceinline__ static int chunk_of(int c) { return c - row_of(c) * Bits; }
+  __device__ __forceinline__ static int row_of(int c) {
+    return c / Bits;
+  }
+  __device__ __forceinline__ static int chunk_of(int c) {
+    return c - row_of(c) * Bits;
+  }
   // The warp's 16 outputs from o0 (rows past the matrix clamped to its last, as issue_stage).
   __device__ __forceinline__ void retarget(const DecodeWeight& W, int64_t o0) {
 #pragma unroll
@@ -111,6 +134,40 @@ struct RowCopy {
     }
     cp_async_commit();
   }
+
+  // Lean2 (launch variant bit 4): the lean copy's bytes to the same places, addressed as 32-bit shared
+  // offsets from the slot's base (no generic-to-shared conversion a copy) and 32-bit stage counters.
+  __device__ __forceinline__ void issue2(const DecodeWeight& W, bool live, int s, int T, uint32_t dst) const {
+    using L = Stage<Bits>;
+    if (live) {
+      const int t0 = s * kUnitsPerStage, nu = min(kUnitsPerStage, T - t0), lim = nu * Bits / 4;
+      constexpr bool kWhole = kWarpOutputs * Bits % 32 == 0;  // every lane's every chunk in the stage
+      if (nu == kUnitsPerStage) {                             // every chunk of a row (k < Bits)
+#pragma unroll
+        for (int i = 0; i < kChunks; ++i)
+          if (kWhole || lane + 32 * i < kWarpOutputs * Bits) cp16(dst + dst_off[i], src[i] + t0 * Bits);
+      } else {
+#pragma unroll
+        for (int i = 0; i < kChunks; ++i) {
+          const int c = lane + 32 * i;
+          if (c < kWarpOutputs * Bits && chunk_of(c) < lim) cp16(dst + dst_off[i], src[i] + t0 * Bits);
+        }
+      }
+      const int g_lo = (t0 * 32) >> W.group_shift, g_hi = ((t0 + nu) * 32 - 1) >> W.group_shift;
+      const int w_lo = (sb_par + g_lo) >> 1, w_hi = (sb_par + g_hi) >> 1;
+      const uint32_t sb_dst = dst + sb_dst_off;
+#pragma unroll
+      for (int k = 0; k < 3; ++k)
+        if (w_lo + k <= w_hi) cp4(sb_dst + 4 * k, sb_word + w_lo + k);
+    }
+    cp_async_commit();
+  }
+  __device__ __forceinline__ static void cp16(uint32_t dst, const void* src) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src) : "memory");
+  }
+  __device__ __forceinline__ static void cp4(uint32_t dst, const void* src) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(dst), "l"(src) : "memory");
+  }
 };
 
 // The slices' merge of merge_slices ((s0 + s1) + (s2 + s3), or s0 + s1) for 2 values a lane, through a
@@ -140,12 +197,12 @@ __device__ __forceinline__ bool merge_row(const Slicing& sl, float (&v)[2], floa
 // warp's ring runs on into its next task's stages); expert tiles: one output block a block (grid.x covers
 // them), tile blockIdx.y; with half > 0 (SwiGLU, expert tiles only) the gate block, then its up block, and y
 // holds h rows (ldy apart) of half outputs.
-template <int Bits, bool PC, int MinBlocks, bool Lean>
+template <int Bits, bool PC, int MinBlocks, bool Lean, int Mode>
 __global__ void __launch_bounds__(kThreads, MinBlocks)
     row_kernel(DecodeWeight W, Slicing sl, const ExpertWindow* tiles, int n_rows, const int32_t* row_ids,
                DecodeX X, float* y, int64_t ldy, int64_t n_experts, int64_t half, OneRowTiles group) {
   using L = Stage<Bits>;
-  constexpr int KS = kRowStages;
+  constexpr int KS = row_slots(Mode), kAhead = kRowStages - 1;  // kAhead stages in flight a warp
   extern __shared__ __align__(16) uint32_t smem[];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int slice = warp % sl.slices;
@@ -175,15 +232,20 @@ __global__ void __launch_bounds__(kThreads, MinBlocks)
   // The issue cursor: task output o_is, stage s_is (the tasks' stages in sequence; past the last: none).
   RowCopy<Bits> copy(W, o0, lane);
   int64_t o_is = o0, s_is = s_begin;
+  const uint32_t ring_s = tc::smem_addr(ring);  // Mode != 0: the ring's shared address
   auto issue_next = [&](uint32_t* dst) {
-    copy.template issue<Lean>(W, o_is < W.rows, s_is, T, dst);
+    if constexpr (Mode != 0)
+      copy.issue2(W, o_is < W.rows, static_cast<int>(s_is), static_cast<int>(T),
+                  ring_s + static_cast<uint32_t>((dst - ring) * 4));
+    else
+      copy.template issue<Lean>(W, o_is < W.rows, s_is, T, dst);
     if (++s_is == s_end && o_is < W.rows) {
       s_is = s_begin, o_is += step;
       if (o_is < W.rows) copy.retarget(W, o_is);
     }
   };
 #pragma unroll
-  for (int s = 0; s < KS - 1; ++s) issue_next(ring + s * L::kWords);
+  for (int s = 0; s < kAhead; ++s) issue_next(ring + s * L::kWords);
   if (tiles == nullptr) dev::grid_dependency_wait();
   const int64_t xrow = count > 0 ? (group.topk != nullptr ? 0
                                     : row_ids != nullptr  ? int64_t{row_ids[first]}
@@ -216,6 +278,112 @@ __global__ void __launch_bounds__(kThreads, MinBlocks)
     else
       yr[o - half] = __fmul_rn(dev::silu(gate[k]), v);
   };
+  // Mode != 0: the stage loop with 32-bit counters; with kPair two stages an iteration (one when a task's
+  // slice has one left). The stages' slots run in sequence over the tasks: `fill` the next one issued.
+  int fill = kAhead;
+  struct Ref {
+    const uint32_t* st;
+    int t0, nu, par[2];
+  };
+  auto stage_ref = [&](int sl_, int s, const int64_t(&sb_r)[2]) {
+    Ref r;
+    r.st = ring + sl_ * L::kWords, r.t0 = s * kUnitsPerStage;
+    r.nu = min(kUnitsPerStage, static_cast<int>(T) - r.t0);
+    const int g0 = (r.t0 * 32) >> W.group_shift;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) r.par[h] = static_cast<int>((sb_r[h] + g0) & 1);
+    return r;
+  };
+  // Unit u of stage r: unit_step's operations in its order. G32 (groups of 32, unit u's scale index par + u):
+  // the stage's words read as words (shared by the units) and each bf16 taken by a funnel shift.
+  auto unit2 = [&](float(&acc)[2], const Ref& r, int u, auto g32_tag) {
+    constexpr bool G32 = decltype(g32_tag)::value;
+    uint32_t P[2][4];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) unit_pairs<Bits>(r.st + row_off[h] + u * Bits, t, P[h]);
+    const uint32_t a[2][4] = {{P[0][0], P[1][0], P[0][1], P[1][1]}, {P[0][2], P[1][2], P[0][3], P[1][3]}};
+    const float sx = xsums[r.t0 + u];
+    const uint4* xs = xp + (r.t0 + u) * (kTerms * 4);
+    auto sb_of = [&](int h, float& scale, float& bias) {
+      const uint32_t* w = r.st + (PC ? pc_off : row_off[h]) + L::kCodeWords;
+      if constexpr (G32) {
+        const int q = u >> 1, sh = 16 * r.par[h];
+        const uint32_t ws = __funnelshift_r(w[q], w[q + 1], sh), wb = __funnelshift_r(w[4 + q], w[5 + q], sh);
+        scale = __uint_as_float((u & 1) != 0 ? ws & 0xFFFF0000u : ws << 16);
+        bias = __uint_as_float((u & 1) != 0 ? wb & 0xFFFF0000u : wb << 16);
+      } else {
+        const int li = r.par[h] + ((u * 32) >> W.group_shift);
+        const uint16_t* w16 = reinterpret_cast<const uint16_t*>(w);
+        scale = from_bf16(w16[li]), bias = from_bf16(w16[8 + li]);
+      }
+    };
+    if constexpr (PC) {
+      float scale, bias;
+      sb_of(0, scale, bias);
+      float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+      pc_mma(c, a, xs[0]);
+      const float d = pc_combine(c, t);
+      acc[0] = __fmaf_rn(bias, sx, __fmaf_rn(scale, d, acc[0]));
+    } else {
+      uint4 b[kTerms];
+#pragma unroll
+      for (int j = 0; j < kTerms; ++j) b[j] = xs[j * 4];
+      float part[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+      for (int ks = 0; ks < 2; ++ks)
+#pragma unroll
+        for (int j = kTerms - 1; j >= 0; --j)
+          mma_bf16(part, a[ks], ks == 0 ? b[j].x : b[j].z, ks == 0 ? b[j].y : b[j].w);
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        float scale, bias;
+        sb_of(h, scale, bias);
+        acc[h] = __fmaf_rn(scale, part[2 * h], acc[h]);
+        acc[h] = __fmaf_rn(bias, sx, acc[h]);
+      }
+    }
+  };
+  auto units2 = [&](float(&acc)[2], const Ref& r, auto tag) {
+    if (r.nu == kUnitsPerStage) {
+#pragma unroll
+      for (int u = 0; u < kUnitsPerStage; ++u) unit2(acc, r, u, tag);
+    } else {
+      for (int u = 0; u < r.nu; ++u) unit2(acc, r, u, tag);
+    }
+  };
+  auto run_stages = [&](float(&acc)[2], const int64_t(&sb_r)[2]) {
+    const int se = static_cast<int>(s_end);
+    for (int s = static_cast<int>(s_begin); s < se;) {
+      const int n = (Mode & kPair) != 0 ? min(2, se - s) : 1;
+#pragma unroll
+      for (int i = 0; i < ((Mode & kPair) != 0 ? 2 : 1); ++i) {  // into the slots decoded last
+        if (i == 0 || n == 2) {
+          issue_next(ring + fill * L::kWords);
+          fill = fill == KS - 1 ? 0 : fill + 1;
+        }
+      }
+      tc::cp_async_wait<kAhead>();  // the n oldest stages (s, s + 1) have landed (this lane's copies) ...
+      __syncwarp();                 // ... and every lane's
+      const Ref r0 = stage_ref(slot, s, sb_r), r1 = stage_ref(slot == KS - 1 ? 0 : slot + 1, s + 1, sb_r);
+      auto decode = [&](auto tag) {
+        if ((Mode & kPair) != 0 && n == 2 && r1.nu == kUnitsPerStage) {  // 8 units in one block of code
+#pragma unroll
+          for (int u = 0; u < 2 * kUnitsPerStage; ++u)
+            unit2(acc, u < kUnitsPerStage ? r0 : r1, u % kUnitsPerStage, tag);
+        } else {
+          units2(acc, r0, tag);
+          if (n == 2) units2(acc, r1, tag);
+        }
+      };
+      if (W.group_shift == 5)
+        decode(std::true_type{});
+      else
+        decode(std::false_type{});
+      __syncwarp();  // every lane is done with the stages before their slots are refilled
+      s += n, slot += n;
+      if (slot >= KS) slot -= KS;
+    }
+  };
   for (int parity = 0; o0 < W.rows; o0 += step, parity ^= 1) {
     // Chained: acc[h] is D element 2h (output g + 8h, column 2t; the row's on t == 0). Plane columns: acc[0]
     // is this lane's d of output g + 8 (t & 1) (the row's on t < 2).
@@ -224,60 +392,64 @@ __global__ void __launch_bounds__(kThreads, MinBlocks)
 #pragma unroll
     for (int h = 0; h < 2; ++h)
       sb_r[h] = W.sb_base + min(o0 + g + 8 * (PC ? pc_h : h), W.rows - 1) * W.groups_per_row;
-    for (int64_t s = s_begin; s < s_end; ++s, slot = slot == KS - 1 ? 0 : slot + 1) {
-      issue_next(ring + (slot == 0 ? KS - 1 : slot - 1) * L::kWords);  // the slot decoded last
-      tc::cp_async_wait<KS - 1>();  // stage s has landed (this lane's copies) ...
-      __syncwarp();                 // ... and every lane's
-      const uint32_t* st = ring + slot * L::kWords;
-      const int64_t t0 = s * kUnitsPerStage;
-      // The stage's scale words start at the word of its first group: li = parity + (u * 32) >> shift.
-      const int64_t g0 = (t0 * 32) >> W.group_shift;
-      int par[2];
-      const uint16_t* sbp[2];
+    if constexpr (Mode != 0)
+      run_stages(acc, sb_r);
+    else
+      for (int64_t s = s_begin; s < s_end; ++s, slot = slot == KS - 1 ? 0 : slot + 1) {
+        issue_next(ring + (slot == 0 ? KS - 1 : slot - 1) * L::kWords);  // the slot decoded last
+        tc::cp_async_wait<KS - 1>();  // stage s has landed (this lane's copies) ...
+        __syncwarp();                 // ... and every lane's
+        const uint32_t* st = ring + slot * L::kWords;
+        const int64_t t0 = s * kUnitsPerStage;
+        // The stage's scale words start at the word of its first group: li = parity + (u * 32) >> shift.
+        const int64_t g0 = (t0 * 32) >> W.group_shift;
+        int par[2];
+        const uint16_t* sbp[2];
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        par[h] = static_cast<int>((sb_r[h] + g0) & 1);
-        sbp[h] = reinterpret_cast<const uint16_t*>(st + (PC ? pc_off : row_off[h]) + L::kCodeWords);
-      }
-      const float* sums = xsums + t0;
-      const uint4* xs = xp + t0 * (kTerms * 4);
-      auto unit_step = [&](int u) {
-        uint32_t P[2][4];
-#pragma unroll
-        for (int h = 0; h < 2; ++h) unit_pairs<Bits>(st + row_off[h] + u * Bits, t, P[h]);
-        const uint32_t a[2][4] = {{P[0][0], P[1][0], P[0][1], P[1][1]}, {P[0][2], P[1][2], P[0][3], P[1][3]}};
-        const int gl = (u * 32) >> W.group_shift;
-        const float sx = sums[u];
-        if constexpr (PC) {
-          const int li = par[0] + gl;
-          const float scale = from_bf16(sbp[0][li]), bias = from_bf16(sbp[0][8 + li]);
-          float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-          pc_mma(c, a, xs[u * kTerms * 4]);
-          const float d = pc_combine(c, t);
-          acc[0] = __fmaf_rn(bias, sx, __fmaf_rn(scale, d, acc[0]));
-        } else {
-          uint4 b[kTerms];
-#pragma unroll
-          for (int j = 0; j < kTerms; ++j) b[j] = xs[(u * kTerms + j) * 4];
-          float part[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-          // Per k step the smallest term first: decode_kernel's order.
-#pragma unroll
-          for (int ks = 0; ks < 2; ++ks)
-#pragma unroll
-            for (int j = kTerms - 1; j >= 0; --j)
-              mma_bf16(part, a[ks], ks == 0 ? b[j].x : b[j].z, ks == 0 ? b[j].y : b[j].w);
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            const int li = par[h] + gl;
-            const float scale = from_bf16(sbp[h][li]), bias = from_bf16(sbp[h][8 + li]);
-            acc[h] = __fmaf_rn(scale, part[2 * h], acc[h]);
-            acc[h] = __fmaf_rn(bias, sx, acc[h]);
-          }
+        for (int h = 0; h < 2; ++h) {
+          par[h] = static_cast<int>((sb_r[h] + g0) & 1);
+          sbp[h] = reinterpret_cast<const uint16_t*>(st + (PC ? pc_off : row_off[h]) + L::kCodeWords);
         }
-      };
-      stage_units(static_cast<int>(min(int64_t{kUnitsPerStage}, T - t0)), unit_step);
-      __syncwarp();  // every lane is done with stage s before its slot is refilled
-    }
+        const float* sums = xsums + t0;
+        const uint4* xs = xp + t0 * (kTerms * 4);
+        auto unit_step = [&](int u) {
+          uint32_t P[2][4];
+#pragma unroll
+          for (int h = 0; h < 2; ++h) unit_pairs<Bits>(st + row_off[h] + u * Bits, t, P[h]);
+          const uint32_t a[2][4] = {{P[0][0], P[1][0], P[0][1], P[1][1]},
+                                    {P[0][2], P[1][2], P[0][3], P[1][3]}};
+          const int gl = (u * 32) >> W.group_shift;
+          const float sx = sums[u];
+          if constexpr (PC) {
+            const int li = par[0] + gl;
+            const float scale = from_bf16(sbp[0][li]), bias = from_bf16(sbp[0][8 + li]);
+            float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+            pc_mma(c, a, xs[u * kTerms * 4]);
+            const float d = pc_combine(c, t);
+            acc[0] = __fmaf_rn(bias, sx, __fmaf_rn(scale, d, acc[0]));
+          } else {
+            uint4 b[kTerms];
+#pragma unroll
+            for (int j = 0; j < kTerms; ++j) b[j] = xs[(u * kTerms + j) * 4];
+            float part[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+            // Per k step the smallest term first: decode_kernel's order.
+#pragma unroll
+            for (int ks = 0; ks < 2; ++ks)
+#pragma unroll
+              for (int j = kTerms - 1; j >= 0; --j)
+                mma_bf16(part, a[ks], ks == 0 ? b[j].x : b[j].z, ks == 0 ? b[j].y : b[j].w);
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+              const int li = par[h] + gl;
+              const float scale = from_bf16(sbp[h][li]), bias = from_bf16(sbp[h][8 + li]);
+              acc[h] = __fmaf_rn(scale, part[2 * h], acc[h]);
+              acc[h] = __fmaf_rn(bias, sx, acc[h]);
+            }
+          }
+        };
+        stage_units(static_cast<int>(min(int64_t{kUnitsPerStage}, T - t0)), unit_step);
+        __syncwarp();  // every lane is done with stage s before its slot is refilled
+      }
     if (!merge_row(sl, acc, merge_area, parity, warp, lane) || count <= 0) continue;
     if constexpr (PC) {
       const int64_t o = o0 + g + 8 * pc_h;
@@ -292,10 +464,10 @@ __global__ void __launch_bounds__(kThreads, MinBlocks)
   }
 }
 
-template <int Bits, bool PC, int MinBlocks, bool Lean>
+template <int Bits, bool PC, int MinBlocks, bool Lean, int Mode>
 struct RowLaunch {
-  static constexpr auto kernel = row_kernel<Bits, PC, MinBlocks, Lean>;
-  static constexpr size_t kRing = size_t{kWarps} * kRowStages * Stage<Bits>::kWords * 4;
+  static constexpr auto kernel = row_kernel<Bits, PC, MinBlocks, Lean, Mode>;
+  static constexpr size_t kRing = size_t{kWarps} * row_slots(Mode) * Stage<Bits>::kWords * 4;
   static constexpr size_t kMerge = size_t{2} * kWarps * 64 * 4;
   // The split's planes, sums and pair sums (split_row_in_block), then the merge area.
   static size_t bytes(int64_t T) { return kRing + static_cast<size_t>(T) * (kTerms * 64 + 4 + 16) + kMerge; }
@@ -336,12 +508,12 @@ struct RowLaunch {
   }
 };
 
-template <int Bits, bool PC, bool Lean>
+template <int Bits, bool PC, bool Lean, int Mode = 0>
 void launch_lean(int v, const DecodeWeight& W, Slicing sl, dim3 grid, const ExpertWindow* tiles, int n_rows,
                  const int32_t* row_ids, const DecodeX& X, float* y, int64_t ldy, int64_t n_experts,
                  int64_t half, const OneRowTiles& group, cudaStream_t stream) {
-  using Three = RowLaunch<Bits, PC, 3, Lean>;
-  using Four = RowLaunch<Bits, PC, 4, Lean>;
+  using Three = RowLaunch<Bits, PC, 3, Lean, Mode>;
+  using Four = RowLaunch<Bits, PC, 4, Lean, Mode>;
   bool three = (v & 2) != 0;
   // Bit 3: expert tiles take the 4-block kernel where it runs them in fewer waves than the 3-block one
   // (e.g. one stream's down, 11 tiles x 40 blocks: 1 wave against 2 on 132 SMs).
@@ -361,13 +533,21 @@ void launch_lean(int v, const DecodeWeight& W, Slicing sl, dim3 grid, const Expe
 
 // Variants (tc_decode_row_variant; the same arithmetic, so the same bits): bit 0: one output block a block
 // instead of persistent blocks; bit 1: registers for 3 blocks an SM instead of 4; bit 2: the lean stage copy
-// (RowCopy::issue); bit 3 (with bit 1): expert tiles on the 4-block kernel where that saves a wave.
+// (RowCopy::issue); bit 3 (with bit 1): expert tiles on the 4-block kernel where that saves a wave; bit 4
+// (tcmid12; the copy then always lean): kLean2; bit 5: kPair with kLean2 (+32 and +48 are the same launch).
 template <int Bits, bool PC>
 void launch_row(const DecodeWeight& W, Slicing sl, dim3 grid, const ExpertWindow* tiles, int n_rows,
                 const int32_t* row_ids, const DecodeX& X, float* y, int64_t ldy, int64_t n_experts,
                 int64_t half, const OneRowTiles& group, cudaStream_t stream) {
   const int v = tc_decode_row_variant();
-  if (v & 4)
+  const int mode = (v >> 4) & 3;
+  if (mode == kLean2)
+    launch_lean<Bits, PC, true, kLean2>(v, W, sl, grid, tiles, n_rows, row_ids, X, y, ldy, n_experts, half,
+                                        group, stream);
+  else if (mode != 0)  // kPair always with kLean2
+    launch_lean<Bits, PC, true, kLean2 | kPair>(v, W, sl, grid, tiles, n_rows, row_ids, X, y, ldy, n_experts,
+                                                half, group, stream);
+  else if (v & 4)
     launch_lean<Bits, PC, true>(v, W, sl, grid, tiles, n_rows, row_ids, X, y, ldy, n_experts, half, group,
                                 stream);
   else

@@ -196,6 +196,22 @@ void run_bench(const std::string& config_path, int bits, int group, const std::v
       for (const auto& [c, k] : kinds) std::printf("    %5d  %s\n", c, k.c_str());
     }
     std::fflush(stdout);
+    // DS_LEAN_ROW_VARIANTS (e.g. "14,30,14,30"; lean bench, tensor family): the round per one-row launch
+    // variant in this order (DS_CUDA_TC_ROW_VARIANT, in the graphs' key, so each re-captures), then nothing
+    // else at this stream count.
+    if (const char* rv = std::getenv("DS_LEAN_ROW_VARIANTS");
+        lean && rv != nullptr && rv[0] != '\0' && m.options().decode_products == DecodeProducts::Tensor) {
+      std::stringstream ss(rv);
+      for (std::string v; std::getline(ss, v, ',');) {
+        setenv("DS_CUDA_TC_ROW_VARIANT", v.c_str(), 1);
+        const DecodeRate x = bench_decode_rounds(m, n, rounds, 4);
+        std::printf("%8d %10d %12.3f %12.1f  (one-row launch variant %s; %zu graph nodes a round)\n", n,
+                    rounds, x.ms_per_round, x.tokens_per_s, v.c_str(), m.graph_nodes());
+        std::fflush(stdout);
+      }
+      unsetenv("DS_CUDA_TC_ROW_VARIANT");
+      continue;
+    }
     if (m.options().decode_products == DecodeProducts::Tensor) bench_swiglu_fold(m, n, rounds);
     // DS_LEAN_FOLDS_ONLY=1: the default line and the folds' lines only (a short device call).
     if (const char* v = std::getenv("DS_LEAN_FOLDS_ONLY"); lean && v != nullptr && std::string(v) == "1")
