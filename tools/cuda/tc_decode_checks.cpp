@@ -347,8 +347,8 @@ void check_row_kernel_persistent(Tally& tally, std::mt19937_64& rng, const Strea
 // sequence: each split overwrites the planes the previous product read).
 void check_small_shapes(Tally& tally, std::mt19937_64& rng, const Stream& s) {
   const int64_t shapes[][2] = {{20, 512}, {137, 128}, {320, 128}, {128, 32}, {200, 128}, {64, 64}, {4, 128}};
-  bool ok = true;
-  std::string first_bad;
+  bool ok = true, repeatable = true;
+  std::string first_bad, first_differing;
   for (int bits : {0, 4})
     for (const auto& sh : shapes)
       for (int n : {1, 3, 16}) {
@@ -357,6 +357,13 @@ void check_small_shapes(Tally& tally, std::mt19937_64& rng, const Stream& s) {
         const std::vector<float> xh = random_normal(n * cols, 1.0f, rng);
         const DeviceBuffer x = upload(xh);
         const std::vector<float> y = run_decode(t.w, x, cols, 0, n, s);
+        // The same launch again: the same bits (a race in a kernel would show here first).
+        const std::vector<float> again = run_decode(t.w, x, cols, 0, n, s);
+        if (std::memcmp(y.data(), again.data(), y.size() * sizeof(float)) != 0 && repeatable) {
+          repeatable = false;
+          first_differing = std::to_string(bits) + "-bit " + std::to_string(rows) + "x" +
+                            std::to_string(cols) + " n " + std::to_string(n);
+        }
         for (int r = 0; r < n; ++r)
           for (int64_t o = 0; o < rows; ++o) {
             double ref = 0, mag = 0;
@@ -364,16 +371,21 @@ void check_small_shapes(Tally& tally, std::mt19937_64& rng, const Stream& s) {
               ref += t.value(0, o, i, 1.0) * xh[r * cols + i];
               mag += t.magnitude(0, o, i) * std::fabs(xh[r * cols + i]);
             }
-            if (!(std::fabs(y[r * rows + o] - ref) <= tc_bound_factor(cols) * mag + 1e-30) && ok) {
+            const double err = std::fabs(y[r * rows + o] - ref), bound = tc_bound_factor(cols) * mag + 1e-30;
+            if (!(err <= bound) && ok) {
               ok = false;
               first_bad = std::to_string(bits) + "-bit " + std::to_string(rows) + "x" + std::to_string(cols) +
                           " n " + std::to_string(n) + " row " + std::to_string(r) + " out " +
-                          std::to_string(o);
+                          std::to_string(o) + ": got " + std::to_string(y[r * rows + o]) + ", float64 " +
+                          std::to_string(ref) + ", err/bound " + std::to_string(err / bound);
             }
           }
       }
   tally.expect(ok, "decode tc small shapes (dense and 4-bit, 4-320 outputs, 32-512 columns) within bound" +
                        layout_tag() + (ok ? "" : " (first bad: " + first_bad + ")"));
+  tally.expect(repeatable, "decode tc small shapes: the same launch twice gives the same bits" +
+                               layout_tag() +
+                               (repeatable ? "" : " (first differing: " + first_differing + ")"));
   TcWeight a = make_weight(200, 128, 0, 0, 1, rng), b = make_weight(1030, 512, 4, 32, 1, rng),
            c = make_weight(320, 64, 6, 64, 1, rng);
   const int n = 13;

@@ -38,17 +38,25 @@ class DeviceBuffer {
   }
   size_t bytes() const { return bytes_; }
 
-  // Synchronous copies of the whole buffer or a prefix of it; `op` names the call in errors.
+  // Synchronous copies of the whole buffer or a prefix of it; `op` names the call in errors. The kernels run
+  // on non-blocking streams, which never wait for the legacy stream these calls use, and cudaMemcpy from
+  // pageable memory may return before its DMA lands (as cudaMemset may before the fill): so upload and
+  // fill_bytes wait for the legacy stream before returning (on the H200 a kernel launched right after one
+  // read a half-landed x or saw its outputs re-poisoned, only while another process shared the GPU).
   void upload(const void* host, size_t bytes, const char* op = "DeviceBuffer::upload") {
     if (bytes > bytes_) throw ArgumentError(std::string(op) + ": copy larger than the buffer");
     check(cudaMemcpy(ptr_, host, bytes, cudaMemcpyHostToDevice), op);
+    check(cudaStreamSynchronize(nullptr), op);
   }
   void download(void* host, size_t bytes, const char* op = "DeviceBuffer::download") const {
     if (bytes > bytes_) throw ArgumentError(std::string(op) + ": copy larger than the buffer");
     check(cudaMemcpy(host, ptr_, bytes, cudaMemcpyDeviceToHost), op);
   }
   // Fills every byte with `value` (tests poison outputs so an unwritten element shows).
-  void fill_bytes(int value) { check(cudaMemset(ptr_, value, bytes_), "cudaMemset"); }
+  void fill_bytes(int value) {
+    check(cudaMemset(ptr_, value, bytes_), "cudaMemset");
+    check(cudaStreamSynchronize(nullptr), "cudaMemset");
+  }
 
  private:
   void* ptr_ = nullptr;
