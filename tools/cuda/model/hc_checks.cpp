@@ -13,6 +13,7 @@
 #include "backend/cuda/model/glue_kernels.h"
 #include "backend/cuda/model/hc_kernels.h"
 #include "backend/cuda/wx_products.h"
+#include "device_affine.h"
 #include "model_checks.h"
 
 namespace ds::cuda::modelcheck {
@@ -25,44 +26,6 @@ using wxcheck::RefWeight;
 constexpr int kS = 4, kD = 2560, kR = 320;  // the real shape; other ranks R as cases below
 constexpr float kEps = 1e-6f;
 const double kUlp = std::ldexp(1.0, -24);
-
-struct DeviceAffine {
-  DeviceBuffer codes, scales, biases;
-  AffineWeight w;
-};
-
-DeviceAffine upload(const HostAffine& a) {
-  DeviceAffine d{DeviceBuffer(a.codes.size() * 4),
-                 DeviceBuffer(a.scales.size() * 2),
-                 DeviceBuffer(a.biases.size() * 2),
-                 {}};
-  d.codes.upload(a.codes.data(), a.codes.size() * 4);
-  d.scales.upload(a.scales.data(), a.scales.size() * 2);
-  d.biases.upload(a.biases.data(), a.biases.size() * 2);
-  d.w = {d.codes.as<uint32_t>(),
-         d.scales.as<uint16_t>(),
-         d.biases.as<uint16_t>(),
-         a.rows,
-         a.cols,
-         a.bits,
-         a.group,
-         1};
-  return d;
-}
-
-template <class T>
-DeviceBuffer to_device(const std::vector<T>& v) {
-  DeviceBuffer b(v.size() * sizeof(T));
-  b.upload(v.data(), v.size() * sizeof(T));
-  return b;
-}
-
-template <class T>
-std::vector<T> to_host(const DeviceBuffer& b, size_t count) {
-  std::vector<T> v(count);
-  b.download(v.data(), count * sizeof(T));
-  return v;
-}
 
 // The mix's inputs for n rows.
 struct Inputs {
@@ -92,8 +55,8 @@ struct Outputs {
 Outputs run_split(const DeviceAffine& di, const DeviceAffine& up, const Inputs& in, bool with_pending,
                   int head_outputs = 2) {
   const int n = in.n;
-  DeviceBuffer H = to_device(in.H), pending = to_device(in.pending), iota_in = to_device(in.iota_in),
-               norm_w = to_device(in.norm_w);
+  DeviceBuffer H = upload(in.H), pending = upload(in.pending), iota_in = upload(in.iota_in),
+               norm_w = upload(in.norm_w);
   DeviceBuffer normed(size_t(n) * kS * kD * 4), partial(size_t(hc_partial_floats(di.w, kS, n)) * 4),
       x(size_t(n) * kD * 4), iota_out(size_t(n) * kS * 4);
   x.fill_bytes(0xFF), iota_out.fill_bytes(0xFF), normed.fill_bytes(0xFF);
@@ -107,21 +70,21 @@ Outputs run_split(const DeviceAffine& di, const DeviceAffine& up, const Inputs& 
   check(cudaDeviceSynchronize(), "hc mix check");
   // The joint values as the tail forms them, (p0 + p1) + (p2 + p3) in f32 (-ffp-contract=off: the same bits).
   const int64_t rows = di.w.rows;
-  const std::vector<float> pv = to_host<float>(partial, size_t(n) * kS * rows);
+  const std::vector<float> pv = download<float>(partial, size_t(n) * kS * rows);
   std::vector<float> joint(size_t(n) * rows);
   for (int r = 0; r < n; ++r)
     for (int64_t o = 0; o < rows; ++o) {
       const float* p0 = &pv[size_t(r) * kS * rows + o];
       joint[size_t(r) * rows + o] = (p0[0] + p0[rows]) + (p0[2 * rows] + p0[3 * rows]);
     }
-  return {to_host<float>(x, size_t(n) * kD), to_host<float>(iota_out, size_t(n) * kS),
-          to_host<float>(H, in.H.size()), to_host<float>(normed, size_t(n) * kS * kD), std::move(joint)};
+  return {download<float>(x, size_t(n) * kD), download<float>(iota_out, size_t(n) * kS),
+          download<float>(H, in.H.size()), download<float>(normed, size_t(n) * kS * kD), std::move(joint)};
 }
 
 // The separate norm's normed rows and stored inject (add_rms_norm_rows), the bits hc_head/hc_tail must give.
 Outputs run_norm(const Inputs& in, bool with_pending) {
-  DeviceBuffer H = to_device(in.H), pending = to_device(in.pending), iota_in = to_device(in.iota_in),
-               norm_w = to_device(in.norm_w), normed(in.H.size() * 4);
+  DeviceBuffer H = upload(in.H), pending = upload(in.pending), iota_in = upload(in.iota_in),
+               norm_w = upload(in.norm_w), normed(in.H.size() * 4);
   if (with_pending)
     add_rms_norm_rows(H.as<float>(), kS * kD, iota_in.as<float>(), pending.as<float>(), norm_w.as<float>(),
                       kS, kD, kEps, normed.as<float>(), kS * kD, in.n, nullptr);
@@ -129,14 +92,14 @@ Outputs run_norm(const Inputs& in, bool with_pending) {
     rms_norm_rows(H.as<float>(), kS * kD, norm_w.as<float>(), kS, kD, kEps, normed.as<float>(), kS * kD, in.n,
                   nullptr);
   check(cudaDeviceSynchronize(), "hc norm check");
-  return {{}, {}, to_host<float>(H, in.H.size()), to_host<float>(normed, in.H.size()), {}};
+  return {{}, {}, download<float>(H, in.H.size()), download<float>(normed, in.H.size()), {}};
 }
 
 // affine_wx_hc_tail (hc_activations + affine_wx + hc_combine's bits, one row a launch) on the joint values
 // and normed rows hc_head/hc_tail gave: the x and iota hc_tail must give, bit for bit.
 Outputs run_one_row_tails(const DeviceAffine& up, const Outputs& split, int n, int64_t ld_joint,
                           bool with_pending) {
-  DeviceBuffer joint = to_device(split.joint), normed = to_device(split.normed), x(size_t(n) * kD * 4),
+  DeviceBuffer joint = upload(split.joint), normed = upload(split.normed), x(size_t(n) * kD * 4),
                iota(size_t(n) * kS * 4);
   x.fill_bytes(0xFF), iota.fill_bytes(0xFF);
   for (int r = 0; r < n; ++r)
@@ -145,7 +108,7 @@ Outputs run_one_row_tails(const DeviceAffine& up, const Outputs& split, int n, i
                            with_pending ? iota.as<float>() + r * kS : nullptr, nullptr))
       throw ArgumentError("hc mix check: affine_wx_hc_tail refuses the real shape");
   check(cudaDeviceSynchronize(), "hc one-row tail check");
-  return {to_host<float>(x, size_t(n) * kD), to_host<float>(iota, size_t(n) * kS), {}, {}, {}};
+  return {download<float>(x, size_t(n) * kD), download<float>(iota, size_t(n) * kS), {}, {}, {}};
 }
 
 double sigmoid(double z) {
@@ -235,7 +198,7 @@ void run_hc_checks(Tally& tally) {
     const HostAffine di =
         wxcheck::random_affine(c.with_pending ? c.R + kS : c.R, int64_t{kS} * kD, c.bits, c.group, rng);
     const HostAffine up = wxcheck::random_affine(int64_t{kS} * kD, c.R, c.bits, c.group, rng);
-    const DeviceAffine ddi = upload(di), dup = upload(up);
+    const DeviceAffine ddi(di), dup(up);
     const std::string name = "hc mix " + std::to_string(c.bits) + "-bit g" + std::to_string(c.group) +
                              (c.R != kR ? ", R " + std::to_string(c.R) : "") +
                              (c.with_pending ? "" : " (mixer form)");

@@ -13,6 +13,7 @@
 #include "backend/cuda/model/glue_kernels.h"
 #include "backend/cuda/model/hc_kernels.h"
 #include "backend/cuda/tc_decode.h"
+#include "device_affine.h"
 #include "model_checks.h"
 
 namespace ds::cuda::modelcheck {
@@ -24,41 +25,6 @@ using wxcheck::HostAffine;
 constexpr int kS = 4, kD = 2560;
 constexpr float kEps = 1e-6f;
 constexpr int kMaxRows = 64;
-
-template <class T>
-DeviceBuffer to_device(const std::vector<T>& v) {
-  DeviceBuffer b(v.size() * sizeof(T));
-  b.upload(v.data(), v.size() * sizeof(T));
-  return b;
-}
-
-template <class T>
-std::vector<T> to_host(const DeviceBuffer& b, size_t count) {
-  std::vector<T> v(count);
-  b.download(v.data(), count * sizeof(T));
-  return v;
-}
-
-struct DeviceAffine {
-  DeviceBuffer codes, scales, biases;
-  AffineWeight w;
-  explicit DeviceAffine(const HostAffine& a)
-      : codes(to_device(a.codes)), scales(to_device(a.scales)), biases(to_device(a.biases)) {
-    w = {codes.as<uint32_t>(),
-         scales.as<uint16_t>(),
-         biases.as<uint16_t>(),
-         a.rows,
-         a.cols,
-         a.bits,
-         a.group,
-         1};
-  }
-  TiledWeight tiled() const {
-    TiledWeight t;
-    t.affine = w, t.rows = w.rows, t.cols = w.cols;
-    return t;
-  }
-};
 
 struct Result {
   std::vector<float> mix, x, iota, H;
@@ -73,8 +39,8 @@ void run_both(const DeviceAffine& di, const DeviceAffine& up, const DeviceAffine
   const float inv_s = 1.0f / kS;
   std::vector<float> Hn(H0.begin(), H0.begin() + n * SD), pn(pending0.begin(), pending0.begin() + n * kD),
       in(iota0.begin(), iota0.begin() + n * kS);
-  DeviceBuffer H = to_device(Hn), H_ref = to_device(Hn), pending = to_device(pn), iota_in = to_device(in),
-               norm_w = to_device(norm0);
+  DeviceBuffer H = upload(Hn), H_ref = upload(Hn), pending = upload(pn), iota_in = upload(in),
+               norm_w = upload(norm0);
   DeviceBuffer normed(size_t(n) * SD * 4), normed_ref(size_t(n) * SD * 4),
       partial(size_t(hc_partial_floats(di.w, kS, n)) * 4), x(size_t(n) * kD * 4), x_ref(size_t(n) * kD * 4),
       iota(size_t(n) * kS * 4), iota_ref(size_t(n) * kS * 4), mix(size_t(n) * SD * 4),
@@ -88,14 +54,14 @@ void run_both(const DeviceAffine& di, const DeviceAffine& up, const DeviceAffine
                  x.as<float>(), with_pending ? iota.as<float>() : nullptr, n, nullptr, mix.as<float>(), SD);
   // The separate ops on the head's joint values ((p0 + p1) + (p2 + p3) in f32, -ffp-contract=off) and normed
   // rows; the inject stored by add_rms_norm_rows.
-  const std::vector<float> pv = to_host<float>(partial, size_t(n) * kS * rows);
+  const std::vector<float> pv = download<float>(partial, size_t(n) * kS * rows);
   std::vector<float> joint(size_t(n) * rows);
   for (int r = 0; r < n; ++r)
     for (int64_t o = 0; o < rows; ++o) {
       const float* p0 = &pv[size_t(r) * kS * rows + o];
       joint[size_t(r) * rows + o] = (p0[0] + p0[rows]) + (p0[2 * rows] + p0[3 * rows]);
     }
-  DeviceBuffer jd = to_device(joint);
+  DeviceBuffer jd = upload(joint);
   hc_activations(jd.as<float>(), n, rows, R, kS, inv_s, low.as<float>(),
                  with_pending ? iota_ref.as<float>() : nullptr, nullptr);
   const size_t scratch_bytes = tc_decode_scratch_bytes(R, n);
@@ -107,10 +73,10 @@ void run_both(const DeviceAffine& di, const DeviceAffine& up, const DeviceAffine
     add_rms_norm_rows(H_ref.as<float>(), SD, iota_in.as<float>(), pending.as<float>(), norm_w.as<float>(), kS,
                       kD, kEps, normed_ref.as<float>(), SD, n, nullptr);
   check(cudaDeviceSynchronize(), "hc tensor mix check");
-  fused = {to_host<float>(mix, size_t(n) * SD), to_host<float>(x, size_t(n) * kD),
-           to_host<float>(iota, size_t(n) * kS), to_host<float>(H, size_t(n) * SD)};
-  ref = {to_host<float>(mix_ref, size_t(n) * SD), to_host<float>(x_ref, size_t(n) * kD),
-         to_host<float>(iota_ref, size_t(n) * kS), to_host<float>(H_ref, size_t(n) * SD)};
+  fused = {download<float>(mix, size_t(n) * SD), download<float>(x, size_t(n) * kD),
+           download<float>(iota, size_t(n) * kS), download<float>(H, size_t(n) * SD)};
+  ref = {download<float>(mix_ref, size_t(n) * SD), download<float>(x_ref, size_t(n) * kD),
+         download<float>(iota_ref, size_t(n) * kS), download<float>(H_ref, size_t(n) * SD)};
 }
 
 bool same(const std::vector<float>& a, const std::vector<float>& b) {
