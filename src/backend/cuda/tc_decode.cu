@@ -275,52 +275,35 @@ TcPlanes planes_now() {
   return static_cast<TcPlanes>(planes);
 }
 
+// A 1|0 switch from the environment variable `name` on first use when no caller has set it (state < 0):
+// unset: `fallback`; anything else fails naming the variable.
+int on_off_from_env(const char* name, int fallback) {
+  const char* v = std::getenv(name);
+  const std::string value = v != nullptr ? v : "";
+  if (value.empty()) return fallback;
+  if (value != "1" && value != "0") bad(name, "must be 1 or 0 (got '" + value + "')");
+  return value == "1" ? 1 : 0;
+}
+
 // Whether one-row launches take the one-row kernel (tc_row.cu): DS_CUDA_TC_ROW (1: on, 0: off) on first use
 // when no caller has set it; unset: kDefaultTcRowKernel, under both layouts (the Columns layout's one-row
 // kernel passed the device checks in tc11; tcrow10 had shipped it for Chained only).
 bool row_kernel_now() {
-  if (row_kernel < 0) {
-    const char* v = std::getenv("DS_CUDA_TC_ROW");
-    const std::string name = v != nullptr ? v : "";
-    if (name.empty())
-      row_kernel = kDefaultTcRowKernel ? 2 : 0;
-    else if (name == "1" || name == "0")
-      row_kernel = name == "1" ? 1 : 0;
-    else
-      bad("DS_CUDA_TC_ROW", "must be 1 or 0 (got '" + name + "')");
-  }
+  if (row_kernel < 0) row_kernel = on_off_from_env("DS_CUDA_TC_ROW", kDefaultTcRowKernel ? 2 : 0);
   return row_kernel == 1 || (row_kernel == 2 && kDefaultTcRowKernel);
 }
 
 // The SwiGLU fold, from DS_CUDA_TC_SWIGLU (1: on, 0: off) on first use when no caller has set it; unset:
 // kDefaultTcSwiglu.
 bool swiglu_fold_now() {
-  if (swiglu_fold < 0) {
-    const char* v = std::getenv("DS_CUDA_TC_SWIGLU");
-    const std::string name = v != nullptr ? v : "";
-    if (name.empty())
-      swiglu_fold = kDefaultTcSwiglu ? 1 : 0;
-    else if (name == "1" || name == "0")
-      swiglu_fold = name == "1" ? 1 : 0;
-    else
-      bad("DS_CUDA_TC_SWIGLU", "must be 1 or 0 (got '" + name + "')");
-  }
+  if (swiglu_fold < 0) swiglu_fold = on_off_from_env("DS_CUDA_TC_SWIGLU", kDefaultTcSwiglu ? 1 : 0);
   return swiglu_fold == 1;
 }
 
 // The grouping fold, from DS_CUDA_TC_GROUP (1: on, 0: off) on first use when no caller has set it; unset:
 // kDefaultTcGroupFold.
 bool group_fold_now() {
-  if (group_fold < 0) {
-    const char* v = std::getenv("DS_CUDA_TC_GROUP");
-    const std::string name = v != nullptr ? v : "";
-    if (name.empty())
-      group_fold = kDefaultTcGroupFold ? 1 : 0;
-    else if (name == "1" || name == "0")
-      group_fold = name == "1" ? 1 : 0;
-    else
-      bad("DS_CUDA_TC_GROUP", "must be 1 or 0 (got '" + name + "')");
-  }
+  if (group_fold < 0) group_fold = on_off_from_env("DS_CUDA_TC_GROUP", kDefaultTcGroupFold ? 1 : 0);
   return group_fold == 1;
 }
 
