@@ -65,12 +65,36 @@ std::unique_ptr<cuda::CudaModel> dummy_cuda_model(const std::string& config_file
   } catch (const json::exception& e) {
     fail("{}: not valid JSON: {}", config_file, e.what());
   }
-  const json& text = config.contains("text_config") ? config["text_config"] : config;
+  // Every field checked here, naming it: nlohmann's own type errors name neither the file nor the field,
+  // and a group_size of 0 reached random_matrix's `cols % group` (a division by zero).
+  if (!config.is_object()) fail("{}: the config must be a JSON object", config_file);
+  const json* text = &config;
+  if (config.contains("text_config")) {
+    if (!config["text_config"].is_object()) fail("{}: text_config must be an object", config_file);
+    text = &config["text_config"];
+  }
+  const json* q = text->contains("quantization")    ? &(*text)["quantization"]
+                  : config.contains("quantization") ? &config["quantization"]
+                                                    : nullptr;
+  if (q != nullptr && !q->is_object())
+    fail("{}: quantization must be an object with bits and group_size (got {})", config_file, q->dump());
+  auto field = [&](const char* name, int64_t fallback) {
+    if (q == nullptr || !q->contains(name)) return fallback;
+    const json& v = (*q)[name];
+    if (!v.is_number_integer())
+      fail("{}: quantization.{} must be an integer (got {})", config_file, name, v.dump());
+    return v.get<int64_t>();
+  };
+  // Random weights at the config's bits and group_size (MLX affine), else dense bf16.
+  const int64_t bits = field("bits", 0), group = field("group_size", 64);
+  if (bits != 0 && bits != 2 && bits != 3 && bits != 4 && bits != 5 && bits != 6 && bits != 8)
+    fail("{}: quantization.bits must be 2, 3, 4, 5, 6 or 8 (got {})", config_file, bits);
+  if (bits != 0 && group != 32 && group != 64 && group != 128)
+    fail("{}: quantization.group_size must be 32, 64 or 128 (got {})", config_file, group);
   cuda::DummySpec spec;
   spec.seed = seed;
-  const json q = text.value("quantization", config.value("quantization", json::object()));
-  spec.expert_bits = spec.other_bits = q.value("bits", 0);
-  spec.expert_group = spec.other_group = q.value("group_size", 64);
+  spec.expert_bits = spec.other_bits = static_cast<int>(bits);
+  spec.expert_group = spec.other_group = static_cast<int>(group);
   return std::make_unique<cuda::CudaModel>(ModelConfig::from_json(config), spec, opt);
 }
 #endif

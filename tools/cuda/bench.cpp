@@ -60,6 +60,9 @@ void fill_random(DeviceBuffer& b, uint64_t seed) {
     check(cudaMemcpy(static_cast<char*>(b.data()) + off, host.data(), std::min(chunk, b.bytes() - off),
                      cudaMemcpyHostToDevice),
           "cudaMemcpy (bench fill)");
+  // cudaMemcpy from pageable memory may return before its DMA lands, and the benches' kernels run on
+  // non-blocking streams that never wait for the legacy stream (DeviceBuffer::upload waits the same way).
+  check(cudaStreamSynchronize(nullptr), "cudaMemcpy (bench fill)");
 }
 
 double copy_ceiling_gbs(DeviceBuffer& a, const Stream& stream) {

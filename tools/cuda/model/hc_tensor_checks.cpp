@@ -2,8 +2,10 @@
 // same head outputs, bit for bit: up's outputs == tc_decode_wx of hc up on hc_activations' low values, x ==
 // hc_combine's, the new iota == hc_activations', the stored inject == add_rms_norm_rows', at 1, 2, 3, 4, 8,
 // 16 and 64 rows (tc_decode_wx's one-row, small-window and general kernels), both planes layouts; a row's x
-// at every row count == at one row. Negative control: tc_decode_wx on up with one scale a bf16 ulp off must
-// not match.
+// at every row count == at one row. The four forms the model calls: inject and iota out (most mixes), iota
+// out only (a round's first mix, and the first after a PLE layer), inject only (the final mixer: down rows
+// R), neither (the MTP head's mixer); H and iota are compared in every form (untouched where not stored).
+// Negative control: tc_decode_wx on up with one scale a bf16 ulp off must not match.
 #include <cstring>
 #include <random>
 
@@ -33,8 +35,9 @@ struct Result {
 // The fused tail's outputs (fused) and the separate ops' (ref) on one hc_head run of n rows; `ref_up` is the
 // up matrix the reference's tc_decode_wx runs (the negative control passes a perturbed one).
 void run_both(const DeviceAffine& di, const DeviceAffine& up, const DeviceAffine& ref_up, int R, int n,
-              bool with_pending, const std::vector<float>& H0, const std::vector<float>& pending0,
-              const std::vector<float>& iota0, const std::vector<float>& norm0, Result& fused, Result& ref) {
+              bool with_pending, bool with_iota, const std::vector<float>& H0,
+              const std::vector<float>& pending0, const std::vector<float>& iota0,
+              const std::vector<float>& norm0, Result& fused, Result& ref) {
   const int64_t SD = int64_t{kS} * kD, rows = di.w.rows;
   const float inv_s = 1.0f / kS;
   std::vector<float> Hn(H0.begin(), H0.begin() + n * SD), pn(pending0.begin(), pending0.begin() + n * kD),
@@ -51,7 +54,7 @@ void run_both(const DeviceAffine& di, const DeviceAffine& up, const DeviceAffine
   hc_head(di.w, H.as<float>(), p, ii, norm_w.as<float>(), kS, kD, kEps, normed.as<float>(),
           partial.as<float>(), n, nullptr, hc_head_outputs_for_rows(n));
   hc_tensor_tail(up.w, partial.as<float>(), rows, R, inv_s, normed.as<float>(), kS, kD, H.as<float>(), p, ii,
-                 x.as<float>(), with_pending ? iota.as<float>() : nullptr, n, nullptr, mix.as<float>(), SD);
+                 x.as<float>(), with_iota ? iota.as<float>() : nullptr, n, nullptr, mix.as<float>(), SD);
   // The separate ops on the head's joint values ((p0 + p1) + (p2 + p3) in f32, -ffp-contract=off) and normed
   // rows; the inject stored by add_rms_norm_rows.
   const std::vector<float> pv = download<float>(partial, size_t(n) * kS * rows);
@@ -63,7 +66,7 @@ void run_both(const DeviceAffine& di, const DeviceAffine& up, const DeviceAffine
     }
   DeviceBuffer jd = upload(joint);
   hc_activations(jd.as<float>(), n, rows, R, kS, inv_s, low.as<float>(),
-                 with_pending ? iota_ref.as<float>() : nullptr, nullptr);
+                 with_iota ? iota_ref.as<float>() : nullptr, nullptr);
   const size_t scratch_bytes = tc_decode_scratch_bytes(R, n);
   DeviceBuffer scratch(scratch_bytes);
   tc_decode_wx(ref_up.tiled(), low.as<float>(), R, n, mix_ref.as<float>(), SD, scratch.data(), scratch_bytes,
@@ -88,17 +91,19 @@ bool same(const std::vector<float>& a, const std::vector<float>& b) {
 void run_hc_tensor_checks(Tally& tally) {
   struct Case {
     int bits, group;
-    bool with_pending;  // false: the final mixer's form (down rows R, no inject, no iota out)
+    bool with_pending;  // an inject (the previous block's output) stored into H
+    bool with_iota;     // a new iota out (down|inject rows R + S; else down rows R)
     int R = 320;
   };
   const TcPlanes before = tc_decode_planes();
   for (const TcPlanes planes : {TcPlanes::Chained, TcPlanes::Columns}) {
     tc_decode_set_planes(planes);
-    for (const Case c : {Case{4, 32, true}, Case{6, 64, true}, Case{3, 32, true}, Case{8, 64, false},
-                         Case{5, 64, true}, Case{2, 32, true}, Case{4, 64, true, 128}}) {
+    for (const Case c : {Case{4, 32, true, true}, Case{6, 64, true, true}, Case{3, 32, true, true},
+                         Case{8, 64, false, false}, Case{5, 64, true, true}, Case{2, 32, true, true},
+                         Case{4, 64, true, true, 128}, Case{4, 32, false, true}, Case{6, 64, true, false}}) {
       std::mt19937_64 rng(7000 + c.bits * 7 + c.group + c.R);
       const HostAffine di =
-          wxcheck::random_affine(c.with_pending ? c.R + kS : c.R, int64_t{kS} * kD, c.bits, c.group, rng);
+          wxcheck::random_affine(c.with_iota ? c.R + kS : c.R, int64_t{kS} * kD, c.bits, c.group, rng);
       const HostAffine up = wxcheck::random_affine(int64_t{kS} * kD, c.R, c.bits, c.group, rng);
       HostAffine off = up;  // one scale a bf16 ulp off (output 5, its first group)
       off.scales[5 * off.groups_per_row()] ^= 1;
@@ -106,7 +111,10 @@ void run_hc_tensor_checks(Tally& tally) {
       const std::string name = std::string("hc tensor mix (") + tc_planes_name(planes) + ") " +
                                std::to_string(c.bits) + "-bit g" + std::to_string(c.group) +
                                (c.R != 320 ? ", R " + std::to_string(c.R) : "") +
-                               (c.with_pending ? "" : " (mixer form)");
+                               (c.with_pending && c.with_iota ? ""
+                                : c.with_iota                 ? " (first mix form: no inject)"
+                                : c.with_pending              ? " (final mixer form: no iota out)"
+                                                              : " (head mixer form: no inject, no iota out)");
       if (!hc_head_takes(ddi.w, kS, kD, c.R) || !hc_tensor_tail_takes(dup.w, kS, kD, c.R)) {
         tally.expect(false, name + ": hc_head_takes/hc_tensor_tail_takes refuse the shape");
         continue;
@@ -122,9 +130,10 @@ void run_hc_tensor_checks(Tally& tally) {
       bool row0_same = true;
       for (const int n : {1, 2, 3, 4, 8, 16, 64}) {
         Result fused, ref;
-        run_both(ddi, dup, dup, c.R, n, c.with_pending, H, pending, iota, norm, fused, ref);
-        const bool ok = same(fused.mix, ref.mix) && same(fused.x, ref.x) &&
-                        (!c.with_pending || (same(fused.iota, ref.iota) && same(fused.H, ref.H)));
+        run_both(ddi, dup, dup, c.R, n, c.with_pending, c.with_iota, H, pending, iota, norm, fused, ref);
+        // iota and H also where the form stores none: both stay as uploaded (H) or poisoned (iota).
+        const bool ok = same(fused.mix, ref.mix) && same(fused.x, ref.x) && same(fused.iota, ref.iota) &&
+                        same(fused.H, ref.H);
         if (!ok) {
           failed_rows += ' ';
           failed_rows += std::to_string(n);
@@ -133,15 +142,18 @@ void run_hc_tensor_checks(Tally& tally) {
         row0_same = row0_same && std::memcmp(fused.x.data(), x_one.data(), kD * sizeof(float)) == 0;
       }
       Result fused, ref;
-      run_both(ddi, dup, doff, c.R, 3, c.with_pending, H, pending, iota, norm, fused, ref);
+      run_both(ddi, dup, doff, c.R, 3, c.with_pending, c.with_iota, H, pending, iota, norm, fused, ref);
       const bool control_differs = !same(fused.mix, ref.mix);
       std::string verdict = "bit-identical";
       if (!failed_rows.empty()) verdict = "DIFFERENT at rows" + failed_rows;
       std::printf(
           "  %s: up, x%s == tc_decode_wx + hc_combine%s at 1, 2, 3, 4, 8, 16, 64 rows: %s; row 0 at every "
           "row count == alone: %s; one scale 1 ulp off: %s\n",
-          name.c_str(), c.with_pending ? ", iota, inject" : "", c.with_pending ? " + hc_activations" : "",
-          verdict.c_str(), row0_same ? "bit-identical" : "DIFFERENT",
+          name.c_str(),
+          c.with_iota      ? (c.with_pending ? ", iota, inject" : ", iota")
+          : c.with_pending ? ", inject"
+                           : "",
+          c.with_iota ? " + hc_activations" : "", verdict.c_str(), row0_same ? "bit-identical" : "DIFFERENT",
           control_differs ? "differs (control ok)" : "SAME");
       tally.expect(failed_rows.empty(), name + ": == the separate ops at every row count");
       tally.expect(row0_same, name + ": a row among others == alone");

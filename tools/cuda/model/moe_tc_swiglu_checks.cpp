@@ -4,8 +4,10 @@
 // the shared expert stacked last), random top-K routings of 1, 2, 4, 8, 16 and 64 rows grouped by
 // moe_expert_tiles into tiles of one slot, shapes of 4, 2 and 1 column slices, both plane layouts. A negative
 // control (the reference's product forced to other column slices: other bits by a rounding) must differ;
-// shapes and tiles the fold does not take must be refused with nothing launched.
+// shapes and tiles the fold does not take must be refused with nothing launched. Both folds also under the
+// one-row kernel's launch modes kLean2 and kPair (DS_CUDA_TC_ROW_VARIANT 30 and 62) at one row.
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <numeric>
 #include <random>
@@ -37,6 +39,12 @@ size_t differing(const std::vector<float>& a, const std::vector<float>& b) {
 struct Case {
   int I, cols, E, K, bits, group;
 };
+
+// The one-row kernel's launch variant where DS_CUDA_TC_ROW_VARIANT sets one (the checks' launch modes).
+std::string variant_note() {
+  const char* v = std::getenv("DS_CUDA_TC_ROW_VARIANT");
+  return v != nullptr && v[0] != '\0' ? ", row variant " + std::to_string(tc_decode_row_variant()) : "";
+}
 
 // One shape: the routing of each row count grouped into tiles of one slot (the shared expert E taken by
 // every row), the fold against the separate ops. control: also the negative control at the first row count.
@@ -83,7 +91,7 @@ void check_case(Tally& tally, const Case& c, const std::vector<int>& row_counts,
                              std::to_string(c.cols) + " cols, " + std::to_string(slices) + " slices, " +
                              std::to_string(n) + " rows x " + std::to_string(c.K) + " + shared, " +
                              std::to_string(c.bits) + "-bit g" + std::to_string(c.group) + ", " +
-                             tc_planes_name(tc_decode_planes()) + ")";
+                             tc_planes_name(tc_decode_planes()) + variant_note() + ")";
     std::printf("  %s: %s\n", name.c_str(),
                 !took       ? "NOT TAKEN"
                 : diff == 0 ? "bit-identical"
@@ -185,10 +193,10 @@ void check_routed(Tally& tally, const Case& c, uint64_t seed) {
     const bool rows_same = same_bytes(host_of<int32_t>(a.row_ids, total), host_of<int32_t>(f.row_ids, total));
     const auto sa = host_of<int32_t>(a.slot_of, c.K), sf = host_of<int32_t>(f.slot_of, c.K);
     const bool ok = took && tiles_same && rows_same && same_bytes(sa, sf) && h_same && slots > 0;
-    const std::string name = "tensor gate|up + SwiGLU + grouping in one launch (one row, top-" +
-                             std::to_string(c.K) + " of " + std::to_string(c.E) + " + shared, " +
-                             kinds[kind] + ", " + std::to_string(c.bits) + "-bit g" +
-                             std::to_string(c.group) + ", " + tc_planes_name(tc_decode_planes()) + ")";
+    const std::string name =
+        "tensor gate|up + SwiGLU + grouping in one launch (one row, top-" + std::to_string(c.K) + " of " +
+        std::to_string(c.E) + " + shared, " + kinds[kind] + ", " + std::to_string(c.bits) + "-bit g" +
+        std::to_string(c.group) + ", " + tc_planes_name(tc_decode_planes()) + variant_note() + ")";
     std::printf("  %s: %s (tiles %s, row_ids %s, slot_of %s, h of %d slots %s)\n", name.c_str(),
                 !took ? "NOT TAKEN"
                 : ok  ? "bit-identical"
@@ -229,6 +237,15 @@ void run_tc_swiglu_checks(Tally& tally) {
     check_case(tally, Case{256, 1024, 16, 6, 2, 32}, {1, 4}, 404, true);
     check_routed(tally, Case{640, 2560, 32, 10, 4, 32}, 411);
     check_routed(tally, Case{192, 1280, 16, 4, 3, 128}, 412);
+    // The one-row kernel's launch modes (tc_row.cu, tcmid12: kLean2 +16, kPair +32) on the folds: the only
+    // tile launches whose blocks run two tasks (gate, then up), so the ring runs on into the next task.
+    for (const int variant : {30, 62}) {
+      setenv("DS_CUDA_TC_ROW_VARIANT", std::to_string(variant).c_str(), 1);
+      check_case(tally, Case{640, 2560, 32, 10, 4, 32}, {1}, 421, false);
+      check_case(tally, Case{192, 1280, 16, 4, 3, 128}, {1}, 423, false);
+      check_routed(tally, Case{640, 2560, 32, 10, 4, 32}, 431);
+      unsetenv("DS_CUDA_TC_ROW_VARIANT");
+    }
   }
   tc_decode_set_planes(was);
   // Refused: half not a multiple of the output block (400 x 2560: 4 slices, 200 % 16 != 0); the fold off.

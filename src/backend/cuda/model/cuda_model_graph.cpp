@@ -13,6 +13,7 @@
 #include "backend/cuda/cuda_error.h"
 #include "backend/cuda/model/cuda_model.h"
 #include "backend/cuda/model/graph_option_key.h"
+#include "backend/cuda/model/hc_kernels.h"
 #include "backend/cuda/model/programmatic_graph.h"
 #include "backend/cuda/tc_decode.h"
 #include "backend/cuda/tc_products.h"
@@ -162,6 +163,8 @@ void CudaModel::append_option_key(GraphKey& key) const {
   o.tc_row_variant = tc_decode_row_variant();
   o.tc_swiglu = tc_decode_fold_swiglu_on();
   o.tc_group = tc_decode_fold_grouping_on();
+  // Read here, before any capture: a bad DS_CUDA_HC_TENSOR then fails before a stream is left capturing.
+  o.hc_tensor = hc_tensor_tail_on();
   const TiledConfig tiled = tiled_config();
   o.tiled_outputs = tiled.tile_outputs;
   o.tiled_min_blocks = tiled.min_blocks;

@@ -38,6 +38,7 @@ struct GraphOptionKey {
   int64_t tc_row_variant = 0;
   bool tc_swiglu = false;  // the tensor expert tiles' SwiGLU fold (tc_decode_fold_swiglu)
   bool tc_group = false;   // and their grouping fold at one row (tc_decode_fold_grouping)
+  bool hc_tensor = false;  // the tensor family's fused hc tail (hc_tensor_tail_on, DS_CUDA_HC_TENSOR)
   int64_t tiled_outputs = 0, tiled_min_blocks = 0;
   int64_t tiled_ring = 0;  // which tiles take the ring kernel (tc_products_ring.h)
 };
@@ -73,6 +74,7 @@ inline void append_graph_option_key(std::vector<int64_t>& key, const GraphOption
                          o.tc_row_variant,
                          b(o.tc_swiglu),
                          b(o.tc_group),
+                         b(o.hc_tensor),
                          o.tiled_outputs,
                          o.tiled_min_blocks,
                          o.tiled_ring});
