@@ -8,7 +8,8 @@
 # WX_ONLY=NAME adds `cuda_wx_check --only NAME --no-bench` after the contract. ENGINE_STREAMS=1,8 adds
 # `deltaserve bench --backend cuda` (the engine on the real shape; the prebuilt then also holds deltaserve and its
 # libraries: libpcre2-8, libutf8proc, libcpp-httplib, brotli). CONTRACT_DUMMY=0 skips the contract on random
-# weights at the real hc and expert shapes under `tensor`.
+# weights at the real hc and expert shapes under `tensor`. TC_PAIR=1 adds tools/device/cuda_tc_pair.sh
+# (PAIR_ROUNDS rounds, default 1) at the end.
 # Programs bundled by tools/device/bundle_prebuilt.sh build-cuda .dev/X (run here, then carry .dev/X).
 # Usage: DS_PREBUILT=.dev/X/prebuilt.tar.xz BENCH_CONFIG=.dev/X/flashnext-large-config.json tools/device/cuda_merged.sh
 set -uo pipefail
@@ -88,6 +89,12 @@ checks tensor-all
 prompts
 [[ "${SKIP_6:-1}" == 1 ]] || six
 engine
+if [[ "${TC_PAIR:-0}" == 1 ]]; then  # the decode-tc checks as two processes sharing the GPU (cuda_tc_pair.sh)
+  stamp "== decode-tc checks, chained and columns sharing the GPU =="
+  OUT="$out/pair" ROUNDS=${PAIR_ROUNDS:-1} DS_PREBUILT="$DS_PREBUILT" tools/device/cuda_tc_pair.sh | tail -6 |
+    tee -a "$out/summary.txt"
+  mv "$out/pair/logs.tgz" "$out/pair-logs.tgz" 2>/dev/null; rm -rf "$out/pair"
+fi
 stamp done
 # Two files come back (the device returns a few files only): the summary and every log in one archive.
 (cd "$out" && tar -czf logs.tgz --remove-files *.log)
