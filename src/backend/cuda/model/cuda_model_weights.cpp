@@ -318,9 +318,11 @@ void CudaModel::build(const ModelWeights* w, const DummySpec* spec, const MtpWei
         spec->expert_group,
         spec->other_bits == 0 ? std::string("bf16")
                               : fmt::format("MLX affine {}-bit g{}", spec->other_bits, spec->other_group));
-  // The whole device, not only st: the uploads' cudaMemcpy ran on the legacy stream, which st (non-blocking)
-  // never waits for, and from pageable memory they may return before their DMA lands.
-  check(cudaDeviceSynchronize(), "CudaModel: weights");
+  // st, and the legacy stream: the uploads' cudaMemcpy ran there, st (non-blocking) never waits for it, and
+  // from pageable memory they may return before their DMA lands. Not the whole device: another model's
+  // stream may be capturing a graph.
+  check(cudaStreamSynchronize(st), "CudaModel: weights");
+  check(cudaStreamSynchronize(nullptr), "CudaModel: weights (uploads)");
 
   // Per-stream state layout (floats), as StreamState keeps it on the CPU.
   const int64_t cap = opt_.max_context;
