@@ -15,7 +15,7 @@
 #include "backend/cuda/model/glue_kernels.h"
 #include "backend/cuda/model/hc_kernels.h"
 #include "backend/cuda/tc_decode.h"
-#include "device_affine.h"
+#include "check_buffers.h"
 #include "model_checks.h"
 
 namespace ds::cuda::modelcheck {

@@ -14,34 +14,15 @@
 #include "backend/cuda/model/device_matrix.h"
 #include "backend/cuda/model/glue_kernels.h"
 #include "backend/cuda/moe_routing.h"
+#include "check_buffers.h"
 #include "model_checks.h"
 
 namespace ds::cuda::modelcheck {
 
 namespace {
 
-template <class T>
-std::vector<T> host(const DeviceBuffer& b, size_t count) {
-  check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
-  std::vector<T> v(count);
-  b.download(v.data(), count * sizeof(T));
-  return v;
-}
-
-template <class T>
-bool same(const std::vector<T>& a, const std::vector<T>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
-}
-
-template <class T>
-DeviceBuffer device(const std::vector<T>& v) {
-  DeviceBuffer b(v.size() * sizeof(T));
-  b.upload(v.data(), v.size() * sizeof(T));
-  return b;
-}
-
 bool all_zero(const DeviceBuffer& counters) {
-  const auto c = host<uint32_t>(counters, counters.bytes() / 4);
+  const auto c = synced_download<uint32_t>(counters, counters.bytes() / 4);
   return std::all_of(c.begin(), c.end(), [](uint32_t v) { return v == 0; });
 }
 
@@ -74,13 +55,13 @@ void check_route(Tally& tally, int E, int rows, int cols, int k, int bits, int g
     return b;
   };
   auto read = [&](const std::vector<DeviceBuffer>& b) {
-    std::vector<uint32_t> all = host<uint32_t>(b[0], rows);
+    std::vector<uint32_t> all = synced_download<uint32_t>(b[0], rows);
     for (size_t i = 1; i < 3; ++i) {
-      const auto v = host<uint32_t>(b[i], k);
+      const auto v = synced_download<uint32_t>(b[i], k);
       all.insert(all.end(), v.begin(), v.end());
     }
     for (size_t i = 3; pairs && i < 5; ++i) {
-      const auto v = host<uint32_t>(b[i], size_t(slots) * 2);
+      const auto v = synced_download<uint32_t>(b[i], size_t(slots) * 2);
       all.insert(all.end(), v.begin(), v.end());
     }
     return all;
@@ -102,7 +83,7 @@ void check_route(Tally& tally, int E, int rows, int cols, int k, int bits, int g
     if (run == 1) twice = read(f) == first;
     for (auto& d : f) d.fill_bytes(0xFF);  // the second run must write everything again
   }
-  const bool ok = took && same(first, read(a)) && twice && all_zero(counter);
+  const bool ok = took && same_bytes(first, read(a)) && twice && all_zero(counter);
   std::printf("  router + routing in one launch (E %d of %d rows, %d cols, top %d, %d-bit g%d%s): %s\n", E,
               rows, cols, k, bits, group, pairs ? ", pairs + shared" : "",
               !took ? "NOT TAKEN"
@@ -118,14 +99,15 @@ void check_swiglu(Tally& tally, int I, int cols, int n_experts, int n, int K, in
   const DeviceBuffer x = random_floats(int64_t{n} * cols, seed + 9, -1.0f, 1.0f, nullptr);
   const Routing r = random_routing(n, K, n_experts, true, rng);
   const int P = static_cast<int>(r.up.size());
-  const DeviceBuffer pairs = device(r.up);
+  const DeviceBuffer pairs = upload(r.up);
   DeviceBuffer gu(size_t(P) * 2 * I * 4), ha(size_t(P) * I * 4), hf(size_t(P) * I * 4);
   const Activations act{x.data(), ActType::F32, cols};
   affine_wx_grouped(w.affine, pairs.as<ExpertRow>(), P, act, n, gu.as<float>(), 2 * I, nullptr);
   silu_mul_halves(gu.as<float>(), P, I, ha.as<float>(), nullptr);
   hf.fill_bytes(0xFF);
   affine_wx_grouped_swiglu(w.affine, pairs.as<ExpertRow>(), P, act, n, hf.as<float>(), I, nullptr);
-  const bool ok = same(host<float>(hf, size_t(P) * I), host<float>(ha, size_t(P) * I));
+  const bool ok =
+      same_bytes(synced_download<float>(hf, size_t(P) * I), synced_download<float>(ha, size_t(P) * I));
   std::printf("  gate|up + SwiGLU in one launch (I %d, %d cols, %d rows x %d + shared, %d-bit g%d): %s\n", I,
               cols, n, K, bits, group, ok ? "bit-identical" : "DIFFERENT");
   tally.expect(ok, "affine_wx_grouped_swiglu == affine_wx_grouped + silu_mul_halves");
@@ -137,7 +119,7 @@ void check_combine(Tally& tally, int D, int I, int n_experts, int n, int K, bool
   const DeviceMatrix w = random_matrix(D, I, n_experts + 1, bits, group, seed, nullptr);
   const Routing r = random_routing(n, K, n_experts, shared, rng);
   const int P = static_cast<int>(r.down.size());
-  const DeviceBuffer pairs = device(r.down),
+  const DeviceBuffer pairs = upload(r.down),
                      h = random_floats(int64_t{P} * I, seed + 9, -1.0f, 1.0f, nullptr),
                      weights = random_floats(int64_t{n} * K, seed + 10, 0.0f, 0.3f, nullptr);
   const int64_t ld_gate = 3;  // the gate logit sits in a wider row, as in the router's joint output
@@ -155,8 +137,9 @@ void check_combine(Tally& tally, int D, int I, int n_experts, int n, int K, bool
   for (int run = 0; run < 2; ++run) {
     sf.fill_bytes(0xFF), of.fill_bytes(0xFF);
     affine_wx_grouped_combine(w.affine, pairs.as<ExpertRow>(), P, act, P, sf.as<float>(), D, c, nullptr);
-    ok = ok && same(host<float>(sf, size_t(P) * D), host<float>(sa, size_t(P) * D)) &&
-         same(host<float>(of, size_t(n) * D), host<float>(oa, size_t(n) * D));
+    ok = ok &&
+         same_bytes(synced_download<float>(sf, size_t(P) * D), synced_download<float>(sa, size_t(P) * D)) &&
+         same_bytes(synced_download<float>(of, size_t(n) * D), synced_download<float>(oa, size_t(n) * D));
   }
   ok = ok && all_zero(counters);
   std::printf("  down + combine in one launch (D %d, %d cols, %d rows x %d%s, %d-bit g%d): %s\n", D, I, n, K,

@@ -17,6 +17,7 @@
 #include "backend/cuda/model/device_matrix.h"
 #include "backend/cuda/model/glue_kernels.h"
 #include "backend/cuda/tc_decode.h"
+#include "check_buffers.h"
 #include "model_checks.h"
 
 namespace ds::cuda::modelcheck {
@@ -121,19 +122,6 @@ void check_case(Tally& tally, const Case& c, const std::vector<int>& row_counts,
   }
 }
 
-template <class T>
-std::vector<T> host_of(const DeviceBuffer& b, size_t count) {
-  check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
-  std::vector<T> v(count);
-  b.download(v.data(), count * sizeof(T));
-  return v;
-}
-
-template <class T>
-bool same_bytes(const std::vector<T>& a, const std::vector<T>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
-}
-
 // One row with the grouping folded in too (tc_decode_experts_swiglu_routed) against moe_expert_tiles, the
 // tiles' product and silu_mul_halves: tiles, row_ids, slot_of and every slot's h row, memcmp. Routings:
 // plain, an id -1, an id past the experts, a repeated id. Negative control: the separate ops on the routing
@@ -181,8 +169,10 @@ void check_routed(Tally& tally, const Case& c, uint64_t seed) {
         t, d_topk.as<int32_t>(), c.K, c.E, f.tiles.as<ExpertWindow>(), max_tiles, f.row_ids.as<int32_t>(),
         f.slot_of.as<int32_t>(), x.as<float>(), f.h.as<float>(), c.I, scratch.data(), scratch.bytes(),
         nullptr);
-    const auto ta = host_of<ExpertWindow>(a.tiles, max_tiles), tf = host_of<ExpertWindow>(f.tiles, max_tiles);
-    const auto ha = host_of<float>(a.h, size_t(total) * c.I), hf = host_of<float>(f.h, size_t(total) * c.I);
+    const auto ta = synced_download<ExpertWindow>(a.tiles, max_tiles),
+               tf = synced_download<ExpertWindow>(f.tiles, max_tiles);
+    const auto ha = synced_download<float>(a.h, size_t(total) * c.I),
+               hf = synced_download<float>(f.h, size_t(total) * c.I);
     bool h_same = true;
     int slots = 0;
     for (const ExpertWindow& tw : ta)
@@ -190,8 +180,9 @@ void check_routed(Tally& tally, const Case& c, uint64_t seed) {
         h_same = h_same && std::memcmp(&ha[size_t(tw.first + j) * c.I], &hf[size_t(tw.first + j) * c.I],
                                        size_t(c.I) * 4) == 0;
     const bool tiles_same = std::memcmp(ta.data(), tf.data(), ta.size() * sizeof(ExpertWindow)) == 0;
-    const bool rows_same = same_bytes(host_of<int32_t>(a.row_ids, total), host_of<int32_t>(f.row_ids, total));
-    const auto sa = host_of<int32_t>(a.slot_of, c.K), sf = host_of<int32_t>(f.slot_of, c.K);
+    const bool rows_same =
+        same_bytes(synced_download<int32_t>(a.row_ids, total), synced_download<int32_t>(f.row_ids, total));
+    const auto sa = synced_download<int32_t>(a.slot_of, c.K), sf = synced_download<int32_t>(f.slot_of, c.K);
     const bool ok = took && tiles_same && rows_same && same_bytes(sa, sf) && h_same && slots > 0;
     const std::string name =
         "tensor gate|up + SwiGLU + grouping in one launch (one row, top-" + std::to_string(c.K) + " of " +
@@ -209,8 +200,8 @@ void check_routed(Tally& tally, const Case& c, uint64_t seed) {
     d_topk.upload(topk.data(), topk.size() * 4);
     Out s(max_tiles, total, c.K, c.I);
     separate(d_topk, s);
-    const bool ctrl_tiles = same_bytes(host_of<ExpertWindow>(s.tiles, max_tiles), tf);
-    const bool ctrl_slots = same_bytes(host_of<int32_t>(s.slot_of, c.K), sf);
+    const bool ctrl_tiles = same_bytes(synced_download<ExpertWindow>(s.tiles, max_tiles), tf);
+    const bool ctrl_slots = same_bytes(synced_download<int32_t>(s.slot_of, c.K), sf);
     std::printf("  negative control (two ids swapped): tiles %s, slot_of %s\n",
                 ctrl_tiles ? "=" : "!=", ctrl_slots ? "=" : "!=");
     tally.expect(ctrl_tiles && !ctrl_slots,
