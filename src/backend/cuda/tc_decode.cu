@@ -494,14 +494,23 @@ void tc_decode_wx(const TiledWeight& w, const float* x, int64_t ldx, int n_rows,
            scratch, scratch_bytes, stream);
 }
 
-void tc_decode_experts(const TiledWeight& w, const ExpertWindow* tiles, int max_tiles, int tile_rows,
-                       const int32_t* row_ids, const float* x, int64_t ldx, int n_x_rows, float* y,
-                       int64_t ldy, void* scratch, size_t scratch_bytes, cudaStream_t stream) {
-  constexpr const char* op = "tc_decode_experts";
+namespace {
+
+// The expert-tile launches' arguments (tc_decode_experts and its SwiGLU form), each refusal naming `op`.
+void check_tile_args(const char* op, const ExpertWindow* tiles, int max_tiles, int tile_rows) {
   if (max_tiles < 0) bad(op, "max_tiles must be >= 0 (got " + std::to_string(max_tiles) + ")");
   if (tile_rows < 1 || tile_rows > kDecodeTileRows)
     bad(op, "tile_rows must be 1..64 (got " + std::to_string(tile_rows) + ")");
   if (tiles == nullptr && max_tiles > 0) bad(op, "tiles must be a device pointer");
+}
+
+}  // namespace
+
+void tc_decode_experts(const TiledWeight& w, const ExpertWindow* tiles, int max_tiles, int tile_rows,
+                       const int32_t* row_ids, const float* x, int64_t ldx, int n_x_rows, float* y,
+                       int64_t ldy, void* scratch, size_t scratch_bytes, cudaStream_t stream) {
+  constexpr const char* op = "tc_decode_experts";
+  check_tile_args(op, tiles, max_tiles, tile_rows);
   dispatch(op, w, static_cast<unsigned>(max_tiles), tile_rows, tiles, 0, row_ids, x, ldx, n_x_rows, y, ldy,
            scratch, scratch_bytes, stream);
 }
@@ -526,10 +535,7 @@ bool tc_decode_experts_swiglu(const TiledWeight& w, const ExpertWindow* tiles, i
                               const int32_t* row_ids, const float* x, int64_t ldx, int n_x_rows, float* h,
                               int64_t ldh, void* scratch, size_t scratch_bytes, cudaStream_t stream) {
   constexpr const char* op = "tc_decode_experts_swiglu";
-  if (max_tiles < 0) bad(op, "max_tiles must be >= 0 (got " + std::to_string(max_tiles) + ")");
-  if (tile_rows < 1 || tile_rows > kDecodeTileRows)
-    bad(op, "tile_rows must be 1..64 (got " + std::to_string(tile_rows) + ")");
-  if (tiles == nullptr && max_tiles > 0) bad(op, "tiles must be a device pointer");
+  check_tile_args(op, tiles, max_tiles, tile_rows);
   if (!tc_decode_swiglu_takes(w, tile_rows)) return false;
   dispatch(op, w, static_cast<unsigned>(max_tiles), tile_rows, tiles, 0, row_ids, x, ldx, n_x_rows, h, ldh,
            scratch, scratch_bytes, stream, w.rows / 2);
