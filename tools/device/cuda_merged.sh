@@ -27,23 +27,23 @@ checks() {
     echo "rc=$? FAIL lines: $(grep -cE '^ *FAIL ' "$out/checks-$fam.log")" | tee -a "$out/summary.txt"; tail -2 "$out/checks-$fam.log" | tee -a "$out/summary.txt"
   done
 }
-contract() {
-  stamp "== contract =="
-  timeout ${CONTRACT_T:-100} $b/cuda_engine_contract models/flashnext-tiny --backend cuda > "$out/contract.log" 2>&1; echo "rc=$?" | tee -a "$out/summary.txt"
-  tail -4 "$out/contract.log" | tee -a "$out/summary.txt"
-  timeout ${CONTRACT_T:-100} $b/cuda_engine_contract models/flashnext-tiny --backend cuda --prompt-path > "$out/contract-prompt.log" 2>&1; echo "rc=$?" | tee -a "$out/summary.txt"
-  tail -4 "$out/contract-prompt.log" | tee -a "$out/summary.txt"
+# The contract on a model (the arguments), plain and with --prompt-path; FAM: the products (default: the
+# process's), logs $out/TAG.log and $out/TAG--prompt-path.log.
+contract_runs() {  # TAG FAM MODEL-ARGS...
+  local tag=$1 fam=$2; shift 2
+  for pp in "" --prompt-path; do
+    stamp "== $tag $pp =="
+    env ${fam:+DS_CUDA_DECODE_PRODUCTS=$fam} timeout ${CONTRACT_T:-100} $b/cuda_engine_contract "$@" --backend cuda \
+      $pp > "$out/$tag$pp.log" 2>&1
+    echo "rc=$?" | tee -a "$out/summary.txt"; tail -4 "$out/$tag$pp.log" | tee -a "$out/summary.txt"
+  done
 }
+contract() { contract_runs contract "" models/flashnext-tiny; }
 # The contract at the real hc and expert shapes (random weights for the small real-heads config) under
 # `tensor`, where the fused hc tail and the expert folds are taken (the tiny checkpoint's shapes take neither).
 contract_real_shapes() {
   [[ "${CONTRACT_DUMMY:-1}" == 1 ]] || return 0
-  for pp in "" --prompt-path; do
-    stamp "== contract, tensor, dummy weights for $small $pp =="
-    DS_CUDA_DECODE_PRODUCTS=tensor timeout ${CONTRACT_T:-100} $b/cuda_engine_contract --dummy-config $small \
-      --backend cuda $pp > "$out/contract-dummy$pp.log" 2>&1
-    echo "rc=$?" | tee -a "$out/summary.txt"; tail -3 "$out/contract-dummy$pp.log" | tee -a "$out/summary.txt"
-  done
+  contract_runs contract-dummy tensor --dummy-config $small
 }
 wx() {
   if [[ -n "${WX_ONLY:-}" ]]; then
