@@ -9,7 +9,7 @@
 # `deltaserve bench --backend cuda` (the engine on the real shape; the prebuilt then also holds deltaserve and its
 # libraries: libpcre2-8, libutf8proc, libcpp-httplib, brotli). CONTRACT_DUMMY=0 skips the contract on random
 # weights at the real hc and expert shapes under `tensor`. TC_PAIR=1 adds tools/device/cuda_tc_pair.sh
-# (PAIR_ROUNDS rounds, default 1) at the end.
+# (PAIR_ROUNDS rounds, default 1) at the end. TENSOR_STREAMS (default 1,8,64): the tensor bench's stream counts.
 # Programs bundled by tools/device/bundle_prebuilt.sh build-cuda .dev/X (run here, then carry .dev/X).
 # Usage: DS_PREBUILT=.dev/X/prebuilt.tar.xz BENCH_CONFIG=.dev/X/flashnext-large-config.json tools/device/cuda_merged.sh
 set -uo pipefail
@@ -83,7 +83,7 @@ checks fma
 contract
 contract_real_shapes
 wx
-bench tensor 1,8,64
+bench tensor ${TENSOR_STREAMS:-1,8,64}
 bench fma 1,8
 checks tensor-all
 prompts
