@@ -31,6 +31,49 @@ namespace {
 
 constexpr double kRooflineBytesPerSecond = 4.3e12;
 
+// The switch and its values of DS_LEAN_ENV (or DS_LEAN_ROW_VARIANTS under the tensor family); empty if none.
+std::pair<std::string, std::vector<std::string>> env_variants(const CudaModel& m) {
+  std::string name, list;
+  if (const char* e = std::getenv("DS_LEAN_ENV"); e != nullptr && e[0] != '\0') {
+    const std::string v(e);
+    const size_t eq = v.find('=');
+    if (eq == std::string::npos || eq == 0) fail("DS_LEAN_ENV must be NAME=v1,v2,... (got '{}')", v);
+    name = v.substr(0, eq), list = v.substr(eq + 1);
+  } else if (const char* rv = std::getenv("DS_LEAN_ROW_VARIANTS");
+             rv != nullptr && rv[0] != '\0' && m.options().decode_products == DecodeProducts::Tensor) {
+    name = "DS_CUDA_TC_ROW_VARIANT", list = rv;
+  }
+  std::vector<std::string> values;
+  std::stringstream ss(list);
+  for (std::string t; std::getline(ss, t, ',');) values.push_back(t);
+  return {name, values};
+}
+
+// The rounds under each value of env_variants' switch (restored after); false if there is none.
+bool bench_env_variants(CudaModel& m, int n, int rounds) {
+  const auto [name, values] = env_variants(m);
+  if (name.empty() || values.empty()) return false;
+  const char* was = std::getenv(name.c_str());
+  const std::string before = was != nullptr ? was : "";
+  const char* ops_env = std::getenv("DS_LEAN_ENV_OPS");
+  const bool ops = n == 1 && ops_env != nullptr && std::string(ops_env) == "1";
+  for (const std::string& v : values) {
+    setenv(name.c_str(), v.c_str(), 1);
+    const DecodeRate x = bench_decode_rounds(m, n, rounds, 4);
+    std::printf("%8d %10d %12.3f %12.1f  (%s=%s; %zu graph nodes a round)\n", n, rounds, x.ms_per_round,
+                x.tokens_per_s, name.c_str(), v.c_str(), m.graph_nodes());
+    if (ops) {
+      for (const auto& [k, us] : op_breakdown(m, 4)) std::printf("    %-22s %9.1f us\n", k.c_str(), us);
+    }
+    std::fflush(stdout);
+  }
+  if (was != nullptr)
+    setenv(name.c_str(), before.c_str(), 1);
+  else
+    unsetenv(name.c_str());
+  return true;
+}
+
 }  // namespace
 
 void run_fast_vs_generic(Tally& tally, const std::string& config_path) {
@@ -196,22 +239,11 @@ void run_bench(const std::string& config_path, int bits, int group, const std::v
       for (const auto& [c, k] : kinds) std::printf("    %5d  %s\n", c, k.c_str());
     }
     std::fflush(stdout);
-    // DS_LEAN_ROW_VARIANTS (e.g. "14,30,14,30"; lean bench, tensor family): the round per one-row launch
-    // variant in this order (DS_CUDA_TC_ROW_VARIANT, in the graphs' key, so each re-captures), then nothing
-    // else at this stream count.
-    if (const char* rv = std::getenv("DS_LEAN_ROW_VARIANTS");
-        lean && rv != nullptr && rv[0] != '\0' && m.options().decode_products == DecodeProducts::Tensor) {
-      std::stringstream ss(rv);
-      for (std::string v; std::getline(ss, v, ',');) {
-        setenv("DS_CUDA_TC_ROW_VARIANT", v.c_str(), 1);
-        const DecodeRate x = bench_decode_rounds(m, n, rounds, 4);
-        std::printf("%8d %10d %12.3f %12.1f  (one-row launch variant %s; %zu graph nodes a round)\n", n,
-                    rounds, x.ms_per_round, x.tokens_per_s, v.c_str(), m.graph_nodes());
-        std::fflush(stdout);
-      }
-      unsetenv("DS_CUDA_TC_ROW_VARIANT");
-      continue;
-    }
+    // DS_LEAN_ENV="NAME=a,b,a,b" (lean bench): the round under each value of the process-wide switch NAME,
+    // in this order, then nothing else at this stream count; DS_LEAN_ROW_VARIANTS="14,30" is
+    // NAME=DS_CUDA_TC_ROW_VARIANT (tensor family only). NAME must be in the graphs' key, so each value
+    // re-captures; DS_LEAN_ENV_OPS=1 adds each value's per-op table at one stream.
+    if (lean && bench_env_variants(m, n, rounds)) continue;
     if (m.options().decode_products == DecodeProducts::Tensor) bench_swiglu_fold(m, n, rounds);
     // DS_LEAN_FOLDS_ONLY=1: the default line and the folds' lines only (a short device call).
     if (const char* v = std::getenv("DS_LEAN_FOLDS_ONLY"); lean && v != nullptr && std::string(v) == "1")
