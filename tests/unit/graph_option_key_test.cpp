@@ -52,6 +52,7 @@ TEST(GraphOptionKey, EveryOptionAndSwitchChangesTheKey) {
       {"tc_swiglu", [](GraphOptionKey& o) { o.tc_swiglu = true; }},
       {"tc_group", [](GraphOptionKey& o) { o.tc_group = true; }},
       {"hc_tensor", [](GraphOptionKey& o) { o.hc_tensor = true; }},
+      {"deltanet_one_launch", [](GraphOptionKey& o) { o.deltanet_one_launch = true; }},
       {"tiled_outputs", [](GraphOptionKey& o) { o.tiled_outputs = 64; }},
       {"tiled_min_blocks", [](GraphOptionKey& o) { o.tiled_min_blocks = 3; }},
       {"tiled_ring", [](GraphOptionKey& o) { o.tiled_ring = 3; }},

@@ -38,7 +38,8 @@ struct StepResult {
 StepResult run_step(const DeltaNetCase& c, const DeviceWeights& w, const std::vector<int>& sel, int t0, int n,
                     const std::vector<std::vector<float>>& conv_states,
                     const std::vector<std::vector<float>>& states, const Stream& stream, bool chunked = false,
-                    const std::vector<int>& pos0 = {}, bool separate_norm = false, bool staged = false) {
+                    const std::vector<int>& pos0 = {}, bool separate_norm = false, bool staged = false,
+                    bool one_launch = false) {
   const DeltaNetShape& s = c.shape;
   const int64_t cd = s.conv_dim(), vd = s.value_dim(), nv = s.nv;
   std::vector<float> mixed, z, b, a;
@@ -71,7 +72,7 @@ StepResult run_step(const DeltaNetCase& c, const DeviceWeights& w, const std::ve
   scratch.fill_bytes(0xFF);
   const DeltaRuleChunks chunks{max_count, scratch.as<float>(), scratch.bytes()};
   deltanet_decode(s, w.view(), d_wins.as<DeltaNetWindow>(), static_cast<int>(wins.size()), r, rows,
-                  stream.get(), chunked ? &chunks : nullptr, separate_norm, staged);
+                  stream.get(), chunked ? &chunks : nullptr, separate_norm, staged, one_launch);
   stream.synchronize();
   StepResult out;
   out.core = download<float>(core, rows * vd);
@@ -160,6 +161,55 @@ void check_shape(Tally& tally, const DeltaNetShape& s, const std::string& name, 
                   same_bits(staged.conv_states[i], full.conv_states[i]);
   tally.expect(staged_same,
                "deltanet " + name + ": the prompt (staged) kernels == the decode kernels (bits)");
+
+  // The whole step in one launch (a cluster per key head; dv == 128) == the two launches, bit for bit: all
+  // windows at once, each window alone, and a window as steps of one token.
+  if (conv_rule_norm_supported(s)) {
+    const StepResult one = run_step(c, w, all, 0, 1 << 30, conv0, st0, stream, false, {}, false, false, true);
+    bool one_same = same_bits(one.core, full.core);
+    for (int i = 0; i < nw; ++i)
+      one_same = one_same && same_bits(one.states[i], full.states[i]) &&
+                 same_bits(one.conv_states[i], full.conv_states[i]);
+    tally.expect(one_same, "deltanet " + name + ": conv + rule + norm in one launch == two launches (bits)");
+    bool one_alone = true;
+    packed = 0;
+    for (int i = 0; i < nw; ++i) {
+      const StepResult r = run_step(c, w, {i}, 0, 1 << 30, conv0, st0, stream, false, {}, false, false, true);
+      const int64_t n = c.windows[i].count * vd;
+      one_alone = one_alone && std::memcmp(r.core.data(), full.core.data() + packed * vd, n * 4) == 0 &&
+                  same_bits(r.states[i], full.states[i]) && same_bits(r.conv_states[i], full.conv_states[i]);
+      packed += c.windows[i].count;
+    }
+    tally.expect(one_alone, "deltanet " + name + ": one launch, each stream alone == two launches (bits)");
+    auto conv = conv0, st = st0;
+    std::vector<int> sel;
+    for (int i = 0; i < nw; ++i) sel.push_back(i);
+    StepResult r;
+    for (int t0 = 0; t0 < 16;
+         ++t0) {  // every window's tokens one step at a time (windows past their end idle)
+      std::vector<int> live;
+      for (int i : sel)
+        if (c.windows[i].count > t0) live.push_back(i);
+      if (live.empty()) break;
+      r = run_step(c, w, live, t0, 1, conv, st, stream, false, {}, false, false, true);
+      conv = r.conv_states, st = r.states;
+    }
+    bool steps_same = true;
+    for (int i = 0; i < nw; ++i)
+      steps_same = steps_same && same_bits(st[i], full.states[i]) && same_bits(conv[i], full.conv_states[i]);
+    tally.expect(steps_same,
+                 "deltanet " + name + ": one launch, steps of 1 token: states == the window's (bits)");
+  }
+  // A negative control of the memcmp above: a state one ulp off is caught.
+  {
+    auto st = full.states;
+    uint32_t u;
+    std::memcpy(&u, &st[0][5], 4);
+    ++u;
+    std::memcpy(&st[0][5], &u, 4);
+    tally.expect(!same_bits(st[0], full.states[0]),
+                 "deltanet " + name + ": a state one ulp off differs (control)");
+  }
 
   // Each window alone (its rows at row 0, one window per launch) == inside the full launch, bit for bit.
   bool alone_same = true;
@@ -397,7 +447,7 @@ namespace {
 
 // Microseconds of one step of `streams` windows of `window` tokens at shape s (the per-token or the chunked
 // rule), over `reps` launches after 3 warm-ups.
-enum class StepKind { Fused, Separate, Staged, Chunked };
+enum class StepKind { Fused, Separate, Staged, Chunked, OneLaunch };
 
 double time_step(const DeltaNetShape& s, int streams, int window, StepKind kind, int reps,
                  std::mt19937_64& rng) {
@@ -428,7 +478,8 @@ double time_step(const DeltaNetShape& s, int streams, int window, StepKind kind,
   Event start, stop;
   auto launch = [&] {
     deltanet_decode(s, w.view(), d_wins.as<DeltaNetWindow>(), streams, r, rows, stream.get(),
-                    chunked ? &chunks : nullptr, kind != StepKind::Fused, kind == StepKind::Staged);
+                    chunked ? &chunks : nullptr, kind != StepKind::Fused && kind != StepKind::OneLaunch,
+                    kind == StepKind::Staged, kind == StepKind::OneLaunch);
   };
   for (int i = 0; i < 3; ++i) launch();
   start.record(stream.get());
@@ -453,8 +504,9 @@ void run_deltanet_bench(int reps) {
     for (int window : {1, 4, 16}) {
       const double us = time_step(s, streams, window, StepKind::Fused, reps, rng);
       const double gbs = streams * 2.0 * state_n * 4 / (us * 1e3);
-      std::printf("%8d %7d %10.2f %12.0f %7.1f%% %12.3f\n", streams, window, us, gbs, gbs / 43.0,
-                  us / (streams * window));
+      const double one = time_step(s, streams, window, StepKind::OneLaunch, reps, rng);
+      std::printf("%8d %7d %10.2f %12.0f %7.1f%% %12.3f   one launch %.2f us\n", streams, window, us, gbs,
+                  gbs / 43.0, us / (streams * window), one);
     }
   }
   std::printf(

@@ -1,5 +1,7 @@
 // Gated DeltaNet decode step (deltanet_decode.h). Every reduction has one fixed order that depends on the
 // shape alone; a stream's tokens run the same instructions whatever the window size or the other streams.
+#include <cooperative_groups.h>
+
 #include <string>
 
 #include "backend/cuda/cuda_error.h"
@@ -208,6 +210,87 @@ __global__ void __launch_bounds__(4 * kMaxFusedColumns)
   for (int i = 0; i < kRowsPerWarp; ++i) S[int64_t{kw * kRowsPerWarp + i} * s.dv + c] = st[i];
 }
 
+// The whole step per (window, value head) in one launch, for dv == dk == 128 (conv_rule_norm_supported):
+// conv_norm_gates_kernel's conv + SiLU of the head's v channels and of its key head's q and k channels (the
+// q/k L2 norm and q's scale the same instructions, warp 0 for q and warp 4 for k), beta and g, then
+// delta_rule_norm_kernel's rule and gated norm: the same bits as the two launches. The value heads of one
+// key head form a thread-block cluster: every block convolves the shared q/k channels itself from the
+// history it read before the cluster's barrier, and only block rank 0 writes their new history (after that
+// barrier, so no block reads a history already rewritten). mixed and gates are left as they came.
+template <int K>
+__global__ void __launch_bounds__(4 * kKeyRows)
+    conv_rule_norm_kernel(DeltaNetShape s, DeltaNetWindow* windows, const float* mixed, int64_t lm,
+                          const float* taps, const float* b, const float* a, int64_t lba, const float* a_log,
+                          const float* dt_bias, const float* z, int64_t lz, const float* norm, float* core,
+                          float q_scale, int n_rows) {
+  __shared__ float q_sh[kKeyRows], k_sh[kKeyRows], v_sh[kKeyRows], part[4][kKeyRows], o_sh[kKeyRows];
+  __shared__ float inv_sh[2];
+  const int h = blockIdx.y, warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  const int kw = warp % 4, c = (warp / 4) * kColumnsPerBlock + lane;    // delta_rule_norm_kernel's roles
+  const int role = threadIdx.x / kKeyRows, j = threadIdx.x % kKeyRows;  // conv: 0 q, 1 k, 2 v, 3 none
+  const int key_head = h / (s.nv / s.nk);
+  const int64_t kd = s.key_dim(), vd = s.value_dim(), cd = s.conv_dim();
+  const int64_t ch = role == 0   ? int64_t{key_head} * kKeyRows + j
+                     : role == 1 ? kd + int64_t{key_head} * kKeyRows + j
+                                 : 2 * kd + int64_t{h} * s.dv + j;
+  float tap[K], hist[K];
+  if (role < 3) {
+#pragma unroll
+    for (int k = 0; k < K; ++k) tap[k] = taps[ch * K + k];  // weights: before the wait
+  }
+  dev::grid_dependency_wait();
+  const DeltaNetWindow win = windows[blockIdx.z];
+  if (!window_ok(win, n_rows)) return;  // the whole cluster (one window) returns
+  if (role < 3) {
+#pragma unroll
+    for (int k = 0; k < K - 1; ++k) hist[k] = win.conv_state[k * cd + ch];
+  }
+  cooperative_groups::this_cluster().sync();  // every block has read the q/k history
+  float* S = win.state + int64_t{h} * kKeyRows * s.dv;
+  float st[kRowsPerWarp];
+  for (int i = 0; i < kRowsPerWarp; ++i) st[i] = S[int64_t{kw * kRowsPerWarp + i} * s.dv + c];
+  for (int t = 0; t < win.count; ++t) {
+    const int64_t row = int64_t{win.row0} + t;
+    __syncthreads();  // the previous token is done with q_sh, k_sh, v_sh, part, o_sh
+    float y = 0.0f;
+    if (role < 3) {
+      hist[K - 1] = mixed[row * lm + ch];
+      float acc = 0.0f;
+#pragma unroll
+      for (int k = 0; k < K; ++k) acc = __fmaf_rn(tap[k], hist[k], acc);
+      y = dev::silu(acc);
+#pragma unroll
+      for (int k = 0; k < K - 1; ++k) hist[k] = hist[k + 1];
+      (role == 0 ? q_sh : role == 1 ? k_sh : v_sh)[j] = y;
+    }
+    __syncthreads();
+    if (warp == 0 || warp == 4) {  // q's and k's sum of squares, as conv_norm_gates_kernel's warp 0
+      const float* vals = warp == 0 ? q_sh : k_sh;
+      float ss = 0.0f;
+      for (int i = lane; i < kKeyRows; i += kWarp) ss = __fmaf_rn(vals[i], vals[i], ss);
+      ss = warp_sum(ss);
+      if (lane == 0) inv_sh[warp / 4] = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(ss, 1e-6f)));
+    }
+    __syncthreads();
+    if (role == 0) q_sh[j] = __fmul_rn(__fmul_rn(y, inv_sh[0]), q_scale);
+    if (role == 1) k_sh[j] = __fmul_rn(y, inv_sh[1]);
+    const float beta = dev::sigmoid(b[row * lba + h]);
+    const float g = __fmul_rn(-expf(a_log[h]), dev::softplus(__fadd_rn(a[row * lba + h], dt_bias[h])));
+    __syncthreads();
+    delta_step(st, q_sh, k_sh, part, kw, c, v_sh[c], beta, expf(g));
+    if (kw == 0) o_sh[c] = sum4(part, c);
+    __syncthreads();
+    if (warp == 0)
+      gated_norm_head(s, o_sh, core + row * vd + int64_t{h} * s.dv, z + row * lz + int64_t{h} * s.dv, norm,
+                      lane);
+  }
+  for (int i = 0; i < kRowsPerWarp; ++i) S[int64_t{kw * kRowsPerWarp + i} * s.dv + c] = st[i];
+  if (role == 2 || (role < 2 && cooperative_groups::this_cluster().block_rank() == 0)) {
+#pragma unroll
+    for (int k = 0; k < K - 1; ++k) win.conv_state[k * cd + ch] = hist[k];
+  }
+}
+
 // Gated RMSNorm per (row, value head), one warp per head, in place.
 __global__ void gated_norm_kernel(DeltaNetShape s, float* core, const float* z, int64_t lz,
                                   const float* norm) {
@@ -228,7 +311,7 @@ void fail(const std::string& what) {
 
 void deltanet_decode(const DeltaNetShape& s, const DeltaNetWeights& w, const DeltaNetWindow* windows,
                      int n_windows, const DeltaNetRows& rows, int n_rows, cudaStream_t stream,
-                     const DeltaRuleChunks* chunks, bool separate_norm, bool staged) {
+                     const DeltaRuleChunks* chunks, bool separate_norm, bool staged, bool fused_conv) {
   if (s.dk != kKeyRows) fail("dk must be 128 (got " + std::to_string(s.dk) + ")");
   if (s.dv <= 0 || s.dv % kColumnsPerBlock != 0) fail("dv must be a positive multiple of 32");
   if (s.nk <= 0 || s.nv <= 0 || s.nv % s.nk != 0) fail("nv must be a positive multiple of nk");
@@ -250,6 +333,27 @@ void deltanet_decode(const DeltaNetShape& s, const DeltaNetWeights& w, const Del
   auto* conv = s.conv_kernel == 2   ? conv_norm_gates_kernel<2>
                : s.conv_kernel == 3 ? conv_norm_gates_kernel<3>
                                     : conv_norm_gates_kernel<4>;
+  if (fused_conv && chunks == nullptr && !separate_norm && !staged && conv_rule_norm_supported(s)) {
+    cudaLaunchConfig_t cfg{};
+    cfg.gridDim = dim3(1, static_cast<unsigned>(s.nv), static_cast<unsigned>(n_windows));
+    cfg.blockDim = dim3(4 * kKeyRows);
+    cfg.stream = stream;
+    cudaLaunchAttribute cluster{};
+    cluster.id = cudaLaunchAttributeClusterDimension;
+    cluster.val.clusterDim.x = 1;
+    cluster.val.clusterDim.y = static_cast<unsigned>(s.nv / s.nk);  // the value heads of one key head
+    cluster.val.clusterDim.z = 1;
+    cfg.attrs = &cluster;
+    cfg.numAttrs = 1;
+    auto* fused = s.conv_kernel == 2   ? conv_rule_norm_kernel<2>
+                  : s.conv_kernel == 3 ? conv_rule_norm_kernel<3>
+                                       : conv_rule_norm_kernel<4>;
+    check(cudaLaunchKernelEx(&cfg, fused, s, wins, static_cast<const float*>(rows.mixed), lm, w.conv_taps,
+                             rows.b, rows.a, lba, w.a_log, w.dt_bias, rows.z, rows.ld_z(s), w.norm, rows.core,
+                             q_scale, n_rows),
+          "deltanet_decode conv + rule + gated norm");
+    return;
+  }
   if (staged) {
     conv_norm_gates_staged(s, wins, n_windows, rows.mixed, lm, w.conv_taps, rows.b, rows.a, lba, w.a_log,
                            w.dt_bias, rows.gates, q_scale, n_rows, stream);
@@ -276,6 +380,10 @@ void deltanet_decode(const DeltaNetShape& s, const DeltaNetWeights& w, const Del
   }
   gated_norm_kernel<<<n_rows, 256, 0, stream>>>(s, rows.core, rows.z, rows.ld_z(s), w.norm);
   check_launch("deltanet_decode gated norm");
+}
+
+bool conv_rule_norm_supported(const DeltaNetShape& s) {
+  return s.dk == kKeyRows && s.dv == kKeyRows && s.nk > 0 && s.nv % s.nk == 0 && s.nv / s.nk <= 8;
 }
 
 }  // namespace ds::cuda

@@ -76,7 +76,13 @@ struct DeltaRuleChunks {
 // rule run as deltanet_prompt.h's kernels, built for long windows (the same bits; the norm apart).
 void deltanet_decode(const DeltaNetShape& shape, const DeltaNetWeights& w, const DeltaNetWindow* windows,
                      int n_windows, const DeltaNetRows& rows, int n_rows, cudaStream_t stream,
-                     const DeltaRuleChunks* chunks = nullptr, bool separate_norm = false,
-                     bool staged = false);
+                     const DeltaRuleChunks* chunks = nullptr, bool separate_norm = false, bool staged = false,
+                     bool fused_conv = false);
+
+// fused_conv (decode; no chunks, separate_norm or staged): the whole step in ONE launch where
+// conv_rule_norm_supported (dk == dv == 128, at most 8 value heads a key head: one thread-block cluster per
+// key head), the same bits as the two launches; mixed then keeps the projection (it is not overwritten) and
+// gates is not written. Elsewhere the flag is ignored.
+bool conv_rule_norm_supported(const DeltaNetShape& shape);
 
 }  // namespace ds::cuda

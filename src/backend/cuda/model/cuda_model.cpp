@@ -3,8 +3,10 @@
 #include "backend/cuda/model/cuda_model.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <string>
 #include <utility>
 
 #include "backend/cpu/matmul.h"
@@ -99,6 +101,15 @@ float* CudaModel::forward_on_device(std::span<const CudaSegment> segments, int64
   return scratch_->logits;
 }
 
+bool CudaModel::deltanet_one_launch() const {
+  const char* v = std::getenv("DS_CUDA_DN_ONE_LAUNCH");
+  const std::string value = v != nullptr ? v : "";
+  if (value.empty()) return opt_.deltanet_one_launch;
+  if (value != "1" && value != "0")
+    throw ArgumentError("DS_CUDA_DN_ONE_LAUNCH must be 1 or 0 (got '" + value + "')");
+  return value == "1";
+}
+
 void CudaModel::mixer(const Layer& L, int layer, int n, const float* x, float* y) {
   Scratch& s = *scratch_;
   const ModelConfig& c = cfg_;
@@ -130,7 +141,8 @@ void CudaModel::mixer(const Layer& L, int layer, int n, const float* x, float* y
     // value head walks a whole prompt window on as many SMs as heads, the rule alone on 4 blocks a head.
     if (fast)
       deltanet_decode(shape, w, wins, s.n_windows, rows, n, st, chunked ? &chunks : nullptr,
-                      /*separate_norm=*/prompt_pass_, /*staged=*/prompt_pass_ && opt_.prompt_staged_deltanet);
+                      /*separate_norm=*/prompt_pass_, /*staged=*/prompt_pass_ && opt_.prompt_staged_deltanet,
+                      /*fused_conv=*/!prompt_pass_ && deltanet_one_launch());
     else
       deltanet_decode_generic(shape, w, wins, s.n_windows, rows, n, st);
     op("deltanet out");

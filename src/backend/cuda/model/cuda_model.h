@@ -99,6 +99,10 @@ struct CudaModelOptions {
   // cp.async ring of 16-token stages): the same bits as the decode kernels, 1 barrier a token instead of 4
   // and no global round trip a token (docs/receipts/cuda-prompt.md, prompt9). Off: the decode kernels.
   bool prompt_staged_deltanet = true;
+  // Decode calls run DeltaNet's whole step (conv, rule, gated norm) in one launch, a thread-block cluster a
+  // key head (deltanet_decode's fused_conv: the same bits as the two launches); DS_CUDA_DN_ONE_LAUNCH=1|0
+  // overrides it at every capture (deltanet_one_launch()).
+  bool deltanet_one_launch = false;
   // Prompt rows past the indexer's budget attend by attention_prompt_selected (a block per row and kv head);
   // off: the any-shape kernel, one warp per (row, head).
   bool prompt_selected_tiles = true;
@@ -299,6 +303,8 @@ class CudaModel {
   // iota_in: the previous mix's iota (for pending); iota_out: this mix's (null: none), a different buffer.
   // Whether a decode call's mix of hc takes hc_head + hc_tensor_tail (cuda_model_hc.cpp).
   bool hc_tensor_mix(const struct DeviceHc& hc) const;
+  // opt_.deltanet_one_launch, or DS_CUDA_DN_ONE_LAUNCH when set (read at every call: a bench flips it).
+  bool deltanet_one_launch() const;
   void hc_mix(const struct DeviceHc& hc, int n, float* H, const float* pending, const float* iota_in,
               float* x, float* iota_out);
   void greedy_ids(int rows);  // scratch argmax[r] = argmax of logits row r (split_argmax picks the kernels)

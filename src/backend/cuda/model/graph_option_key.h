@@ -39,6 +39,7 @@ struct GraphOptionKey {
   bool tc_swiglu = false;  // the tensor expert tiles' SwiGLU fold (tc_decode_fold_swiglu)
   bool tc_group = false;   // and their grouping fold at one row (tc_decode_fold_grouping)
   bool hc_tensor = false;  // the tensor family's fused hc tail (hc_tensor_tail_on, DS_CUDA_HC_TENSOR)
+  bool deltanet_one_launch = false;  // CudaModel::deltanet_one_launch (DS_CUDA_DN_ONE_LAUNCH)
   int64_t tiled_outputs = 0, tiled_min_blocks = 0;
   int64_t tiled_ring = 0;  // which tiles take the ring kernel (tc_products_ring.h)
 };
@@ -75,6 +76,7 @@ inline void append_graph_option_key(std::vector<int64_t>& key, const GraphOption
                          b(o.tc_swiglu),
                          b(o.tc_group),
                          b(o.hc_tensor),
+                         b(o.deltanet_one_launch),
                          o.tiled_outputs,
                          o.tiled_min_blocks,
                          o.tiled_ring});
