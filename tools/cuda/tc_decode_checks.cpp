@@ -329,9 +329,10 @@ void check_row_par_negative(Tally& tally, std::mt19937_64& rng, const Stream& s)
     unsetenv("DS_CUDA_TC_ROW_VARIANT");
   }
   tc_decode_row_kernel(shipped);
-  tally.expect(differ > total / 4, "negative control: one-row kernel variants 94/158/222 on 300x2560 (4 slices) "
-                                   "differ from the small kernel forced to 1 and 2 slices (" +
-                                       std::to_string(differ) + " of " + std::to_string(total) + " floats)");
+  tally.expect(differ > total / 4,
+               "negative control: one-row kernel variants 94/158/222 on 300x2560 (4 slices) "
+               "differ from the small kernel forced to 1 and 2 slices (" +
+                   std::to_string(differ) + " of " + std::to_string(total) + " floats)");
 }
 
 // The one-row kernel's persistent blocks taking several output blocks each (check_row_kernel's shapes have

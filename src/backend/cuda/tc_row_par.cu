@@ -51,9 +51,9 @@ __global__ void __launch_bounds__(NW * 32)
   const int64_t xrow = count > 0 ? (row_ids != nullptr ? int64_t{row_ids[first]} : first) : -1;
   uint4* xplanes = reinterpret_cast<uint4*>(smem + NW * KS * L::kWords);
   float* xsums = reinterpret_cast<float*>(xplanes + kTerms * T * 4);
-  float* parts = xsums + 5 * T;                                        // [T][16] the units' d
+  float* parts = xsums + 5 * T;                                           // [T][16] the units' d
   uint32_t* sbs = reinterpret_cast<uint32_t*>(parts + T * kWarpOutputs);  // [T][16] scale | bias << 16
-  float* merged = reinterpret_cast<float*>(sbs + T * kWarpOutputs);     // [4][16] the slices' chains
+  float* merged = reinterpret_cast<float*>(sbs + T * kWarpOutputs);       // [4][16] the slices' chains
   split_row_in_block<true, NW * 32>(X, xrow, T, xplanes, xsums, xsums + T);
 
   const uint4* xp = xplanes + t;  // unit u's plane j at xplanes[(u * kTerms + j) * 4 + t]
@@ -61,8 +61,7 @@ __global__ void __launch_bounds__(NW * 32)
   int sb_par0[2];
 #pragma unroll
   for (int h = 0; h < 2; ++h)
-    sb_par0[h] = static_cast<int>(
-        (W.sb_base + min(o0 + g + 8 * h, W.rows - 1) * W.groups_per_row) & 1);
+    sb_par0[h] = static_cast<int>((W.sb_base + min(o0 + g + 8 * h, W.rows - 1) * W.groups_per_row) & 1);
   int slot = 0, fill = kAhead;
   for (int s = s_begin; s < s_end; ++s) {
     issue_next(fill);  // into the slot decoded last
@@ -110,7 +109,7 @@ __global__ void __launch_bounds__(NW * 32)
     slot = slot == KS - 1 ? 0 : slot + 1;
   }
   __syncthreads();
-  // The slices' chains in unit order (thread: slice threadIdx.x / 16, output threadIdx.x % 16), then the merge.
+  // The slices' chains in unit order (thread: slice threadIdx.x / 16, output threadIdx.x % 16), then merge.
   const int r = threadIdx.x % kWarpOutputs;
   if (threadIdx.x < kWarpOutputs * sl.slices) {
     const int slice = threadIdx.x / kWarpOutputs;
@@ -170,7 +169,7 @@ void launch_row_par(int v, const DecodeWeight& W, Slicing sl, unsigned grid_y, i
     launch_par<Bits, 4, 5>(W, sl, grid_y, n_rows, row_ids, X, y, ldy, stream);
 }
 
-#define DS_TC_ROW_PAR(B)                                                                                 \
+#define DS_TC_ROW_PAR(B)                                                                            \
   template void launch_row_par<B>(int, const DecodeWeight&, Slicing, unsigned, int, const int32_t*, \
                                   const DecodeX&, float*, int64_t, cudaStream_t);
 DS_TC_ROW_PAR(2)
