@@ -260,8 +260,9 @@ void check_small_windows(Tally& tally, std::mt19937_64& rng, const Stream& s) {
 // and 5 of x. Run under each layout.
 // The launch variants compared (tc_decode_row_variant's bits: 1 one output block a block, 2 three blocks an
 // SM, 4 the lean stage copy; 8 only moves expert tiles between the 4- and 3-block kernels; 16 kLean2, 32
-// kPair with kLean2: tc_row.cu's launch modes).
-constexpr int kRowVariants[] = {0, 1, 2, 3, 4, 5, 6, 7, 22, 23, 54, 55};
+// kPair with kLean2: tc_row.cu's launch modes; 64, 128, 192 the units spread over a block's warps,
+// tc_row_par.cu, chained single matrices only: under the columns layout those variants run bits 0-5's).
+constexpr int kRowVariants[] = {0, 1, 2, 3, 4, 5, 6, 7, 22, 23, 54, 55, 94, 158, 222};
 void check_row_kernel(Tally& tally, std::mt19937_64& rng, const Stream& s) {
   const std::pair<int64_t, int64_t> shapes[] = {
       {1030, 384}, {300, 2560}, {5000, 1280}, {9000, 640}, {200, 2592}};
@@ -301,6 +302,37 @@ void check_row_kernel(Tally& tally, std::mt19937_64& rng, const Stream& s) {
                        std::to_string(std::size(kRowVariants)) + " launch variants)" + bad);
     }
   tc_decode_row_kernel(shipped);
+}
+
+// Negative control of the units-over-warps kernel (tc_row_par.cu, variants 64-255): its output on 300 x
+// 2560 (4 column slices by the shape's rule) differs, bit for bit, from the small kernel's with the slices
+// forced to 1 and 2 (other roundings), so the memcmp above sees its rounding; run under each layout (the
+// columns layout runs bits 0-5's kernel there, which must differ too).
+void check_row_par_negative(Tally& tally, std::mt19937_64& rng, const Stream& s) {
+  const bool shipped = tc_decode_row_kernel_on();
+  const TcWeight t = make_weight(300, 2560, 4, 32, 1, rng);
+  const DeviceBuffer x = upload(random_normal(8 * 2560, 1.0f, rng));
+  tc_decode_row_kernel(true);
+  int differ = 0, total = 0;
+  for (int forced : {1, 2}) {
+    tc_decode_force_column_slices(forced);
+    tc_decode_row_kernel(false);
+    const std::vector<float> other = run_decode(t.w, x, 2560, 5, 1, s);
+    tc_decode_row_kernel(true);
+    tc_decode_force_column_slices(0);
+    for (int variant : {94, 158, 222}) {
+      setenv("DS_CUDA_TC_ROW_VARIANT", std::to_string(variant).c_str(), 1);
+      const std::vector<float> one = run_decode(t.w, x, 2560, 5, 1, s);
+      for (size_t i = 0; i < one.size(); ++i) differ += std::memcmp(&one[i], &other[i], sizeof(float)) != 0;
+      total += static_cast<int>(one.size());
+    }
+    unsetenv("DS_CUDA_TC_ROW_VARIANT");
+  }
+  tc_decode_row_kernel(shipped);
+  tally.expect(differ > total / 4,
+               "negative control: one-row kernel variants 94/158/222 on 300x2560 (4 slices) "
+               "differ from the small kernel forced to 1 and 2 slices (" +
+                   std::to_string(differ) + " of " + std::to_string(total) + " floats)");
 }
 
 // The one-row kernel's persistent blocks taking several output blocks each (check_row_kernel's shapes have
@@ -470,6 +502,7 @@ void run_tc_decode_checks(Tally& tally) {
     check_experts(tally, 0, 16, 2, 8, rng, s, kDecodeExpertTileRows);
     check_small_windows(tally, rng, s);
     check_row_kernel(tally, rng, s);
+    check_row_par_negative(tally, rng, s);
     check_row_kernel_persistent(tally, rng, s);
     // One stream: tiles of one slot (the one-row kernel, or the 1-row small kernel), each == alone.
     check_experts(tally, 4, 1, 10, 16, rng, s, 1);

@@ -439,9 +439,9 @@ int tc_decode_row_variant() {
   const char* v = std::getenv("DS_CUDA_TC_ROW_VARIANT");
   if (v == nullptr || v[0] == '\0') return tcd::kDefaultRowVariant;
   const std::string name(v);
-  const bool digits = name.size() <= 2 && name.find_first_not_of("0123456789") == std::string::npos;
+  const bool digits = name.size() <= 3 && name.find_first_not_of("0123456789") == std::string::npos;
   const int n = digits ? std::atoi(v) : -1;
-  if (n < 0 || n > 63) bad("DS_CUDA_TC_ROW_VARIANT", "must be 0..63 (got '" + name + "')");
+  if (n < 0 || n > 255) bad("DS_CUDA_TC_ROW_VARIANT", "must be 0..255 (got '" + name + "')");
   return n;
 }
 

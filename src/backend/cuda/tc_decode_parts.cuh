@@ -307,11 +307,11 @@ __device__ __forceinline__ float pr_combine(const float (&c)[kTerms][4], int e) 
 // [kTerms][T][4] (lane t's uint4 of each unit, as decode_split_kernel stores them) and sums [T], each value
 // by decode_split_kernel's operations (tc::split3 per value, sum4 per 4 columns, the tile's tree over the 8
 // partial sums); row < 0: zeros. UnitMajor (tc_row.cu): planes [T][kTerms][4] instead, a unit's three planes
-// side by side.
-template <bool UnitMajor = false>
+// side by side. Threads: the block's threads (tc_row_par.cu's blocks have more than kThreads).
+template <bool UnitMajor = false, int Threads = kThreads>
 __device__ __forceinline__ void split_row_in_block(const DecodeX& X, int64_t row, int64_t T, uint4* planes,
                                                    float* sums, float* pair_sums) {
-  for (int64_t i = threadIdx.x; i < T * 4; i += kThreads) {
+  for (int64_t i = threadIdx.x; i < T * 4; i += Threads) {
     const int64_t unit = i >> 2;
     const int b = static_cast<int>(i & 3);
     float v[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
@@ -333,7 +333,7 @@ __device__ __forceinline__ void split_row_in_block(const DecodeX& X, int64_t row
     pair_sums[i] = __fadd_rn(tc::sum4(v[0], v[1], v[2], v[3]), tc::sum4(v[4], v[5], v[6], v[7]));
   }
   __syncthreads();
-  for (int64_t u = threadIdx.x; u < T; u += kThreads)
+  for (int64_t u = threadIdx.x; u < T; u += Threads)
     sums[u] = __fadd_rn(__fadd_rn(pair_sums[4 * u], pair_sums[4 * u + 1]),
                         __fadd_rn(pair_sums[4 * u + 2], pair_sums[4 * u + 3]));
   __syncthreads();
@@ -356,7 +356,7 @@ void launch_small(const DecodeWeight& W, Slicing sl, dim3 grid, int x_rows, bool
 // each block. The bits of launch_small at one row (the same MMAs and epilogue for the row), with less work a
 // unit: no work kept for the B columns that hold no row, precomputed copy offsets, cheaper scale indices.
 // Its launch variant (tc_decode_row_variant; the same arithmetic, so the same bits), from
-// DS_CUDA_TC_ROW_VARIANT (0..63) at every launch, else kDefaultRowVariant: bit 0: one output block a block
+// DS_CUDA_TC_ROW_VARIANT (0..255) at every launch, else kDefaultRowVariant: bit 0: one output block a block
 // instead of persistent blocks; bit 1: registers for 3 blocks an SM instead of 4 (no spills; 4 blocks capped
 // the chained kernels at 128 registers with 8-40 bytes of spill and left too few units in flight); bit 2: the
 // lean stage copy (the same bytes to the same places with fewer instructions); bit 3 (with bit 1): expert
@@ -369,7 +369,16 @@ void launch_small(const DecodeWeight& W, Slicing sl, dim3 grid, int x_rows, bool
 // SwiGLU in the epilogue, y then holds h rows of half outputs (tc_decode_experts_swiglu); 0: plain. group
 // (topk set; with half > 0, grid.y = group.max_tiles): the tiles grouped by the launch itself from one row's
 // routing (OneRowTiles), `tiles` and `row_ids` not read.
+// Bits 6-7 (dnrow13, tc_row_par.cu): single matrices of at most kRowParMaxGroups output groups under the
+// chained layout take the kernel with each 16 outputs' units spread over a block's warps (the same bits): 64
+// 8 warps a block (3 ring slots a warp), 128 4 warps (5 slots), 192 the shape's rule (8 warps when the shape
+// has column slices, else 4); the other launches keep bits 0-5's variant.
 constexpr int kDefaultRowVariant = 14;
+constexpr int64_t kRowParMaxGroups = 4096;
+bool row_par_takes(const DecodeWeight& W, bool tiles, int64_t half, bool pc);
+template <int Bits>
+void launch_row_par(int v, const DecodeWeight& W, Slicing sl, unsigned grid_y, int n_rows,
+                    const int32_t* row_ids, const DecodeX& X, float* y, int64_t ldy, cudaStream_t stream);
 template <int Bits, bool PC>
 void launch_row(const DecodeWeight& W, Slicing sl, dim3 grid, const ExpertWindow* tiles, int n_rows,
                 const int32_t* row_ids, const DecodeX& X, float* y, int64_t ldy, int64_t n_experts,
