@@ -373,7 +373,10 @@ void launch_small(const DecodeWeight& W, Slicing sl, dim3 grid, int x_rows, bool
 // chained layout take the kernel with each 16 outputs' units spread over a block's warps (the same bits): 64
 // 8 warps a block (3 ring slots a warp), 128 4 warps (5 slots), 192 the shape's rule (8 warps when the shape
 // has column slices, else 4); the other launches keep bits 0-5's variant.
-constexpr int kDefaultRowVariant = 14;
+// Default 30 (session 13): 14 plus kLean2, -1.5% on the round at one stream in tcmid12's and the lead's runs
+// (5.727 / 5.718 ms against 5.884 / 5.815, interleaved), every check passing under it (tensor-all 484/484,
+// the decode-tc checks alone and as two processes sharing the GPU, the contract on the real hc/expert shapes).
+constexpr int kDefaultRowVariant = 30;
 constexpr int64_t kRowParMaxGroups = 4096;
 bool row_par_takes(const DecodeWeight& W, bool tiles, int64_t half, bool pc);
 template <int Bits>
