@@ -196,6 +196,22 @@ void run_bench(const std::string& config_path, int bits, int group, const std::v
       for (const auto& [c, k] : kinds) std::printf("    %5d  %s\n", c, k.c_str());
     }
     std::fflush(stdout);
+    // DS_LEAN_HC_TAIL_VARIANTS (e.g. "0,1,0,1"; lean bench, tensor family): the round per hc tensor tail
+    // kernel in this order (DS_CUDA_HC_TAIL_VARIANT, in the graphs' key, so each re-captures), then nothing
+    // else at this stream count.
+    if (const char* hv = std::getenv("DS_LEAN_HC_TAIL_VARIANTS");
+        lean && hv != nullptr && hv[0] != '\0' && m.options().decode_products == DecodeProducts::Tensor) {
+      std::stringstream ss(hv);
+      for (std::string v; std::getline(ss, v, ',');) {
+        setenv("DS_CUDA_HC_TAIL_VARIANT", v.c_str(), 1);
+        const DecodeRate x = bench_decode_rounds(m, n, rounds, 4);
+        std::printf("%8d %10d %12.3f %12.1f  (hc tail variant %s; %zu graph nodes a round)\n", n, rounds,
+                    x.ms_per_round, x.tokens_per_s, v.c_str(), m.graph_nodes());
+        std::fflush(stdout);
+      }
+      unsetenv("DS_CUDA_HC_TAIL_VARIANT");
+      continue;
+    }
     // DS_LEAN_ROW_VARIANTS (e.g. "14,30,14,30"; lean bench, tensor family): the round per one-row launch
     // variant in this order (DS_CUDA_TC_ROW_VARIANT, in the graphs' key, so each re-captures), then nothing
     // else at this stream count.
