@@ -53,6 +53,7 @@ TEST(GraphOptionKey, EveryOptionAndSwitchChangesTheKey) {
       {"tc_group", [](GraphOptionKey& o) { o.tc_group = true; }},
       {"hc_tensor", [](GraphOptionKey& o) { o.hc_tensor = true; }},
       {"deltanet_one_launch", [](GraphOptionKey& o) { o.deltanet_one_launch = true; }},
+      {"hc_tail_variant", [](GraphOptionKey& o) { o.hc_tail_variant = 1; }},
       {"tiled_outputs", [](GraphOptionKey& o) { o.tiled_outputs = 64; }},
       {"tiled_min_blocks", [](GraphOptionKey& o) { o.tiled_min_blocks = 3; }},
       {"tiled_ring", [](GraphOptionKey& o) { o.tiled_ring = 3; }},

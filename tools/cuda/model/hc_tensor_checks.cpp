@@ -6,8 +6,10 @@
 // out only (a round's first mix, and the first after a PLE layer), inject only (the final mixer: down rows
 // R), neither (the MTP head's mixer); H and iota are compared in every form (untouched where not stored).
 // Negative control: tc_decode_wx on up with one scale a bf16 ulp off must not match.
+#include <cstdlib>
 #include <cstring>
 #include <random>
+#include <string>
 
 #include "../host_reference.h"
 #include "backend/cuda/cuda_error.h"
@@ -96,7 +98,16 @@ void run_hc_tensor_checks(Tally& tally) {
     int R = 320;
   };
   const TcPlanes before = tc_decode_planes();
-  for (const TcPlanes planes : {TcPlanes::Chained, TcPlanes::Columns}) {
+  const char* variant_env = std::getenv("DS_CUDA_HC_TAIL_VARIANT");
+  const std::string variant_before = variant_env != nullptr ? variant_env : "";
+  // Each tail kernel (hc_tensor_tail_variant: 0 session 12's, 1 hctail13's) under each planes layout.
+  struct Pass {
+    const char* variant;
+    TcPlanes planes;
+  };
+  for (const auto [variant, planes] : {Pass{"0", TcPlanes::Chained}, Pass{"0", TcPlanes::Columns},
+                                       Pass{"1", TcPlanes::Chained}, Pass{"1", TcPlanes::Columns}}) {
+    setenv("DS_CUDA_HC_TAIL_VARIANT", variant, 1);
     tc_decode_set_planes(planes);
     for (const Case c : {Case{4, 32, true, true}, Case{6, 64, true, true}, Case{3, 32, true, true},
                          Case{8, 64, false, false}, Case{5, 64, true, true}, Case{2, 32, true, true},
@@ -108,8 +119,8 @@ void run_hc_tensor_checks(Tally& tally) {
       HostAffine off = up;  // one scale a bf16 ulp off (output 5, its first group)
       off.scales[5 * off.groups_per_row()] ^= 1;
       const DeviceAffine ddi(di), dup(up), doff(off);
-      const std::string name = std::string("hc tensor mix (") + tc_planes_name(planes) + ") " +
-                               std::to_string(c.bits) + "-bit g" + std::to_string(c.group) +
+      const std::string name = std::string("hc tensor mix (tail ") + variant + ", " + tc_planes_name(planes) +
+                               ") " + std::to_string(c.bits) + "-bit g" + std::to_string(c.group) +
                                (c.R != 320 ? ", R " + std::to_string(c.R) : "") +
                                (c.with_pending && c.with_iota ? ""
                                 : c.with_iota                 ? " (first mix form: no inject)"
@@ -161,6 +172,10 @@ void run_hc_tensor_checks(Tally& tally) {
     }
   }
   tc_decode_set_planes(before);
+  if (variant_before.empty())
+    unsetenv("DS_CUDA_HC_TAIL_VARIANT");
+  else
+    setenv("DS_CUDA_HC_TAIL_VARIANT", variant_before.c_str(), 1);
 }
 
 }  // namespace ds::cuda::modelcheck

@@ -62,6 +62,12 @@ void hc_tail(const AffineWeight& up, const float* partial, int64_t ld_partial, i
 bool hc_tensor_tail_takes(const AffineWeight& up, int S, int D, int R);
 // Whether the model takes it (DS_CUDA_HC_TENSOR: 1 or unset on, 0 off, read once: the bench's before/after).
 bool hc_tensor_tail_on();
+// Its kernel (the same bits): 0 session 12's, 1 hctail13's (every load of a block before the arithmetic, the
+// scales by cp.async, up's units' MMA chains in groups; docs/receipts/cuda-tc-row.md, "session 13,
+// hctail13"). DS_CUDA_HC_TAIL_VARIANT (0 or 1) read at every launch, else kDefaultHcTailVariant; in the
+// graphs' key.
+constexpr int kDefaultHcTailVariant = 1;
+int hc_tensor_tail_variant();
 // mix_out (optional, ld_mix >= S*D): up's outputs as well, for the checks.
 void hc_tensor_tail(const AffineWeight& up, const float* partial, int64_t ld_partial, int R, float inv_s,
                     const float* normed, int S, int D, float* H, const float* pending, const float* iota_in,
