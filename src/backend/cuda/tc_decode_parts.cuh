@@ -109,22 +109,23 @@ struct OneRowTiles {
 
 // Tile j of that grouping (count 0 past the last), by the warp (every lane calls; all = k + (shared >= 0) <=
 // 32 pairs, lane i holds pair i). moe_expert_tiles' rule at one row and tiles of one slot: a valid pair (0 <=
-// expert < n_experts) ranks by (expert, pair index); its tile is its rank, its slot its rank, or for the
-// shared expert (the last id) k plus its rank among that expert's pairs; an invalid routed pair gets slot_of
-// -1. write: also store every tile up to max_tiles (zeros past the last), row_ids and slot_of.
+// expert < n_experts; a routed id equal to the shared expert's is invalid) ranks by (expert, pair index);
+// its tile is its rank, its slot its rank, or for the shared expert (the last id, its only pair) k; an
+// invalid routed pair gets slot_of -1. write: also store every tile up to max_tiles (zeros past the last),
+// row_ids and slot_of.
 __device__ __forceinline__ ExpertWindow one_row_tile(const OneRowTiles& g, int64_t n_experts, int j,
                                                      bool write, int lane) {
   const int all = g.k + (g.shared >= 0 ? 1 : 0);
-  const int e = lane < all ? (lane < g.k ? g.topk[lane] : g.shared) : -1;
+  const int routed_e = lane < g.k ? g.topk[lane] : -1;
+  const int e = lane < all ? (lane < g.k ? (routed_e == g.shared ? -1 : routed_e) : g.shared) : -1;
   const bool valid = lane < all && e >= 0 && e < n_experts;
-  int rank = 0, same_before = 0;
+  int rank = 0;
   for (int i = 0; i < 32; ++i) {
     const int ei = __shfl_sync(0xFFFFFFFFu, e, i);
     const bool vi = __shfl_sync(0xFFFFFFFFu, valid ? 1 : 0, i) != 0;
     rank += vi && (ei < e || (ei == e && i < lane)) ? 1 : 0;
-    same_before += vi && ei == e && i < lane ? 1 : 0;
   }
-  const int slot = e == g.shared ? g.k + same_before : rank;
+  const int slot = e == g.shared ? g.k : rank;
   const int n_tiles = __popc(__ballot_sync(0xFFFFFFFFu, valid));
   if (write) {
     if (valid && rank < g.max_tiles) g.tiles[rank] = ExpertWindow{e, slot, 1};
