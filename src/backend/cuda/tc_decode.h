@@ -140,6 +140,41 @@ bool tc_decode_experts_swiglu_routed(const TiledWeight& w, const int32_t* topk, 
                                      const float* x, float* h, int64_t ldh, void* scratch,
                                      size_t scratch_bytes, cudaStream_t stream);
 bool tc_decode_grouping_takes(const TiledWeight& w, int k, bool shared);
+
+// The routed expert forms at one row (session 13), a mask read from DS_CUDA_TC_EXPERT_ROUTED (0..7) at every
+// call, else kDefaultTcExpertRouted (in the model's graph key):
+// - kTcRoutedDown: tc_decode_experts_swiglu_routed launches blocks for the k (+ 1) tiles a routing can have
+//   (not max_tiles: the rest found no tile), and the down runs tc_decode_experts_routed;
+// - kTcRoutedEarly: that down finds its tile and issues its first weight stages before
+//   griddepcontrol.wait (its topk must have been written before the launch before it: the model's routing,
+//   then the gate|up launch, then the down);
+// - kTcRoutedCombine: the down also runs the combine (TcCombine) for its row.
+constexpr int kTcRoutedDown = 1, kTcRoutedEarly = 2, kTcRoutedCombine = 4;
+constexpr int kDefaultTcExpertRouted = 0;
+int tc_decode_expert_routed();
+
+// Where tc_decode_experts_routed's combine writes: out [rows] = moe_combine(weights, slots, slot_of, 1, k,
+// rows, slot k (the shared expert's), shared_gate) for the one row, bit for bit; counters [n_counters] zero
+// at the launch (left zero), at least one per output block of the launch (rows / 16 is enough).
+struct TcCombine {
+  const float* weights = nullptr;      // [k], rank order (moe_route's)
+  const int32_t* slot_of = nullptr;    // [k], the grouping's (the gate|up launch wrote it)
+  const float* shared_gate = nullptr;  // the shared expert's gate logit
+  float* out = nullptr;
+  uint32_t* counters = nullptr;
+  int64_t n_counters = 0;
+};
+
+// Expert tiles of one slot for one row's routing, each block finding its own tile from topk as
+// tc_decode_experts_swiglu_routed does (nothing written but y): y rows (slots) of the tiles' experts on x
+// rows by slot (x: the h rows of the gate|up launch, ldx apart), the bits of tc_decode_experts over
+// moe_expert_tiles' tiles (checked, memcmp). With combine (and kTcRoutedCombine, a shared expert, rows a
+// whole number of the launch's output blocks) also the combine. Returns 0 having launched nothing
+// (kTcRoutedDown off, k + shared past 32, not the one-row kernel's shape), 1: the product, 2: the product and
+// the combine.
+int tc_decode_experts_routed(const TiledWeight& w, const int32_t* topk, int k, int shared_expert,
+                             const float* x, int64_t ldx, float* y, int64_t ldy, const TcCombine* combine,
+                             void* scratch, size_t scratch_bytes, cudaStream_t stream);
 // The grouping fold on or off (process-wide; DS_CUDA_TC_GROUP 1 | 0 at first use, else kDefaultTcGroupFold).
 constexpr bool kDefaultTcGroupFold = true;
 void tc_decode_fold_grouping(bool on);

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 
+#include "backend/cuda/moe_epilogues.cuh"
 #include "backend/cuda/tc_common.cuh"
 #include "backend/cuda/wx_products.h"
 
@@ -99,12 +100,18 @@ struct DecodeX {
 // routed form; topk == nullptr: off): pairs i < k are (expert topk[i], row 0), then with shared >= 0 one more
 // (expert shared, row 0). Every block finds its own tile (one_row_tile) and block (0, 0) writes tiles,
 // row_ids and slot_of as moe_expert_tiles(topk, 1, k, n_experts, ..., tile_rows 1, shared) would.
+// The down's routed form (session 13, tc_decode_experts_routed): tiles == nullptr (nothing written), x rows
+// by slot (h rows), early: topk was written before the previous launch, so a block finds its tile and issues
+// its first stages before griddepcontrol.wait; combine.out set: the block that stores the last tile of its
+// outputs also runs moe_combine's sum for them (OneRowCombine, moe_epilogues.cuh).
 struct OneRowTiles {
   const int32_t* topk = nullptr;
   int k = 0, shared = -1, max_tiles = 0;
   ExpertWindow* tiles = nullptr;
   int32_t* row_ids = nullptr;
   int32_t* slot_of = nullptr;
+  bool x_by_slot = false, early = false;
+  dev::OneRowCombine combine;
 };
 
 // Tile j of that grouping (count 0 past the last), by the warp (every lane calls; all = k + (shared >= 0) <=
@@ -113,10 +120,12 @@ struct OneRowTiles {
 // its tile is its rank, its slot its rank, or for the shared expert (the last id, its only pair) k; an
 // invalid routed pair gets slot_of -1. write: also store every tile up to max_tiles (zeros past the last),
 // row_ids and slot_of.
+// n_tiles: the tiles of the grouping (its valid pairs). topk is read through L2 (the early form reads it
+// before the wait).
 __device__ __forceinline__ ExpertWindow one_row_tile(const OneRowTiles& g, int64_t n_experts, int j,
-                                                     bool write, int lane) {
+                                                     bool write, int lane, int& n_tiles) {
   const int all = g.k + (g.shared >= 0 ? 1 : 0);
-  const int routed_e = lane < g.k ? g.topk[lane] : -1;
+  const int routed_e = lane < g.k ? __ldcg(g.topk + lane) : -1;
   const int e = lane < all ? (lane < g.k ? (routed_e == g.shared ? -1 : routed_e) : g.shared) : -1;
   const bool valid = lane < all && e >= 0 && e < n_experts;
   int rank = 0;
@@ -126,7 +135,7 @@ __device__ __forceinline__ ExpertWindow one_row_tile(const OneRowTiles& g, int64
     rank += vi && (ei < e || (ei == e && i < lane)) ? 1 : 0;
   }
   const int slot = e == g.shared ? g.k : rank;
-  const int n_tiles = __popc(__ballot_sync(0xFFFFFFFFu, valid));
+  n_tiles = __popc(__ballot_sync(0xFFFFFFFFu, valid));
   if (write) {
     if (valid && rank < g.max_tiles) g.tiles[rank] = ExpertWindow{e, slot, 1};
     for (int i = n_tiles + lane; i < g.max_tiles; i += 32) g.tiles[i] = ExpertWindow{0, 0, 0};

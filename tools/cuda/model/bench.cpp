@@ -133,6 +133,17 @@ void run_fast_vs_generic(Tally& tally, const std::string& config_path) {
   tally.expect(far > bound, "fast vs generic: negative control exceeds the bound");
 }
 
+// A variant token of DS_LEAN_ROW_VARIANTS or DS_OP_TABLE_ROW_VARIANTS: V (DS_CUDA_TC_ROW_VARIANT) or V:M
+// (and DS_CUDA_TC_EXPERT_ROUTED = M, else unset); both in the graphs' key.
+static void set_row_variant(const std::string& token) {
+  const size_t colon = token.find(':');
+  setenv("DS_CUDA_TC_ROW_VARIANT", token.substr(0, colon).c_str(), 1);
+  if (colon == std::string::npos)
+    unsetenv("DS_CUDA_TC_EXPERT_ROUTED");
+  else
+    setenv("DS_CUDA_TC_EXPERT_ROUTED", token.substr(colon + 1).c_str(), 1);
+}
+
 // The tensor expert tiles' folds (tc_decode_fold_swiglu, tc_decode_fold_grouping; in the graphs' key: each
 // setting captures its own): both off, the SwiGLU alone, both on; at one row (where the grouping fold is
 // taken) the op tables of each.
@@ -203,13 +214,14 @@ void run_bench(const std::string& config_path, int bits, int group, const std::v
         lean && rv != nullptr && rv[0] != '\0' && m.options().decode_products == DecodeProducts::Tensor) {
       std::stringstream ss(rv);
       for (std::string v; std::getline(ss, v, ',');) {
-        setenv("DS_CUDA_TC_ROW_VARIANT", v.c_str(), 1);
+        set_row_variant(v);
         const DecodeRate x = bench_decode_rounds(m, n, rounds, 4);
         std::printf("%8d %10d %12.3f %12.1f  (one-row launch variant %s; %zu graph nodes a round)\n", n,
                     rounds, x.ms_per_round, x.tokens_per_s, v.c_str(), m.graph_nodes());
         std::fflush(stdout);
       }
       unsetenv("DS_CUDA_TC_ROW_VARIANT");
+      unsetenv("DS_CUDA_TC_EXPERT_ROUTED");
       continue;
     }
     if (m.options().decode_products == DecodeProducts::Tensor) bench_swiglu_fold(m, n, rounds);
@@ -398,7 +410,7 @@ void run_op_tables(const std::string& config_path, int bits, int group, const st
       for (std::string t; std::getline(ss, t, ',');) row_variants.push_back(t);
     }
     for (const std::string& rv : row_variants) {
-      if (!rv.empty()) setenv("DS_CUDA_TC_ROW_VARIANT", rv.c_str(), 1);
+      if (!rv.empty()) set_row_variant(rv);
       const std::string mode_name = rv.empty() ? std::string(md.name) : std::string(md.name) + " v" + rv;
       const char* mode = mode_name.c_str();
       for (int n : streams) {
@@ -432,7 +444,8 @@ void run_op_tables(const std::string& config_path, int bits, int group, const st
         m.set_expert_windows(was.expert_windows);
       }
     }
-    if (row_variants.size() > 1 || !row_variants[0].empty()) unsetenv("DS_CUDA_TC_ROW_VARIANT");
+    if (row_variants.size() > 1 || !row_variants[0].empty())
+      unsetenv("DS_CUDA_TC_ROW_VARIANT"), unsetenv("DS_CUDA_TC_EXPERT_ROUTED");
   }
   m.set_decode_products(was.decode_products, was.tensor_tall_only);
 }

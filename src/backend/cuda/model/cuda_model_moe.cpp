@@ -1,7 +1,6 @@
 // CudaModel's MLP and MoE steps of a forward (routing, the routed experts by windows, tiles or pairs, the
 // shared expert, the combine); the rest of the forward is in cuda_model.cpp.
 #include "backend/cuda/model/cuda_model.h"
-
 #include "backend/cuda/model/cuda_model_parts.h"
 #include "backend/cuda/model/glue_kernels.h"
 #include "backend/cuda/moe_routing.h"
@@ -68,7 +67,8 @@ void CudaModel::moe(const Layer& L, int n, const float* x, float* y) {
   }
   const int32_t* slot_of = nullptr;
   if (tiled) {
-    slot_of = prompt_experts(L, n, x);
+    slot_of = prompt_experts(L, n, x, y);
+    if (slot_of == nullptr) return;  // the down launch combined (one row, tc_decode_experts_routed)
   } else if (windows) {
     moe_expert_windows(s.ids, n, K, E, s.windows, s.row_ids, s.slot_of, st);
     op("moe expert gate|up");

@@ -36,9 +36,10 @@ struct GraphOptionKey {
   int64_t tc_forced_slices = 0;
   bool tc_row_kernel = false;  // the one-row tensor kernel (tc_row.cu) and its launch variant
   int64_t tc_row_variant = 0;
-  bool tc_swiglu = false;  // the tensor expert tiles' SwiGLU fold (tc_decode_fold_swiglu)
-  bool tc_group = false;   // and their grouping fold at one row (tc_decode_fold_grouping)
-  bool hc_tensor = false;  // the tensor family's fused hc tail (hc_tensor_tail_on, DS_CUDA_HC_TENSOR)
+  bool tc_swiglu = false;        // the tensor expert tiles' SwiGLU fold (tc_decode_fold_swiglu)
+  bool tc_group = false;         // and their grouping fold at one row (tc_decode_fold_grouping)
+  int64_t tc_expert_routed = 0;  // the routed expert forms at one row (tc_decode_expert_routed, a mask)
+  bool hc_tensor = false;        // the tensor family's fused hc tail (hc_tensor_tail_on, DS_CUDA_HC_TENSOR)
   int64_t tiled_outputs = 0, tiled_min_blocks = 0;
   int64_t tiled_ring = 0;  // which tiles take the ring kernel (tc_products_ring.h)
 };
@@ -74,6 +75,7 @@ inline void append_graph_option_key(std::vector<int64_t>& key, const GraphOption
                          o.tc_row_variant,
                          b(o.tc_swiglu),
                          b(o.tc_group),
+                         o.tc_expert_routed,
                          b(o.hc_tensor),
                          o.tiled_outputs,
                          o.tiled_min_blocks,
