@@ -557,7 +557,7 @@ bool tc_decode_grouping_takes(const TiledWeight& w, int k, bool shared) {
 bool tc_decode_experts_swiglu_routed(const TiledWeight& w, const int32_t* topk, int k, int shared_expert,
                                      ExpertWindow* tiles, int max_tiles, int32_t* row_ids, int32_t* slot_of,
                                      const float* x, float* h, int64_t ldh, void* scratch,
-                                     size_t scratch_bytes, cudaStream_t stream) {
+                                     size_t scratch_bytes, cudaStream_t stream, const TcRoute* route) {
   constexpr const char* op = "tc_decode_experts_swiglu_routed";
   const int n_experts = static_cast<int>(w.n_experts);
   if (shared_expert != -1 && shared_expert != n_experts - 1)
@@ -571,6 +571,12 @@ bool tc_decode_experts_swiglu_routed(const TiledWeight& w, const int32_t* topk, 
   OneRowTiles g;
   g.topk = topk, g.k = k, g.shared = shared_expert, g.max_tiles = max_tiles;
   g.tiles = tiles, g.row_ids = row_ids, g.slot_of = slot_of;
+  if (route != nullptr) {
+    if (route->logits == nullptr || route->weights == nullptr || route->E < k || route->E > kRouteSlots * 32)
+      bad(op, "route needs logits and weights (device) and k <= E <= 512");
+    g.logits = route->logits, g.route_E = route->E, g.renormalise = route->renormalise;
+    g.ids_out = const_cast<int32_t*>(topk), g.weights_out = route->weights;
+  }
   // The routed forms (session 13): blocks for the k (+ 1) tiles a routing can have, not max_tiles.
   const int grid_y =
       (tc_decode_expert_routed() & kTcRoutedDown) != 0 ? std::min(max_tiles, k + with_shared) : max_tiles;
@@ -584,14 +590,16 @@ int tc_decode_expert_routed() {
   const char* v = std::getenv("DS_CUDA_TC_EXPERT_ROUTED");
   if (v == nullptr || v[0] == '\0') return kDefaultTcExpertRouted;
   const std::string name(v);
-  const int n = name.size() == 1 && name[0] >= '0' && name[0] <= '7' ? name[0] - '0' : -1;
-  if (n < 0) bad("DS_CUDA_TC_EXPERT_ROUTED", "must be 0..7 (got '" + name + "')");
+  const bool digits =
+      !name.empty() && name.size() <= 2 && name.find_first_not_of("0123456789") == std::string::npos;
+  const int n = digits ? std::atoi(v) : -1;
+  if (n < 0 || n > 15) bad("DS_CUDA_TC_EXPERT_ROUTED", "must be 0..15 (got '" + name + "')");
   return n;
 }
 
 int tc_decode_experts_routed(const TiledWeight& w, const int32_t* topk, int k, int shared_expert,
                              const float* x, int64_t ldx, float* y, int64_t ldy, const TcCombine* combine,
-                             void* scratch, size_t scratch_bytes, cudaStream_t stream) {
+                             void* scratch, size_t scratch_bytes, cudaStream_t stream, bool topk_settled) {
   constexpr const char* op = "tc_decode_experts_routed";
   const int mode = tc_decode_expert_routed(), n_experts = static_cast<int>(w.n_experts);
   if (shared_expert != -1 && shared_expert != n_experts - 1)
@@ -603,7 +611,7 @@ int tc_decode_experts_routed(const TiledWeight& w, const int32_t* topk, int k, i
   if (topk == nullptr) bad(op, "topk must be a device pointer");
   OneRowTiles g;
   g.topk = topk, g.k = k, g.shared = shared_expert, g.x_by_slot = true;
-  g.early = (mode & kTcRoutedEarly) != 0;
+  g.early = (mode & kTcRoutedEarly) != 0 && topk_settled;
   const Slicing sl{tc_decode_column_slices(w.rows, w.cols)};
   const int64_t blocks = (w.rows + sl.block_outputs() - 1) / sl.block_outputs();
   // The combine: with the shared expert (so a tile always arrives), rows a whole number of blocks, a

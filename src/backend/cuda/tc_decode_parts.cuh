@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "backend/cuda/moe_epilogues.cuh"
+#include "backend/cuda/moe_route_row.cuh"
 #include "backend/cuda/tc_common.cuh"
 #include "backend/cuda/wx_products.h"
 
@@ -112,7 +113,17 @@ struct OneRowTiles {
   int32_t* slot_of = nullptr;
   bool x_by_slot = false, early = false;
   dev::OneRowCombine combine;
+  // The routing folded in (kTcRoutedRoute): with logits set, each warp routes the row itself from the
+  // router's E logits (dev::route_lanes, moe_route's arithmetic) instead of reading topk, and the writing
+  // warp also stores the ids (ids_out) and weights as moe_route does.
+  const float* logits = nullptr;
+  int route_E = 0;
+  bool renormalise = false;
+  int32_t* ids_out = nullptr;
+  float* weights_out = nullptr;
 };
+
+constexpr int kRouteSlots = 16;  // the folded routing's experts a lane: E <= 512
 
 // Tile j of that grouping (count 0 past the last), by the warp (every lane calls; all = k + (shared >= 0) <=
 // 32 pairs, lane i holds pair i). moe_expert_tiles' rule at one row and tiles of one slot: a valid pair (0 <=
@@ -125,7 +136,16 @@ struct OneRowTiles {
 __device__ __forceinline__ ExpertWindow one_row_tile(const OneRowTiles& g, int64_t n_experts, int j,
                                                      bool write, int lane, int& n_tiles) {
   const int all = g.k + (g.shared >= 0 ? 1 : 0);
-  const int routed_e = lane < g.k ? __ldcg(g.topk + lane) : -1;
+  int routed_e = -1;
+  if (g.logits != nullptr) {  // warp-uniform
+    int id;
+    float weight;
+    dev::route_lanes<kRouteSlots>(g.logits, g.route_E, g.k, g.renormalise, id, weight);
+    if (lane < g.k) routed_e = id;
+    if (write && lane < g.k) g.ids_out[lane] = id, g.weights_out[lane] = weight;
+  } else if (lane < g.k) {
+    routed_e = __ldcg(g.topk + lane);
+  }
   const int e = lane < all ? (lane < g.k ? (routed_e == g.shared ? -1 : routed_e) : g.shared) : -1;
   const bool valid = lane < all && e >= 0 && e < n_experts;
   int rank = 0;

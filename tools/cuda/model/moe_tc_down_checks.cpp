@@ -14,6 +14,7 @@
 #include "backend/cuda/device_buffer.h"
 #include "backend/cuda/model/device_matrix.h"
 #include "backend/cuda/model/glue_kernels.h"
+#include "backend/cuda/moe_routing.h"
 #include "backend/cuda/tc_decode.h"
 #include "check_buffers.h"
 #include "model_checks.h"
@@ -136,6 +137,67 @@ void check_down(Tally& tally, const DownCase& c, uint64_t seed, bool control) {
   }
 }
 
+// The routing folded into the gate|up launch (TcRoute, kTcRoutedRoute) against moe_route then the same launch
+// reading its ids: ids, weights, tiles, row_ids, slot_of and every slot's h row, memcmp; renormalised and
+// not. Negative control: the weights of the other renormalisation must differ.
+void check_route_fold(Tally& tally, int E, int K, int64_t I, int64_t cols, uint64_t seed) {
+  const int stack = E + 1, all = K + 1, max_tiles = max_expert_tiles(1, all, stack, 1);
+  const DeviceMatrix w = random_matrix(2 * I, cols, stack, 4, 32, seed, nullptr);
+  TiledWeight t;
+  t.affine = w.affine, t.rows = 2 * I, t.cols = cols, t.n_experts = stack;
+  const DeviceBuffer x = random_floats(cols, seed + 1, -1.0f, 1.0f, nullptr);
+  const DeviceBuffer logits = random_floats(E, seed + 2, -4.0f, 4.0f, nullptr);
+  DeviceBuffer scratch(tc_decode_scratch_bytes(cols, 1));
+  struct Out {
+    DeviceBuffer ids, weights, tiles, row_ids, slot_of, h;
+    Out(int K, int max_tiles, int all, int64_t I)
+        : ids(size_t(K) * 4),
+          weights(size_t(K) * 4),
+          tiles(size_t(max_tiles) * sizeof(ExpertWindow)),
+          row_ids(size_t(all) * 4),
+          slot_of(size_t(K) * 4),
+          h(size_t(all) * I * 4) {
+      ids.fill_bytes(0xFF), weights.fill_bytes(0xFF), tiles.fill_bytes(0xFF), row_ids.fill_bytes(0xFF);
+      slot_of.fill_bytes(0xFF), h.fill_bytes(0xFF);
+    }
+  };
+  std::vector<float> renorm_w[2];
+  for (const bool renorm : {true, false}) {
+    Out a(K, max_tiles, all, I), f(K, max_tiles, all, I);
+    moe_route(logits.as<float>(), 1, E, K, renorm, a.ids.as<int32_t>(), a.weights.as<float>(), nullptr);
+    const bool took_a = tc_decode_experts_swiglu_routed(
+        t, a.ids.as<int32_t>(), K, E, a.tiles.as<ExpertWindow>(), max_tiles, a.row_ids.as<int32_t>(),
+        a.slot_of.as<int32_t>(), x.as<float>(), a.h.as<float>(), I, scratch.data(), scratch.bytes(), nullptr);
+    TcRoute r;
+    r.logits = logits.as<float>(), r.E = E, r.renormalise = renorm, r.weights = f.weights.as<float>();
+    const bool took_f =
+        tc_decode_experts_swiglu_routed(t, f.ids.as<int32_t>(), K, E, f.tiles.as<ExpertWindow>(), max_tiles,
+                                        f.row_ids.as<int32_t>(), f.slot_of.as<int32_t>(), x.as<float>(),
+                                        f.h.as<float>(), I, scratch.data(), scratch.bytes(), nullptr, &r);
+    auto same = [&](const DeviceBuffer& p, const DeviceBuffer& q, size_t bytes) {
+      return same_bytes(synced_download<uint8_t>(p, bytes), synced_download<uint8_t>(q, bytes));
+    };
+    const bool ids = same(a.ids, f.ids, size_t(K) * 4), wts = same(a.weights, f.weights, size_t(K) * 4);
+    const bool grouping = same(a.tiles, f.tiles, size_t(max_tiles) * sizeof(ExpertWindow)) &&
+                          same(a.row_ids, f.row_ids, size_t(all) * 4) &&
+                          same(a.slot_of, f.slot_of, size_t(K) * 4);
+    const bool h = same(a.h, f.h, size_t(all) * I * 4);
+    renorm_w[renorm ? 0 : 1] = synced_download<float>(f.weights, K);
+    const bool ok = took_a && took_f && ids && wts && grouping && h;
+    const std::string name = "tensor gate|up with the routing folded in (top-" + std::to_string(K) + " of " +
+                             std::to_string(E) + " + shared, " + std::to_string(2 * I) + " x " +
+                             std::to_string(cols) + ", " + (renorm ? "renormalised" : "softmax weights") +
+                             ", " + tc_planes_name(tc_decode_planes()) + ")";
+    std::printf("  %s: %s (ids %s, weights %s, grouping %s, h %s)\n", name.c_str(),
+                ok ? "bit-identical" : "DIFFERENT",
+                ids ? "=" : "!=", wts ? "=" : "!=", grouping ? "=" : "!=", h ? "=" : "!=");
+    tally.expect(ok, name + ": == moe_route + the launch reading its ids");
+  }
+  const bool differ = !same_bytes(renorm_w[0], renorm_w[1]);
+  std::printf("  negative control (the other renormalisation's weights): %s\n", differ ? "differ" : "SAME");
+  tally.expect(differ, "routing folded into gate|up: negative control (renormalisation) differs");
+}
+
 }  // namespace
 
 void run_tc_down_checks(Tally& tally) {
@@ -146,6 +208,8 @@ void run_tc_down_checks(Tally& tally) {
     // blocks of 32), 3-bit g128.
     check_down(tally, DownCase{2560, 640, 32, 10, 4, 32}, 501, p == TcPlanes::Chained);
     check_down(tally, DownCase{384, 1280, 16, 4, 3, 128}, 502, false);
+    check_route_fold(tally, 32, 10, 640, 2560, 503);  // the real gate|up shape
+    check_route_fold(tally, 300, 10, 64, 256, 504);   // 300 router logits (not a multiple of 32)
   }
   tc_decode_set_planes(was);
 }
