@@ -63,10 +63,10 @@ void check_down(Tally& tally, const DownCase& c, uint64_t seed, bool control) {
     std::iota(ids.begin(), ids.end(), 0);
     std::shuffle(ids.begin(), ids.end(), rng);
     std::vector<int32_t> topk(ids.begin(), ids.begin() + c.K);
-    if (kind == 1) topk[3] = -1;
-    if (kind == 2) topk[5] = stack + 7;
+    if (kind == 1) topk[3 % c.K] = -1;  // (mod K: top-4 routings too)
+    if (kind == 2) topk[5 % c.K] = stack + 7;
     if (kind == 3) topk[c.K - 1] = topk[2];
-    if (kind == 4) topk[4] = c.E;
+    if (kind == 4) topk[4 % c.K] = c.E;
     DeviceBuffer d_topk(topk.size() * 4);
     d_topk.upload(topk.data(), topk.size() * 4);
     // The separate ops (the grouping also gives slot_of, which the folded combine reads).

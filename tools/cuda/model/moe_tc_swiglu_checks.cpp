@@ -160,10 +160,10 @@ void check_routed(Tally& tally, const Case& c, uint64_t seed) {
     std::iota(ids.begin(), ids.end(), 0);
     std::shuffle(ids.begin(), ids.end(), rng);
     std::vector<int32_t> topk(ids.begin(), ids.begin() + c.K);
-    if (kind == 1) topk[3] = -1;
-    if (kind == 2) topk[5] = stack + 7;
+    if (kind == 1) topk[3 % c.K] = -1;  // (mod K: top-4 routings too)
+    if (kind == 2) topk[5 % c.K] = stack + 7;
     if (kind == 3) topk[c.K - 1] = topk[2];
-    if (kind == 4) topk[4] = c.E;
+    if (kind == 4) topk[4 % c.K] = c.E;
     DeviceBuffer d_topk(topk.size() * 4);
     d_topk.upload(topk.data(), topk.size() * 4);
     Out a(max_tiles, total, c.K, c.I), f(max_tiles, total, c.K, c.I);
@@ -191,7 +191,7 @@ void check_routed(Tally& tally, const Case& c, uint64_t seed) {
     for (const ExpertWindow& tw : tf)
       inside =
           inside && tw.first + tw.count <= total && (tw.expert != c.E || (tw.first == c.K && tw.count == 1));
-    const bool bad_ok = kind != 4 || (sa[4] == -1 && sf[4] == -1 && inside);
+    const bool bad_ok = kind != 4 || (sa[4 % c.K] == -1 && sf[4 % c.K] == -1 && inside);
     const bool ok = took && tiles_same && rows_same && same_bytes(sa, sf) && h_same && slots > 0 && bad_ok;
     const std::string name =
         "tensor gate|up + SwiGLU + grouping in one launch (one row, top-" + std::to_string(c.K) + " of " +
