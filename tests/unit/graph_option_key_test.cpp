@@ -51,6 +51,7 @@ TEST(GraphOptionKey, EveryOptionAndSwitchChangesTheKey) {
       {"tc_row_variant", [](GraphOptionKey& o) { o.tc_row_variant = 2; }},
       {"tc_swiglu", [](GraphOptionKey& o) { o.tc_swiglu = true; }},
       {"tc_group", [](GraphOptionKey& o) { o.tc_group = true; }},
+      {"tc_expert_routed", [](GraphOptionKey& o) { o.tc_expert_routed = 7; }},
       {"hc_tensor", [](GraphOptionKey& o) { o.hc_tensor = true; }},
       {"deltanet_one_launch", [](GraphOptionKey& o) { o.deltanet_one_launch = true; }},
       {"hc_tail_variant", [](GraphOptionKey& o) { o.hc_tail_variant = 1; }},

@@ -110,6 +110,7 @@ void run_tc_bench(int reps);
 // count 1..64 at every position, expert tiles == each expert alone, bad shapes refused; and their timings
 // against the FMA products at 1/8/16/64 rows (tc_decode_bench.cpp).
 void run_tc_decode_checks(Tally& tally);
+void run_tc_grouping_checks(Tally& tally);  // part of decode-tc (its own section)
 
 // The CUDA wrappers' error hygiene (error_checks.cpp): a failure thrown by check() leaves no last error that
 // the next check_launch would report; with the premise as its negative control.

@@ -64,6 +64,8 @@ int main(int argc, char** argv) {
     if (wanted("moe")) section(tally, "moe checks", [&] { wx::run_moe_checks(tally); });
     if (wanted("tiled")) section(tally, "tiled product checks", [&] { wx::run_tc_checks(tally); });
     if (wanted("decode-tc")) section(tally, "decode tc checks", [&] { wx::run_tc_decode_checks(tally); });
+    if (wanted("decode-tc grouping"))
+      section(tally, "decode tc grouping checks", [&] { wx::run_tc_grouping_checks(tally); });
     if (wanted("errors")) section(tally, "error checks", [&] { wx::run_error_checks(tally); });
   }
   ds::cuda::set_paired_min_tasks(min_tasks);

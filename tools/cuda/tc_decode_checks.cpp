@@ -170,16 +170,21 @@ void check_experts(Tally& tally, int bits, int n_rows, int k, int n_experts, std
 
 // moe_expert_tiles against a host grouping (experts ascending, each expert's pairs in pair order; the shared
 // expert's slots after the routed ones; tiles of up to tile_rows; unused tiles zero; slot_of -1 for a bad
-// id): tiles, row_ids and slot_of equal, for small routings (one block) and large ones (three kernels).
+// id): tiles, row_ids and slot_of equal, for small routings (one block) and large ones (three kernels). Bad
+// ids: one past the stack, -1 and, with a shared expert, the shared expert's own id (no routed expert: it
+// must take no slot, where it once took one past the routing's).
 void check_grouping(Tally& tally, int n_rows, int k, int n_experts, int tile_rows, bool shared, bool bad_id,
                     std::mt19937_64& rng, const Stream& s) {
   const int routed = n_rows * k, all = routed + (shared ? n_rows : 0), stack = n_experts + (shared ? 1 : 0);
   std::vector<int32_t> topk(routed);
   for (auto& id : topk) id = static_cast<int32_t>(rng() % n_experts);  // repeats within a row too
   if (bad_id) topk[routed / 2] = n_experts + (shared ? 1 : 0), topk[routed / 3] = -1;
+  if (bad_id && shared) topk[routed / 4] = n_experts;
   const int max_tiles = max_expert_tiles(n_rows, k + (shared ? 1 : 0), stack, tile_rows);
-  // Host grouping.
-  auto expert = [&](int i) { return i < routed ? topk[i] : n_experts; };
+  // Host grouping (a routed id equal to the shared expert's is a bad id).
+  auto expert = [&](int i) {
+    return i < routed ? (shared && topk[i] == n_experts ? -1 : topk[i]) : n_experts;
+  };
   auto row = [&](int i) { return i < routed ? i / k : i - routed; };
   std::vector<ExpertWindow> want_tiles(max_tiles, ExpertWindow{0, 0, 0});
   std::vector<int32_t> want_rows(all, -7), want_slot(routed, -1);
@@ -211,11 +216,41 @@ void check_grouping(Tally& tally, int n_rows, int k, int n_experts, int tile_row
     same = got_tiles[i].expert == want_tiles[i].expert && got_tiles[i].first == want_tiles[i].first &&
            got_tiles[i].count == want_tiles[i].count;
   for (int i = 0; i < all && same; ++i) same = want_rows[i] == -7 || got_rows[i] == want_rows[i];
-  tally.expect(same, "moe_expert_tiles (" + std::to_string(all) + " pairs, " + std::to_string(stack) +
-                         " experts" + (shared ? " with the shared one" : "") + ", tiles of " +
-                         std::to_string(tile_rows) + (bad_id ? ", two bad ids" : "") + ", " +
-                         (all <= 4096 && stack <= 1024 ? "one block" : "three kernels") +
-                         ") == the host grouping");
+  // One row in tiles of one slot with the shared expert: the gate|up launch that groups the routing itself
+  // (one_row_tile) against the same host grouping (its tiles, row_ids and slot_of; its products are checked
+  // by cuda_model_check's "tensor expert swiglu").
+  if (n_rows == 1 && tile_rows == 1 && shared && k + 1 <= 32) {
+    const int64_t half = 64, cols = 256;  // 1 slice, blocks of 64 outputs: half a whole block
+    const TcWeight w = make_weight(2 * half, cols, 4, 32, stack, rng);
+    const DeviceBuffer x = upload(random_normal(cols, 1.0f, rng));
+    DeviceBuffer rt(max_tiles * sizeof(ExpertWindow)), rr(all * 4), rs(routed * 4), h(all * half * 4),
+        scratch(tc_decode_scratch_bytes(cols, 1));
+    rt.fill_bytes(0xFF), rr.fill_bytes(0xFF), rs.fill_bytes(0xFF);
+    const bool fold = tc_decode_fold_swiglu_on(), group_fold = tc_decode_fold_grouping_on();
+    tc_decode_fold_swiglu(true), tc_decode_fold_grouping(true);
+    const bool took = tc_decode_experts_swiglu_routed(
+        w.w, d_topk.as<int32_t>(), k, n_experts, rt.as<ExpertWindow>(), max_tiles, rr.as<int32_t>(),
+        rs.as<int32_t>(), x.as<float>(), h.as<float>(), half, scratch.data(), scratch.bytes(), s.get());
+    tc_decode_fold_swiglu(fold), tc_decode_fold_grouping(group_fold);
+    s.synchronize();
+    const auto r_tiles = download<ExpertWindow>(rt, max_tiles);
+    const auto r_rows = download<int32_t>(rr, all);
+    bool r_same = took && download<int32_t>(rs, routed) == want_slot;
+    for (int i = 0; i < max_tiles && r_same; ++i)
+      r_same = r_tiles[i].expert == want_tiles[i].expert && r_tiles[i].first == want_tiles[i].first &&
+               r_tiles[i].count == want_tiles[i].count;
+    for (int i = 0; i < all && r_same; ++i) r_same = want_rows[i] == -7 || r_rows[i] == want_rows[i];
+    tally.expect(r_same, std::string("tc_decode_experts_swiglu_routed's grouping (one row, top-") +
+                             std::to_string(k) + " of " + std::to_string(n_experts) + " + shared" +
+                             (bad_id ? ", three bad ids (one the shared expert's)" : "") +
+                             (took ? "" : ", NOT TAKEN") + ") == the host grouping");
+  }
+  tally.expect(same,
+               "moe_expert_tiles (" + std::to_string(all) + " pairs, " + std::to_string(stack) + " experts" +
+                   (shared ? " with the shared one" : "") + ", tiles of " + std::to_string(tile_rows) +
+                   (bad_id ? (shared ? ", three bad ids (one the shared expert's)" : ", two bad ids") : "") +
+                   ", " + (all <= 4096 && stack <= 1024 ? "one block" : "three kernels") +
+                   ") == the host grouping");
 }
 
 // The small-window kernel (tc_gemv.cu, windows of up to 8 rows) against the general kernel, bit for bit, on
@@ -467,6 +502,22 @@ bool refused_naming(F&& f, const char* word) {
 
 }  // namespace
 
+// The expert grouping (moe_expert_tiles, and at one row the gate|up launch's own): its own section
+// ("decode-tc grouping"), so a short call can run it alone (--only grouping).
+void run_tc_grouping_checks(Tally& tally) {
+  std::mt19937_64 rng(92);
+  Stream s;
+  for (bool shared : {false, true}) {
+    check_grouping(tally, 1, 10, 512, 1, shared, false, rng, s);
+    check_grouping(tally, 1, 10, 512, 1, shared, true, rng, s);
+    check_grouping(tally, 64, 10, 512, 8, shared, false, rng, s);
+    check_grouping(tally, 37, 10, 512, 8, shared, true, rng, s);
+    check_grouping(tally, 100, 40, 100, 64, shared, false, rng, s);  // past 1024 pairs: chunks
+    check_grouping(tally, 500, 10, 512, 64, shared, true, rng, s);   // past 4096 pairs: three kernels
+    check_grouping(tally, 30, 4, 2000, 8, shared, false, rng, s);    // past 1024 experts: three kernels
+  }
+}
+
 void run_tc_decode_checks(Tally& tally) {
   std::mt19937_64 rng(91);
   Stream s;
@@ -521,14 +572,6 @@ void run_tc_decode_checks(Tally& tally) {
   }
   tc_decode_set_planes(shipped);
   check_layouts_differ(tally, rng, s);
-  for (bool shared : {false, true}) {
-    check_grouping(tally, 1, 10, 512, 1, shared, false, rng, s);
-    check_grouping(tally, 64, 10, 512, 8, shared, false, rng, s);
-    check_grouping(tally, 37, 10, 512, 8, shared, true, rng, s);
-    check_grouping(tally, 100, 40, 100, 64, shared, false, rng, s);  // past 1024 pairs: chunks
-    check_grouping(tally, 500, 10, 512, 64, shared, true, rng, s);   // past 4096 pairs: three kernels
-    check_grouping(tally, 30, 4, 2000, 8, shared, false, rng, s);    // past 1024 experts: three kernels
-  }
 
   // Bad shapes and arguments, refused by name.
   std::vector<float> xh(64, 1.0f);

@@ -19,11 +19,17 @@ constexpr int kGroupThreads = 256;
 // Each kernel waits for the one before it first: the decode tensor products run them inside a round's graph
 // with programmatic edges (grid_dependency.cuh).
 // The pairs: the routed ones (i < total: expert topk[i], row i / k), then with a shared expert one more per
-// row (i = total + r: expert `shared`, row r).
+// row (i = total + r: expert `shared`, row r). A routed id equal to the shared expert's is no routed expert
+// (the routing's ids are below it): invalid (-1) like any other bad id, so it takes no slot (one_row_tile's
+// rule too).
 struct Pairs {
   const int32_t* topk;
   int total, k, all, shared;
-  __device__ int expert(int i) const { return i < total ? topk[i] : shared; }
+  __device__ int expert(int i) const {
+    if (i >= total) return shared;
+    const int e = topk[i];
+    return e == shared ? -1 : e;
+  }
   __device__ int row(int i) const { return i < total ? i / k : i - total; }
 };
 

@@ -29,6 +29,51 @@ __device__ __forceinline__ float moe_combine_sum(const W& w, const V& v, int K, 
   return s;
 }
 
+// The combine folded into a one-row down launch over expert tiles of one slot (tc_decode_experts_routed,
+// session 13): out [rows] = moe_combine of the slots (ld apart) for one row: the routed ranks k < K by
+// slot_of (a bad id's -1: NaN), weights in rank order, then with `shared` the shared expert's slot K gated by
+// sigmoid(*shared_gate). out == nullptr: off. counters: one per output block, zero at the launch (left zero).
+struct OneRowCombine {
+  const float* weights = nullptr;
+  const int32_t* slot_of = nullptr;
+  const float* shared_gate = nullptr;
+  float* out = nullptr;
+  uint32_t* counters = nullptr;
+  int K = 0;
+  bool shared = false;
+};
+
+// Block-uniform, after the block stored its outputs [o_first, o_first + width) of one tile into the slots:
+// the block that stores the last of the launch's n_tiles tiles of those outputs (its counter, integers only,
+// reset by that block) sums them, moe_combine's expression (moe_combine_sum) output by output.
+__device__ __forceinline__ void one_row_combine(const OneRowCombine& c, int n_tiles, uint32_t* counter,
+                                                int64_t o_first, int width, const float* slots, int64_t ld) {
+  constexpr int kMaxK = 32;
+  __shared__ int last;
+  __shared__ int32_t slot_s[kMaxK];
+  __shared__ float w_s[kMaxK];
+  __threadfence();  // this thread's slot stores, before the block's count
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    last = atomicAdd(counter, 1u) == static_cast<uint32_t>(n_tiles - 1);
+    if (last) *counter = 0;  // every tile of these outputs has arrived: ready for the next launch
+  }
+  __syncthreads();
+  if (!last) return;  // uniform over the block
+  __threadfence();
+  if (threadIdx.x < c.K)
+    slot_s[threadIdx.x] = __ldcg(c.slot_of + threadIdx.x), w_s[threadIdx.x] = c.weights[threadIdx.x];
+  __syncthreads();
+  const float nan = __int_as_float(0x7FC00000);
+  for (int j = threadIdx.x; j < width; j += blockDim.x) {
+    const int64_t d = o_first + j;
+    c.out[d] = moe_combine_sum<kMaxK>(
+        [&](int k) { return w_s[k]; },
+        [&](int k) { return slot_s[k] < 0 ? nan : __ldcg(slots + slot_s[k] * ld + d); }, c.K, c.shared,
+        c.shared ? *c.shared_gate : 0.0f, c.shared ? __ldcg(slots + c.K * ld + d) : 0.0f);
+  }
+}
+
 }  // namespace ds::cuda::dev
 
 namespace ds::cuda::detail {

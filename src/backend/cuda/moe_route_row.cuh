@@ -28,12 +28,14 @@ __device__ __forceinline__ bool route_better(float v, int id, float best, int be
   return best_id < 0 || v > best || (v == best && id < best_id);
 }
 
-// Row `row` of n_rows from its logits l (read through L2: they may come from other blocks of this launch).
-// kSlots: experts per lane, 32 * kSlots >= E (the slots past E are skipped, so the bits do not depend on it).
+// One row's routing from its logits l (read through L2: they may come from other blocks of this launch),
+// by the warp: lane r < k gets rank r's expert id and weight. kSlots: experts per lane, 32 * kSlots >= E (the
+// slots past E are skipped, so the bits do not depend on it).
 template <int kSlots>
-__device__ __forceinline__ void route_row(const float* l, int row, int n_rows, const RouteOutputs& o) {
+__device__ __forceinline__ void route_lanes(const float* l, int E, int k, bool renormalise, int& id,
+                                            float& weight) {
   constexpr int kW = 32;
-  const int lane = threadIdx.x % kW, E = o.E, k = o.k;
+  const int lane = threadIdx.x % kW;
   float v[kSlots];
   float mx = -INFINITY;
 #pragma unroll
@@ -79,9 +81,20 @@ __device__ __forceinline__ void route_row(const float* l, int row, int n_rows, c
   }
   float top = 0.0f;  // in rank order
   for (int r = 0; r < k; ++r) top = __fadd_rn(top, __shfl_sync(0xffffffffu, my_p, r));
+  id = my_id;
+  weight = __fdiv_rn(my_p, renormalise ? top : sum);
+}
+
+// Row `row` of n_rows from its logits l (route_lanes), written to o.
+template <int kSlots>
+__device__ __forceinline__ void route_row(const float* l, int row, int n_rows, const RouteOutputs& o) {
+  const int lane = threadIdx.x % 32, k = o.k;
+  int my_id;
+  float my_w;
+  route_lanes<kSlots>(l, o.E, k, o.renormalise, my_id, my_w);
   if (lane < k) {
     o.ids[int64_t{row} * k + lane] = my_id;
-    o.weights[int64_t{row} * k + lane] = __fdiv_rn(my_p, o.renormalise ? top : sum);
+    o.weights[int64_t{row} * k + lane] = my_w;
     if (o.up_pairs != nullptr) {
       o.up_pairs[int64_t{row} * k + lane] = ExpertRow{my_id, row};
       o.down_pairs[int64_t{row} * k + lane] = ExpertRow{my_id, row * k + lane};

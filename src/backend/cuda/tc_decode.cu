@@ -557,7 +557,7 @@ bool tc_decode_grouping_takes(const TiledWeight& w, int k, bool shared) {
 bool tc_decode_experts_swiglu_routed(const TiledWeight& w, const int32_t* topk, int k, int shared_expert,
                                      ExpertWindow* tiles, int max_tiles, int32_t* row_ids, int32_t* slot_of,
                                      const float* x, float* h, int64_t ldh, void* scratch,
-                                     size_t scratch_bytes, cudaStream_t stream) {
+                                     size_t scratch_bytes, cudaStream_t stream, const TcRoute* route) {
   constexpr const char* op = "tc_decode_experts_swiglu_routed";
   const int n_experts = static_cast<int>(w.n_experts);
   if (shared_expert != -1 && shared_expert != n_experts - 1)
@@ -571,9 +571,63 @@ bool tc_decode_experts_swiglu_routed(const TiledWeight& w, const int32_t* topk, 
   OneRowTiles g;
   g.topk = topk, g.k = k, g.shared = shared_expert, g.max_tiles = max_tiles;
   g.tiles = tiles, g.row_ids = row_ids, g.slot_of = slot_of;
-  dispatch(op, w, static_cast<unsigned>(max_tiles), 1, tiles, 0, nullptr, x, w.cols, 1, h, ldh, scratch,
+  if (route != nullptr) {
+    if (route->logits == nullptr || route->weights == nullptr || route->E < k || route->E > kRouteSlots * 32)
+      bad(op, "route needs logits and weights (device) and k <= E <= 512");
+    g.logits = route->logits, g.route_E = route->E, g.renormalise = route->renormalise;
+    g.ids_out = const_cast<int32_t*>(topk), g.weights_out = route->weights;
+  }
+  // The routed forms (session 13): blocks for the k (+ 1) tiles a routing can have, not max_tiles.
+  const int grid_y =
+      (tc_decode_expert_routed() & kTcRoutedDown) != 0 ? std::min(max_tiles, k + with_shared) : max_tiles;
+  dispatch(op, w, static_cast<unsigned>(grid_y), 1, tiles, 0, nullptr, x, w.cols, 1, h, ldh, scratch,
            scratch_bytes, stream, w.rows / 2, g);
   return true;
+}
+
+// Read at every call (not cached), so the checks and bench can switch it with setenv between launches.
+int tc_decode_expert_routed() {
+  const char* v = std::getenv("DS_CUDA_TC_EXPERT_ROUTED");
+  if (v == nullptr || v[0] == '\0') return kDefaultTcExpertRouted;
+  const std::string name(v);
+  const bool digits =
+      !name.empty() && name.size() <= 2 && name.find_first_not_of("0123456789") == std::string::npos;
+  const int n = digits ? std::atoi(v) : -1;
+  if (n < 0 || n > 15) bad("DS_CUDA_TC_EXPERT_ROUTED", "must be 0..15 (got '" + name + "')");
+  return n;
+}
+
+int tc_decode_experts_routed(const TiledWeight& w, const int32_t* topk, int k, int shared_expert,
+                             const float* x, int64_t ldx, float* y, int64_t ldy, const TcCombine* combine,
+                             void* scratch, size_t scratch_bytes, cudaStream_t stream, bool topk_settled) {
+  constexpr const char* op = "tc_decode_experts_routed";
+  const int mode = tc_decode_expert_routed(), n_experts = static_cast<int>(w.n_experts);
+  if (shared_expert != -1 && shared_expert != n_experts - 1)
+    bad(op, "shared_expert must be -1 or n_experts - 1 (got " + std::to_string(shared_expert) + ")");
+  const int with_shared = shared_expert >= 0 ? 1 : 0, all = k + with_shared;
+  if ((mode & kTcRoutedDown) == 0 || k < 1 || all > 32 || w.dense != nullptr || !tc_decode_supported(w) ||
+      !takes_row(w, 1, true))
+    return 0;
+  if (topk == nullptr) bad(op, "topk must be a device pointer");
+  OneRowTiles g;
+  g.topk = topk, g.k = k, g.shared = shared_expert, g.x_by_slot = true;
+  g.early = (mode & kTcRoutedEarly) != 0 && topk_settled;
+  const Slicing sl{tc_decode_column_slices(w.rows, w.cols)};
+  const int64_t blocks = (w.rows + sl.block_outputs() - 1) / sl.block_outputs();
+  // The combine: with the shared expert (so a tile always arrives), rows a whole number of blocks, a
+  // counter a block.
+  const bool fold = (mode & kTcRoutedCombine) != 0 && combine != nullptr && shared_expert >= 0 &&
+                    w.rows % sl.block_outputs() == 0 && combine->n_counters >= blocks;
+  if (fold) {
+    if (combine->weights == nullptr || combine->slot_of == nullptr || combine->shared_gate == nullptr ||
+        combine->out == nullptr || combine->counters == nullptr)
+      bad(op, "the combine's weights, slot_of, shared_gate, out and counters must be device pointers");
+    g.combine = dev::OneRowCombine{
+        combine->weights, combine->slot_of, combine->shared_gate, combine->out, combine->counters, k, true};
+  }
+  dispatch(op, w, static_cast<unsigned>(all), 1, nullptr, 0, nullptr, x, ldx, all, y, ldy, scratch,
+           scratch_bytes, stream, 0, g);
+  return fold ? 2 : 1;
 }
 
 }  // namespace ds::cuda

@@ -135,14 +135,64 @@ bool tc_decode_fold_swiglu_on();
 // (checked, memcmp, bad ids included), so the down products and the combine read them as before. Taken
 // where tc_decode_swiglu_takes(w, 1) holds, k + (shared) <= 32 and this fold is on; returns false having
 // launched nothing otherwise (the caller groups and runs tc_decode_experts_swiglu or the separate ops).
+// route (kTcRoutedRoute, session 13): the routing folded in too: every block routes the row from the
+// router's logits (E <= 512 of them) with moe_route's arithmetic, and the launch writes topk (then an output)
+// and route->weights as moe_route(logits, 1, E, k, renormalise, ...) does (checked, memcmp).
+struct TcRoute {
+  const float* logits = nullptr;
+  int E = 0;
+  bool renormalise = false;
+  float* weights = nullptr;
+};
 bool tc_decode_experts_swiglu_routed(const TiledWeight& w, const int32_t* topk, int k, int shared_expert,
                                      ExpertWindow* tiles, int max_tiles, int32_t* row_ids, int32_t* slot_of,
                                      const float* x, float* h, int64_t ldh, void* scratch,
-                                     size_t scratch_bytes, cudaStream_t stream);
+                                     size_t scratch_bytes, cudaStream_t stream,
+                                     const TcRoute* route = nullptr);
 bool tc_decode_grouping_takes(const TiledWeight& w, int k, bool shared);
 // The grouping fold on or off (process-wide; DS_CUDA_TC_GROUP 1 | 0 at first use, else kDefaultTcGroupFold).
 constexpr bool kDefaultTcGroupFold = true;
 void tc_decode_fold_grouping(bool on);
 bool tc_decode_fold_grouping_on();
+
+// The routed expert forms at one row (session 13), a mask read from DS_CUDA_TC_EXPERT_ROUTED (0..15) at
+// every call, else kDefaultTcExpertRouted (in the model's graph key):
+// - kTcRoutedDown: tc_decode_experts_swiglu_routed launches blocks for the k (+ 1) tiles a routing can have
+//   (not max_tiles: the rest found no tile), and the down runs tc_decode_experts_routed;
+// - kTcRoutedEarly: that down finds its tile and issues its first weight stages before
+//   griddepcontrol.wait (its topk must have been written before the launch before it: the model's routing,
+//   then the gate|up launch, then the down);
+// - kTcRoutedCombine: the down also runs the combine (TcCombine) for its row;
+// - kTcRoutedRoute: the routing itself folded into the gate|up launch (TcRoute; the model then runs no
+//   moe_route, and the down reads the ids after its wait: they come from the launch before it).
+constexpr int kTcRoutedDown = 1, kTcRoutedEarly = 2, kTcRoutedCombine = 4, kTcRoutedRoute = 8;
+// Measured (moe13, one stream, real shape, 4-bit g32): 1 + 2 the round -2.8% (row variant 14) / -3.0% (30); 4
+// (+5%) and 8 (+10%) slower, off.
+constexpr int kDefaultTcExpertRouted = kTcRoutedDown | kTcRoutedEarly;
+int tc_decode_expert_routed();
+
+// Where tc_decode_experts_routed's combine writes: out [rows] = moe_combine(weights, slots, slot_of, 1, k,
+// rows, slot k (the shared expert's), shared_gate) for the one row, bit for bit; counters [n_counters] zero
+// at the launch (left zero), at least one per output block of the launch (rows / 16 is enough).
+struct TcCombine {
+  const float* weights = nullptr;      // [k], rank order (moe_route's)
+  const int32_t* slot_of = nullptr;    // [k], the grouping's (the gate|up launch wrote it)
+  const float* shared_gate = nullptr;  // the shared expert's gate logit
+  float* out = nullptr;
+  uint32_t* counters = nullptr;
+  int64_t n_counters = 0;
+};
+
+// Expert tiles of one slot for one row's routing, each block finding its own tile from topk as
+// tc_decode_experts_swiglu_routed does (nothing written but y): y rows (slots) of the tiles' experts on x
+// rows by slot (x: the h rows of the gate|up launch, ldx apart), the bits of tc_decode_experts over
+// moe_expert_tiles' tiles (checked, memcmp). With combine (and kTcRoutedCombine, a shared expert, rows a
+// whole number of the launch's output blocks) also the combine. topk_settled: topk was written before the
+// launch before this one (else never kTcRoutedEarly). Returns 0 having launched nothing (kTcRoutedDown off,
+// k + shared past 32, not the one-row kernel's shape), 1: the product, 2: the product and the combine.
+int tc_decode_experts_routed(const TiledWeight& w, const int32_t* topk, int k, int shared_expert,
+                             const float* x, int64_t ldx, float* y, int64_t ldy, const TcCombine* combine,
+                             void* scratch, size_t scratch_bytes, cudaStream_t stream,
+                             bool topk_settled = true);
 
 }  // namespace ds::cuda

@@ -7,6 +7,8 @@
 
 #include <cstdint>
 
+#include "backend/cuda/moe_epilogues.cuh"
+#include "backend/cuda/moe_route_row.cuh"
 #include "backend/cuda/tc_common.cuh"
 #include "backend/cuda/wx_products.h"
 
@@ -99,33 +101,61 @@ struct DecodeX {
 // routed form; topk == nullptr: off): pairs i < k are (expert topk[i], row 0), then with shared >= 0 one more
 // (expert shared, row 0). Every block finds its own tile (one_row_tile) and block (0, 0) writes tiles,
 // row_ids and slot_of as moe_expert_tiles(topk, 1, k, n_experts, ..., tile_rows 1, shared) would.
+// The down's routed form (session 13, tc_decode_experts_routed): tiles == nullptr (nothing written), x rows
+// by slot (h rows), early: topk was written before the previous launch, so a block finds its tile and issues
+// its first stages before griddepcontrol.wait; combine.out set: the block that stores the last tile of its
+// outputs also runs moe_combine's sum for them (OneRowCombine, moe_epilogues.cuh).
 struct OneRowTiles {
   const int32_t* topk = nullptr;
   int k = 0, shared = -1, max_tiles = 0;
   ExpertWindow* tiles = nullptr;
   int32_t* row_ids = nullptr;
   int32_t* slot_of = nullptr;
+  bool x_by_slot = false, early = false;
+  dev::OneRowCombine combine;
+  // The routing folded in (kTcRoutedRoute): with logits set, each warp routes the row itself from the
+  // router's E logits (dev::route_lanes, moe_route's arithmetic) instead of reading topk, and the writing
+  // warp also stores the ids (ids_out) and weights as moe_route does.
+  const float* logits = nullptr;
+  int route_E = 0;
+  bool renormalise = false;
+  int32_t* ids_out = nullptr;
+  float* weights_out = nullptr;
 };
+
+constexpr int kRouteSlots = 16;  // the folded routing's experts a lane: E <= 512
 
 // Tile j of that grouping (count 0 past the last), by the warp (every lane calls; all = k + (shared >= 0) <=
 // 32 pairs, lane i holds pair i). moe_expert_tiles' rule at one row and tiles of one slot: a valid pair (0 <=
-// expert < n_experts) ranks by (expert, pair index); its tile is its rank, its slot its rank, or for the
-// shared expert (the last id) k plus its rank among that expert's pairs; an invalid routed pair gets slot_of
-// -1. write: also store every tile up to max_tiles (zeros past the last), row_ids and slot_of.
+// expert < n_experts; a routed id equal to the shared expert's is invalid) ranks by (expert, pair index);
+// its tile is its rank, its slot its rank, or for the shared expert (the last id, its only pair) k; an
+// invalid routed pair gets slot_of -1. write: also store every tile up to max_tiles (zeros past the last),
+// row_ids and slot_of.
+// n_tiles: the tiles of the grouping (its valid pairs). topk is read through L2 (the early form reads it
+// before the wait).
 __device__ __forceinline__ ExpertWindow one_row_tile(const OneRowTiles& g, int64_t n_experts, int j,
-                                                     bool write, int lane) {
+                                                     bool write, int lane, int& n_tiles) {
   const int all = g.k + (g.shared >= 0 ? 1 : 0);
-  const int e = lane < all ? (lane < g.k ? g.topk[lane] : g.shared) : -1;
+  int routed_e = -1;
+  if (g.logits != nullptr) {  // warp-uniform
+    int id;
+    float weight;
+    dev::route_lanes<kRouteSlots>(g.logits, g.route_E, g.k, g.renormalise, id, weight);
+    if (lane < g.k) routed_e = id;
+    if (write && lane < g.k) g.ids_out[lane] = id, g.weights_out[lane] = weight;
+  } else if (lane < g.k) {
+    routed_e = __ldcg(g.topk + lane);
+  }
+  const int e = lane < all ? (lane < g.k ? (routed_e == g.shared ? -1 : routed_e) : g.shared) : -1;
   const bool valid = lane < all && e >= 0 && e < n_experts;
-  int rank = 0, same_before = 0;
+  int rank = 0;
   for (int i = 0; i < 32; ++i) {
     const int ei = __shfl_sync(0xFFFFFFFFu, e, i);
     const bool vi = __shfl_sync(0xFFFFFFFFu, valid ? 1 : 0, i) != 0;
     rank += vi && (ei < e || (ei == e && i < lane)) ? 1 : 0;
-    same_before += vi && ei == e && i < lane ? 1 : 0;
   }
-  const int slot = e == g.shared ? g.k + same_before : rank;
-  const int n_tiles = __popc(__ballot_sync(0xFFFFFFFFu, valid));
+  const int slot = e == g.shared ? g.k : rank;
+  n_tiles = __popc(__ballot_sync(0xFFFFFFFFu, valid));
   if (write) {
     if (valid && rank < g.max_tiles) g.tiles[rank] = ExpertWindow{e, slot, 1};
     for (int i = n_tiles + lane; i < g.max_tiles; i += 32) g.tiles[i] = ExpertWindow{0, 0, 0};

@@ -87,15 +87,21 @@ __global__ void __launch_bounds__(kThreads, MinBlocks)
   const int slice = warp % sl.slices;
   const int64_t group_off = (warp / sl.slices) * kWarpOutputs, step = int64_t{gridDim.x} * sl.block_outputs();
   int64_t o0 = int64_t{blockIdx.x} * sl.block_outputs() + group_off;
-  if (tiles != nullptr) dev::grid_dependency_wait();
+  // Expert tiles: from `tiles`, or found from one row's routing (group.topk). early (the down's routed form,
+  // its topk written before the previous launch): the tile and the first stages before the wait.
+  const bool tiled = tiles != nullptr || group.topk != nullptr, early = group.topk != nullptr && group.early;
+  if (tiled && !early) dev::grid_dependency_wait();
   int64_t first = 0;
-  int count = 0;
-  if (tiles != nullptr) {
-    // The routed form finds its tile itself (block (0, 0)'s first warp writes the grouping).
-    const ExpertWindow tw = group.topk != nullptr
-                                ? one_row_tile(group, n_experts, static_cast<int>(blockIdx.y),
-                                               blockIdx.x == 0 && blockIdx.y == 0 && warp == 0, lane)
-                                : tiles[blockIdx.y];
+  int count = 0, n_tiles = 0;
+  if (tiled) {
+    // The routed form finds its tile itself (with group.tiles, block (0, 0)'s first warp writes the
+    // grouping).
+    const ExpertWindow tw =
+        group.topk != nullptr
+            ? one_row_tile(group, n_experts, static_cast<int>(blockIdx.y),
+                           group.tiles != nullptr && blockIdx.x == 0 && blockIdx.y == 0 && warp == 0, lane,
+                           n_tiles)
+            : tiles[blockIdx.y];
     if (tw.count <= 0 || tw.count > 1 || tw.expert < 0 || tw.expert >= n_experts) return;  // whole block
     first = tw.first, count = tw.count;
     const int64_t e = tw.expert;
@@ -125,8 +131,8 @@ __global__ void __launch_bounds__(kThreads, MinBlocks)
   };
 #pragma unroll
   for (int s = 0; s < kAhead; ++s) issue_next(ring + s * L::kWords);
-  if (tiles == nullptr) dev::grid_dependency_wait();
-  const int64_t xrow = count > 0 ? (group.topk != nullptr ? 0
+  if (!tiled || early) dev::grid_dependency_wait();
+  const int64_t xrow = count > 0 ? (group.topk != nullptr ? (group.x_by_slot ? first : 0)
                                     : row_ids != nullptr  ? int64_t{row_ids[first]}
                                                           : first)
                                  : -1;
@@ -341,6 +347,11 @@ __global__ void __launch_bounds__(kThreads, MinBlocks)
       }
     }
   }
+  // The combine folded into the down's routed form (rows a whole number of blocks: every warp gets here).
+  if (group.combine.out != nullptr)
+    dev::one_row_combine(group.combine, n_tiles, group.combine.counters + blockIdx.x,
+                         int64_t{blockIdx.x} * sl.block_outputs(), static_cast<int>(sl.block_outputs()), y,
+                         ldy);
 }
 
 template <int Bits, bool PC, int MinBlocks, bool Lean, int Mode>
@@ -381,7 +392,8 @@ struct RowLaunch {
                      int64_t n_experts, int64_t half, const OneRowTiles& group, cudaStream_t stream) {
     const int64_t T = W.cols / 32, resident_now = resident(T);
     dim3 g = grid;
-    if (tiles == nullptr && persistent) g.x = static_cast<unsigned>(std::min<int64_t>(grid.x, resident_now));
+    const bool tiled = tiles != nullptr || group.topk != nullptr;
+    if (!tiled && persistent) g.x = static_cast<unsigned>(std::min<int64_t>(grid.x, resident_now));
     kernel<<<g, kThreads, bytes(T), stream>>>(W, sl, tiles, n_rows, row_ids, X, y, ldy, n_experts, half,
                                               group);
   }
@@ -396,7 +408,7 @@ void launch_lean(int v, const DecodeWeight& W, Slicing sl, dim3 grid, const Expe
   bool three = (v & 2) != 0;
   // Bit 3: expert tiles take the 4-block kernel where it runs them in fewer waves than the 3-block one
   // (e.g. one stream's down, 11 tiles x 40 blocks: 1 wave against 2 on 132 SMs).
-  if (three && (v & 8) != 0 && tiles != nullptr) {
+  if (three && (v & 8) != 0 && (tiles != nullptr || group.topk != nullptr)) {
     const int64_t T = W.cols / 32, blocks = int64_t{grid.x} * grid.y;
     const int64_t r3 = Three::resident(T), r4 = Four::resident(T);
     if ((blocks + r4 - 1) / r4 < (blocks + r3 - 1) / r3) three = false;

@@ -31,6 +31,17 @@ namespace {
 
 constexpr double kRooflineBytesPerSecond = 4.3e12;
 
+// A variant token of DS_LEAN_ROW_VARIANTS or DS_OP_TABLE_ROW_VARIANTS: V (DS_CUDA_TC_ROW_VARIANT) or V:M
+// (and DS_CUDA_TC_EXPERT_ROUTED = M, else unset); both in the graphs' key.
+void set_row_variant(const std::string& token) {
+  const size_t colon = token.find(':');
+  setenv("DS_CUDA_TC_ROW_VARIANT", token.substr(0, colon).c_str(), 1);
+  if (colon == std::string::npos)
+    unsetenv("DS_CUDA_TC_EXPERT_ROUTED");
+  else
+    setenv("DS_CUDA_TC_EXPERT_ROUTED", token.substr(colon + 1).c_str(), 1);
+}
+
 // The switch and its values of DS_LEAN_ENV (or DS_LEAN_ROW_VARIANTS under the tensor family); empty if none.
 std::pair<std::string, std::vector<std::string>> env_variants(const CudaModel& m) {
   std::string name, list;
@@ -58,7 +69,10 @@ bool bench_env_variants(CudaModel& m, int n, int rounds) {
   const char* ops_env = std::getenv("DS_LEAN_ENV_OPS");
   const bool ops = n == 1 && ops_env != nullptr && std::string(ops_env) == "1";
   for (const std::string& v : values) {
-    setenv(name.c_str(), v.c_str(), 1);
+    if (name == "DS_CUDA_TC_ROW_VARIANT")
+      set_row_variant(v);  // V or V:M (moe13's routed expert mask with it)
+    else
+      setenv(name.c_str(), v.c_str(), 1);
     const DecodeRate x = bench_decode_rounds(m, n, rounds, 4);
     std::printf("%8d %10d %12.3f %12.1f  (%s=%s; %zu graph nodes a round)\n", n, rounds, x.ms_per_round,
                 x.tokens_per_s, name.c_str(), v.c_str(), m.graph_nodes());
@@ -71,6 +85,7 @@ bool bench_env_variants(CudaModel& m, int n, int rounds) {
     setenv(name.c_str(), before.c_str(), 1);
   else
     unsetenv(name.c_str());
+  if (name == "DS_CUDA_TC_ROW_VARIANT") unsetenv("DS_CUDA_TC_EXPERT_ROUTED");
   return true;
 }
 
@@ -430,7 +445,7 @@ void run_op_tables(const std::string& config_path, int bits, int group, const st
       for (std::string t; std::getline(ss, t, ',');) row_variants.push_back(t);
     }
     for (const std::string& rv : row_variants) {
-      if (!rv.empty()) setenv("DS_CUDA_TC_ROW_VARIANT", rv.c_str(), 1);
+      if (!rv.empty()) set_row_variant(rv);
       const std::string mode_name = rv.empty() ? std::string(md.name) : std::string(md.name) + " v" + rv;
       const char* mode = mode_name.c_str();
       for (int n : streams) {
@@ -464,7 +479,8 @@ void run_op_tables(const std::string& config_path, int bits, int group, const st
         m.set_expert_windows(was.expert_windows);
       }
     }
-    if (row_variants.size() > 1 || !row_variants[0].empty()) unsetenv("DS_CUDA_TC_ROW_VARIANT");
+    if (row_variants.size() > 1 || !row_variants[0].empty())
+      unsetenv("DS_CUDA_TC_ROW_VARIANT"), unsetenv("DS_CUDA_TC_EXPERT_ROUTED");
   }
   m.set_decode_products(was.decode_products, was.tensor_tall_only);
 }

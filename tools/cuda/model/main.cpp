@@ -37,7 +37,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   const std::string root = argv[1];
-  bool checks = true, mtp_only = false, lean = false, hc_only = false;
+  bool checks = true, mtp_only = false, lean = false, hc_only = false, moe_only = false;
   int mtp_reps = 20;
   std::string bench_config, small_config = root + "/tests/cuda/flashnext-small-real-heads.json";
   std::vector<std::pair<int, int>> encodings;
@@ -51,6 +51,8 @@ int main(int argc, char** argv) {
       lean = true;
     } else if (a == "--hc-only") {
       hc_only = true;
+    } else if (a == "--moe-only") {  // the tensor experts' sections only (a short device call)
+      moe_only = true;
     } else if (a == "--no-checks") {
       checks = false;
     } else if (a == "--mtp-only") {
@@ -83,7 +85,12 @@ int main(int argc, char** argv) {
   }
   namespace mc = ds::cuda::modelcheck;
   mc::Tally tally;
-  if (checks && hc_only) {
+  if (checks && moe_only) {
+    section(tally, "tensor expert swiglu", [&] { mc::run_tc_swiglu_checks(tally); });
+    section(tally, "tensor expert down", [&] { mc::run_tc_down_checks(tally); });
+    section(tally, "fast vs generic", [&] { mc::run_fast_vs_generic(tally, small_config); });
+    std::printf("checks: %d passed, %d failed\n", tally.passed, tally.failed);
+  } else if (checks && hc_only) {
     section(tally, "hc mix", [&] { mc::run_hc_checks(tally); });
     section(tally, "hc tensor mix", [&] { mc::run_hc_tensor_checks(tally); });
     std::printf("checks: %d passed, %d failed\n", tally.passed, tally.failed);
@@ -100,6 +107,7 @@ int main(int argc, char** argv) {
       section(tally, "argmax", [&] { mc::run_argmax_checks(tally); });
       section(tally, "fused moe glue", [&] { mc::run_moe_fused_checks(tally); });
       section(tally, "tensor expert swiglu", [&] { mc::run_tc_swiglu_checks(tally); });
+      section(tally, "tensor expert down", [&] { mc::run_tc_down_checks(tally); });
       section(tally, "fast vs generic", [&] { mc::run_fast_vs_generic(tally, small_config); });
       section(tally, "prompt real heads", [&] { mc::run_prompt_real_heads(tally, small_config); });
       section(tally, "prompt attention", [&] { mc::run_attention_prompt_checks(tally); });

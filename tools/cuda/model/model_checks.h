@@ -73,6 +73,7 @@ void run_argmax_checks(Tally& tally);
 void run_moe_fused_checks(Tally& tally);
 // The tensor expert tiles' gate|up with the SwiGLU folded in (moe_tc_swiglu_checks.cpp) == the separate ops.
 void run_tc_swiglu_checks(Tally& tally);
+void run_tc_down_checks(Tally& tally);  // moe_tc_down_checks.cpp: the down's routed form at one row
 // The hyper-connection mix kernels (hc_checks.cpp) at the real shape against float64, rows alone == together.
 void run_hc_checks(Tally& tally);
 // The tensor family's fused hc mix (hc_tensor_checks.cpp) == the separate ops (tc_decode_wx of up), bit for

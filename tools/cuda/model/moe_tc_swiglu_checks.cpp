@@ -124,8 +124,9 @@ void check_case(Tally& tally, const Case& c, const std::vector<int>& row_counts,
 
 // One row with the grouping folded in too (tc_decode_experts_swiglu_routed) against moe_expert_tiles, the
 // tiles' product and silu_mul_halves: tiles, row_ids, slot_of and every slot's h row, memcmp. Routings:
-// plain, an id -1, an id past the experts, a repeated id. Negative control: the separate ops on the routing
-// with two ids swapped (the same tiles and h rows, other slot_of) must differ.
+// plain, an id -1, an id past the experts, a repeated id, the shared expert's id (a bad id in both: slot_of
+// -1, every tile inside the routing's slots, the shared expert at slot K). Negative control: the separate
+// ops on the routing with two ids swapped (the same tiles and h rows, other slot_of) must differ.
 void check_routed(Tally& tally, const Case& c, uint64_t seed) {
   std::mt19937_64 rng(seed);
   const int stack = c.E + 1, total = c.K + 1, max_tiles = max_expert_tiles(1, c.K + 1, stack, 1);
@@ -152,15 +153,17 @@ void check_routed(Tally& tally, const Case& c, uint64_t seed) {
                       c.cols, 1, gu.as<float>(), 2 * c.I, scratch.data(), scratch.bytes(), nullptr);
     silu_mul_halves(gu.as<float>(), total, c.I, o.h.as<float>(), nullptr);
   };
-  const char* kinds[] = {"plain", "an id -1", "an id past the experts", "a repeated id"};
-  for (int kind = 0; kind < 4; ++kind) {
+  const char* kinds[] = {"plain", "an id -1", "an id past the experts", "a repeated id",
+                         "the shared expert's id"};
+  for (int kind = 0; kind < 5; ++kind) {
     std::vector<int32_t> ids(c.E);
     std::iota(ids.begin(), ids.end(), 0);
     std::shuffle(ids.begin(), ids.end(), rng);
     std::vector<int32_t> topk(ids.begin(), ids.begin() + c.K);
-    if (kind == 1) topk[3] = -1;
-    if (kind == 2) topk[5] = stack + 7;
+    if (kind == 1) topk[3 % c.K] = -1;  // (mod K: top-4 routings too)
+    if (kind == 2) topk[5 % c.K] = stack + 7;
     if (kind == 3) topk[c.K - 1] = topk[2];
+    if (kind == 4) topk[4 % c.K] = c.E;
     DeviceBuffer d_topk(topk.size() * 4);
     d_topk.upload(topk.data(), topk.size() * 4);
     Out a(max_tiles, total, c.K, c.I), f(max_tiles, total, c.K, c.I);
@@ -183,17 +186,26 @@ void check_routed(Tally& tally, const Case& c, uint64_t seed) {
     const bool rows_same =
         same_bytes(synced_download<int32_t>(a.row_ids, total), synced_download<int32_t>(f.row_ids, total));
     const auto sa = synced_download<int32_t>(a.slot_of, c.K), sf = synced_download<int32_t>(f.slot_of, c.K);
-    const bool ok = took && tiles_same && rows_same && same_bytes(sa, sf) && h_same && slots > 0;
+    // The shared expert's id routed: a bad id (slot_of -1), no tile past the slots, the shared one at K.
+    bool inside = true;
+    for (const ExpertWindow& tw : tf)
+      inside =
+          inside && tw.first + tw.count <= total && (tw.expert != c.E || (tw.first == c.K && tw.count == 1));
+    const bool bad_ok = kind != 4 || (sa[4 % c.K] == -1 && sf[4 % c.K] == -1 && inside);
+    const bool ok = took && tiles_same && rows_same && same_bytes(sa, sf) && h_same && slots > 0 && bad_ok;
     const std::string name =
         "tensor gate|up + SwiGLU + grouping in one launch (one row, top-" + std::to_string(c.K) + " of " +
         std::to_string(c.E) + " + shared, " + kinds[kind] + ", " + std::to_string(c.bits) + "-bit g" +
         std::to_string(c.group) + ", " + tc_planes_name(tc_decode_planes()) + variant_note() + ")";
-    std::printf("  %s: %s (tiles %s, row_ids %s, slot_of %s, h of %d slots %s)\n", name.c_str(),
+    std::printf("  %s: %s (tiles %s, row_ids %s, slot_of %s, h of %d slots %s%s)\n", name.c_str(),
                 !took ? "NOT TAKEN"
                 : ok  ? "bit-identical"
                       : "DIFFERENT",
                 tiles_same ? "=" : "!=", rows_same ? "=" : "!=", same_bytes(sa, sf) ? "=" : "!=", slots,
-                h_same ? "=" : "!=");
+                h_same ? "=" : "!=",
+                kind != 4 ? ""
+                : bad_ok  ? "; the id: slot_of -1, no slot past"
+                          : "; the id TOOK A SLOT");
     tally.expect(ok, name + ": == moe_expert_tiles + tc_decode_experts + silu_mul_halves");
     if (kind != 0) continue;
     std::swap(topk[0], topk[1]);

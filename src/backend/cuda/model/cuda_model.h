@@ -335,7 +335,10 @@ class CudaModel {
   bool prompt_experts_tiled(const Layer& L) const;
   // Routed experts in tiles of one expert's rows (returns slot_of): the prompt products in a prompt pass, the
   // decode tensor products in a decode call (decode_tensor_experts).
-  const int32_t* prompt_experts(const Layer& L, int n, const float* x);
+  // Returns slot_of for the combine, or nullptr where the down launch also combined into y (one row). route:
+  // the routing was left to the gate|up launch (experts_route_themselves).
+  const int32_t* prompt_experts(const Layer& L, int n, const float* x, float* y, bool route);
+  bool experts_route_themselves(const Layer& L, int n) const;
   bool decode_tensor_experts(const Layer& L) const;
   // Whether a decode call runs this single matrix on the tensor products (by the options and the matrix).
   bool decode_tensor_takes(const DeviceMatrix& m) const;

@@ -163,6 +163,7 @@ void CudaModel::append_option_key(GraphKey& key) const {
   o.tc_row_variant = tc_decode_row_variant();
   o.tc_swiglu = tc_decode_fold_swiglu_on();
   o.tc_group = tc_decode_fold_grouping_on();
+  o.tc_expert_routed = tc_decode_expert_routed();
   // Read here, before any capture: a bad DS_CUDA_HC_TENSOR then fails before a stream is left capturing.
   o.hc_tensor = hc_tensor_tail_on();
   o.deltanet_one_launch = deltanet_one_launch();

@@ -1,7 +1,6 @@
 // CudaModel's MLP and MoE steps of a forward (routing, the routed experts by windows, tiles or pairs, the
 // shared expert, the combine); the rest of the forward is in cuda_model.cpp.
 #include "backend/cuda/model/cuda_model.h"
-
 #include "backend/cuda/model/cuda_model_parts.h"
 #include "backend/cuda/model/glue_kernels.h"
 #include "backend/cuda/moe_routing.h"
@@ -56,19 +55,24 @@ void CudaModel::moe(const Layer& L, int n, const float* x, float* y) {
   // separate ops.
   const bool decode = !prompt_pass_;
   const DeviceMatrix& router = L.router_shared.joined;
+  bool route_in_experts = false;  // the tensor experts' gate|up launch routes the row itself (one row)
   if (!(opt_.fused_route && decode && n == 1 && router.kind == DeviceMatrix::Kind::Affine &&
         !decode_tensor_takes(router) &&
         affine_wx_route(router.affine, x, s.rjoint, E, K, cfg_.norm_topk_prob, s.ids, s.weights,
                         pairs ? s.up_pairs : nullptr, pairs ? s.down_pairs : nullptr,
                         stacked && pairs ? E : -1, s.counters, st))) {
     wx(L.router_shared, x, D, n, s.rjoint, st);
-    op("moe top-k");
-    moe_route(s.rjoint, n, E, K, cfg_.norm_topk_prob, s.ids, s.weights, st, RW, pairs ? s.up_pairs : nullptr,
-              pairs ? s.down_pairs : nullptr, stacked && pairs ? E : -1);
+    route_in_experts = tiled && experts_route_themselves(L, n);
+    if (!route_in_experts) {
+      op("moe top-k");
+      moe_route(s.rjoint, n, E, K, cfg_.norm_topk_prob, s.ids, s.weights, st, RW,
+                pairs ? s.up_pairs : nullptr, pairs ? s.down_pairs : nullptr, stacked && pairs ? E : -1);
+    }
   }
   const int32_t* slot_of = nullptr;
   if (tiled) {
-    slot_of = prompt_experts(L, n, x);
+    slot_of = prompt_experts(L, n, x, y, route_in_experts);
+    if (slot_of == nullptr) return;  // the down launch combined (one row, tc_decode_experts_routed)
   } else if (windows) {
     moe_expert_windows(s.ids, n, K, E, s.windows, s.row_ids, s.slot_of, st);
     op("moe expert gate|up");

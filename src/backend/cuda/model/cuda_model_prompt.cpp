@@ -17,6 +17,7 @@
 #include "backend/cuda/model/generic_mixers.h"
 #include "backend/cuda/model/glue_kernels.h"
 #include "backend/cuda/model/prompt_kernels.h"
+#include "backend/cuda/moe_routing.h"
 #include "backend/cuda/tc_decode.h"
 #include "backend/cuda/tc_products.h"
 #include "core/error.h"
@@ -179,7 +180,14 @@ bool CudaModel::decode_tensor_experts(const Layer& L) const {
   return !prompt_pass_ && takes(L.gate_up) && takes(L.down) && (!L.up_alone.valid() || takes(L.up_alone));
 }
 
-const int32_t* CudaModel::prompt_experts(const Layer& L, int n, const float* x) {
+bool CudaModel::experts_route_themselves(const Layer& L, int n) const {
+  TiledWeight t;
+  return !prompt_pass_ && n == 1 && (tc_decode_expert_routed() & kTcRoutedRoute) != 0 &&
+         cfg_.n_experts <= 512 && !L.up_alone.valid() && tiled_view(L.gate_up, t) &&
+         tc_decode_grouping_takes(t, static_cast<int>(cfg_.experts_per_tok), L.shared_stacked);
+}
+
+const int32_t* CudaModel::prompt_experts(const Layer& L, int n, const float* x, float* y, bool route) {
   Scratch& s = *scratch_;
   const cudaStream_t st = stream_.get();
   const int K = static_cast<int>(cfg_.experts_per_tok), E = static_cast<int>(cfg_.n_experts),
@@ -228,10 +236,15 @@ const int32_t* CudaModel::prompt_experts(const Layer& L, int n, const float* x) 
   // product then silu_mul_halves; tc_decode_experts_swiglu), one launch instead of two; at one row also the
   // grouping (tc_decode_experts_swiglu_routed: the tiles, row_ids and slot_of of moe_expert_tiles).
   const bool fold = !prompt_pass_ && !shared_alone && !L.up_alone.valid();
-  bool folded =
-      fold && n == 1 &&
-      tc_decode_experts_swiglu_routed(t, s.ids, K, tiled_shared ? E : -1, tiles, max_tiles, s.row_ids,
-                                      s.slot_of, x, s.h, I, s.tc_split, s.tc_split_bytes, st);
+  TcRoute r;  // route: the routing into s.ids and s.weights by the same launch (kTcRoutedRoute)
+  r.logits = s.rjoint, r.E = E, r.renormalise = cfg_.norm_topk_prob, r.weights = s.weights;
+  const bool one_row_routed = fold && n == 1 &&
+                              tc_decode_experts_swiglu_routed(
+                                  t, s.ids, K, tiled_shared ? E : -1, tiles, max_tiles, s.row_ids, s.slot_of,
+                                  x, s.h, I, s.tc_split, s.tc_split_bytes, st, route ? &r : nullptr);
+  if (route && !one_row_routed)  // not expected (experts_route_themselves holds the same rules)
+    moe_route(s.rjoint, n, E, K, cfg_.norm_topk_prob, s.ids, s.weights, st, L.router_shared.width);
+  bool folded = one_row_routed;
   if (!folded) {
     moe_expert_tiles(s.ids, n, K, E + tiled_shared, tiles, max_tiles, s.row_ids, s.slot_of, group, st,
                      tile_rows, tiled_shared ? E : -1);
@@ -250,6 +263,18 @@ const int32_t* CudaModel::prompt_experts(const Layer& L, int n, const float* x) 
   }
   op("moe expert down");
   tiled_view(L.down, t);
+  // After the routed gate|up (so s.ids was written two launches before): the down finds its tiles from the
+  // routing too, with the combine into y where the shared expert is in the tiles (tc_decode_expert_routed).
+  if (one_row_routed) {
+    TcCombine c;
+    c.weights = s.weights, c.slot_of = s.slot_of, c.shared_gate = s.rjoint + E, c.out = y;
+    c.counters = s.counters + 1, c.n_counters = (D + 3) / 4;  // the fused combine's counters (cuda_model.cpp)
+    const int done =
+        tc_decode_experts_routed(t, s.ids, K, tiled_shared ? E : -1, s.h, I, s.slots, D,
+                                 tiled_shared ? &c : nullptr, s.tc_split, s.tc_split_bytes, st, !route);
+    if (done == 2) return nullptr;
+    if (done == 1) return s.slot_of;
+  }
   experts(t, nullptr, s.h, I, tiled_shared ? all : routed, s.slots, D);
   if (shared_alone) one(expert_slice(t, E), s.h + int64_t{routed} * I, I, s.slots + int64_t{routed} * D, D);
   return s.slot_of;

@@ -36,10 +36,11 @@ struct GraphOptionKey {
   int64_t tc_forced_slices = 0;
   bool tc_row_kernel = false;  // the one-row tensor kernel (tc_row.cu) and its launch variant
   int64_t tc_row_variant = 0;
-  bool tc_swiglu = false;       // the tensor expert tiles' SwiGLU fold (tc_decode_fold_swiglu)
-  bool tc_group = false;        // and their grouping fold at one row (tc_decode_fold_grouping)
-  bool hc_tensor = false;       // the tensor family's fused hc tail (hc_tensor_tail_on, DS_CUDA_HC_TENSOR)
-  int64_t hc_tail_variant = 0;  // and its kernel (hc_tensor_tail_variant, DS_CUDA_HC_TAIL_VARIANT)
+  bool tc_swiglu = false;        // the tensor expert tiles' SwiGLU fold (tc_decode_fold_swiglu)
+  bool tc_group = false;         // and their grouping fold at one row (tc_decode_fold_grouping)
+  int64_t tc_expert_routed = 0;  // the routed expert forms at one row (tc_decode_expert_routed, a mask)
+  bool hc_tensor = false;        // the tensor family's fused hc tail (hc_tensor_tail_on, DS_CUDA_HC_TENSOR)
+  int64_t hc_tail_variant = 0;   // and its kernel (hc_tensor_tail_variant, DS_CUDA_HC_TAIL_VARIANT)
   bool deltanet_one_launch = false;  // CudaModel::deltanet_one_launch (DS_CUDA_DN_ONE_LAUNCH)
   int64_t tiled_outputs = 0, tiled_min_blocks = 0;
   int64_t tiled_ring = 0;  // which tiles take the ring kernel (tc_products_ring.h)
@@ -76,6 +77,7 @@ inline void append_graph_option_key(std::vector<int64_t>& key, const GraphOption
                          o.tc_row_variant,
                          b(o.tc_swiglu),
                          b(o.tc_group),
+                         o.tc_expert_routed,
                          b(o.hc_tensor),
                          b(o.deltanet_one_launch),
                          o.hc_tail_variant,
