@@ -252,7 +252,17 @@ void check_grouped(Tally& tally, std::mt19937_64& rng, const Stream& stream) {
       }
       bool nan_row = true;
       for (int64_t o = 0; o < rows; ++o) nan_row = nan_row && std::isnan(got[(pairs.size() - 1) * ldy + o]);
+      // pairs_ready (the pairs and first weights read before the programmatic wait): the same bits.
+      DeviceBuffer y2(pairs.size() * ldy * sizeof(float));
+      y2.fill_bytes(0x7F);
+      affine_wx_grouped(all, d_pairs.as<ExpertRow>(), int(pairs.size()), x.view(t, 0), kRows, y2.as<float>(),
+                        ldy, stream.get(), /*pairs_ready=*/true);
+      stream.synchronize();
+      std::vector<float> early(pairs.size() * ldy);
+      y2.download(early.data(), early.size() * sizeof(float));
       const std::string name = "grouped " + std::to_string(bits) + "-bit x " + act_name(t);
+      tally.expect(std::memcmp(early.data(), got.data(), got.size() * sizeof(float)) == 0,
+                   name + ": pairs read before the programmatic wait == after (bits)");
       tally.expect(same, name + ": each pair == its expert on its row alone");
       tally.expect(nan_row, name + ": an out-of-range pair gives NaN outputs");
     }

@@ -126,10 +126,10 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32, 4)
 template <int Bits, class Rows, class Out>
 __global__ void __launch_bounds__(kWarpsPerBlock * 32, 4)
     paired_grouped_row_kernel(detail::AffineMatrix m, int64_t n_out, int64_t n_experts, int64_t n_x_rows,
-                              const ExpertRow* pairs, int n_pairs, Rows rows, float* y, int64_t ldy,
-                              Out out) {
+                              const ExpertRow* pairs, int n_pairs, Rows rows, float* y, int64_t ldy, Out out,
+                              bool pairs_ready) {
   detail::paired_grouped_product<Bits, Rows, Out>(m, n_out, n_experts, n_x_rows, pairs, n_pairs, rows, y, ldy,
-                                                  out);
+                                                  out, pairs_ready);
 }
 
 // Blocks stride over the windows (blockIdx.y, then every gridDim.y-th); a window's rows run in the tier of
@@ -359,7 +359,7 @@ namespace {
 template <class Out>
 void launch_grouped(const char* op, const AffineWeight& w, const ExpertRow* pairs, int n_pairs,
                     const Activations& x, int n_x_rows, float* y, int64_t ldy, const Out& out,
-                    cudaStream_t stream) {
+                    cudaStream_t stream, bool pairs_ready = false) {
   const int shift = group_shift_of(op, w);
   if (pairs == nullptr) bad_arg(op, "pairs must be a device pointer");
   if (n_pairs < 0 || n_pairs > 65535)
@@ -384,21 +384,17 @@ void launch_grouped(const char* op, const AffineWeight& w, const ExpertRow* pair
                         tasks_of(detail::kPairedOutputsPerWarp) >= paired_min_tasks();
     const int64_t tasks = tasks_of(paired ? detail::kPairedOutputsPerWarp : kOutputsPerWarp);
     const auto m = affine_matrix<B>(w, shift);
-    auto launch = [&](auto kernel_constant, const auto& rows) {
-      constexpr auto kernel = decltype(kernel_constant)::value;
-      kernel<<<static_cast<unsigned>(resident_blocks<kernel>(tasks)), block, 0, stream>>>(
-          m, w.rows, w.n_experts, n_x_rows, pairs, n_pairs, rows, y, ldy, out);
-    };
     auto launch_for = [&](const auto& rows) {  // the paired or the lockstep kernel for this row type
       using Rows = std::decay_t<decltype(rows)>;
-      if (paired)
-        launch(std::integral_constant<decltype(&paired_grouped_row_kernel<B, Rows, Out>),
-                                      paired_grouped_row_kernel<B, Rows, Out>>{},
-               rows);
-      else
-        launch(std::integral_constant<decltype(&grouped_row_kernel<B, Rows, Out>),
-                                      grouped_row_kernel<B, Rows, Out>>{},
-               rows);
+      if (paired) {
+        constexpr auto kernel = paired_grouped_row_kernel<B, Rows, Out>;
+        kernel<<<static_cast<unsigned>(resident_blocks<kernel>(tasks)), block, 0, stream>>>(
+            m, w.rows, w.n_experts, n_x_rows, pairs, n_pairs, rows, y, ldy, out, pairs_ready);
+      } else {  // reads the pairs after its wait whatever pairs_ready says
+        constexpr auto kernel = grouped_row_kernel<B, Rows, Out>;
+        kernel<<<static_cast<unsigned>(resident_blocks<kernel>(tasks)), block, 0, stream>>>(
+            m, w.rows, w.n_experts, n_x_rows, pairs, n_pairs, rows, y, ldy, out);
+      }
     };
     if (x.type == ActType::F32)
       launch_for(detail::F32Rows{static_cast<const float*>(x.data), x.ld});
@@ -411,10 +407,10 @@ void launch_grouped(const char* op, const AffineWeight& w, const ExpertRow* pair
 }  // namespace
 
 void affine_wx_grouped(const AffineWeight& w, const ExpertRow* pairs, int n_pairs, const Activations& x,
-                       int n_x_rows, float* y, int64_t ldy, cudaStream_t stream) {
+                       int n_x_rows, float* y, int64_t ldy, cudaStream_t stream, bool pairs_ready) {
   constexpr const char* op = "affine_wx_grouped";
   check_common(op, w.rows, w.cols, x, 1, y, ldy);
-  launch_grouped(op, w, pairs, n_pairs, x, n_x_rows, y, ldy, detail::PlainOut{}, stream);
+  launch_grouped(op, w, pairs, n_pairs, x, n_x_rows, y, ldy, detail::PlainOut{}, stream, pairs_ready);
 }
 
 void affine_wx_grouped_swiglu(const AffineWeight& w, const ExpertRow* pairs, int n_pairs,

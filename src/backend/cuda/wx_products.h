@@ -70,8 +70,12 @@ const char* one_row_kernel_name(RowKernel k);  // lockstep, lockstep-exact, pair
 // Grouped expert products in one launch: for each p < n_pairs, y[p*ldy + o] = sum_i W_e[o,i] * x[row*ld + i]
 // with (e, row) = pairs[p] (`pairs` in device memory, row < n_x_rows). Each result equals affine_wx of that
 // expert on that row alone, bit for bit. A pair out of range (checked on the device) yields NaN outputs.
+// pairs_ready: the caller guarantees `pairs` was written two launches or more before this one on `stream`
+// (in a programmatic chain every kernel waits before it lets the next one launch, so the kernel two back
+// has completed when this one starts): the paired kernel then reads its first pair and issues its weights
+// before its programmatic wait (grid_dependency.cuh). The same bits either way.
 void affine_wx_grouped(const AffineWeight& w, const ExpertRow* pairs, int n_pairs, const Activations& x,
-                       int n_x_rows, float* y, int64_t ldy, cudaStream_t stream);
+                       int n_x_rows, float* y, int64_t ldy, cudaStream_t stream, bool pairs_ready = false);
 
 // affine_wx_grouped of gate|up matrices ([2 I, cols] per expert: gate rows, then up rows; I even) with
 // SwiGLU in the same launch: h[p*ldh + i] = silu(gate_i) * up_i for i < I, the bits of affine_wx_grouped

@@ -206,7 +206,8 @@ template <int Bits, class Rows, class Out>
 __device__ __forceinline__ void paired_grouped_product(const AffineMatrix& m, int64_t n_out,
                                                        int64_t n_experts, int64_t n_x_rows,
                                                        const ExpertRow* pairs, int n_pairs, const Rows& rows,
-                                                       float* y, int64_t ldy, const Out& out) {
+                                                       float* y, int64_t ldy, const Out& out,
+                                                       bool pairs_ready) {
   using Unit = AffineUnit<Bits>;
   constexpr int NH = kOutputsPerWarp;
   const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
@@ -245,12 +246,21 @@ __device__ __forceinline__ void paired_grouped_product(const AffineMatrix& m, in
 #pragma unroll
     for (int o = 0; o < NH; ++o) dst[o].load(t.m, out.row(h0, o, n_out), u);
   };
-  dev::grid_dependency_wait();
   int64_t task = blockIdx.x;
-  if (task >= n_tasks) return;  // uniform over the block
-  Task cur = task_at(task);
+  Task cur{};
   Unit X[NH], Y[NH];
-  if (cur.ok && cur.o0 < n_out) load_half(X, cur, cur.o0 + NH * it.hi, it.b);
+  // pairs_ready (affine_wx_grouped): the pairs were written two launches or more before this one, so the
+  // first task's pair and weights go out before the wait (only x and y wait for the previous kernel).
+  if (pairs_ready && task < n_tasks) {
+    cur = task_at(task);
+    if (cur.ok && cur.o0 < n_out) load_half(X, cur, cur.o0 + NH * it.hi, it.b);
+  }
+  dev::grid_dependency_wait();
+  if (task >= n_tasks) return;  // uniform over the block
+  if (!pairs_ready) {
+    cur = task_at(task);
+    if (cur.ok && cur.o0 < n_out) load_half(X, cur, cur.o0 + NH * it.hi, it.b);
+  }
   while (task < n_tasks) {  // uniform over the block
     const int64_t next_task = task + gridDim.x;
     const bool has_next = next_task < n_tasks;

@@ -101,13 +101,26 @@ float* CudaModel::forward_on_device(std::span<const CudaSegment> segments, int64
   return scratch_->logits;
 }
 
-bool CudaModel::deltanet_one_launch() const {
-  const char* v = std::getenv("DS_CUDA_DN_ONE_LAUNCH");
+namespace {
+
+// A 1|0 switch from the environment, read at every call (a bench flips it between captures); unset: fallback.
+bool env_switch(const char* name, bool fallback) {
+  const char* v = std::getenv(name);
   const std::string value = v != nullptr ? v : "";
-  if (value.empty()) return opt_.deltanet_one_launch;
+  if (value.empty()) return fallback;
   if (value != "1" && value != "0")
-    throw ArgumentError("DS_CUDA_DN_ONE_LAUNCH must be 1 or 0 (got '" + value + "')");
+    throw ArgumentError(std::string(name) + " must be 1 or 0 (got '" + value + "')");
   return value == "1";
+}
+
+}  // namespace
+
+bool CudaModel::deltanet_one_launch() const {
+  return env_switch("DS_CUDA_DN_ONE_LAUNCH", opt_.deltanet_one_launch);
+}
+
+bool CudaModel::down_pairs_early() const {
+  return env_switch("DS_CUDA_DOWN_PAIRS_EARLY", opt_.down_pairs_early);
 }
 
 void CudaModel::mixer(const Layer& L, int layer, int n, const float* x, float* y) {

@@ -103,6 +103,10 @@ struct CudaModelOptions {
   // key head (deltanet_decode's fused_conv: the same bits as the two launches); DS_CUDA_DN_ONE_LAUNCH=1|0
   // overrides it at every capture (deltanet_one_launch()).
   bool deltanet_one_launch = false;
+  // Decode calls' FMA expert down (the paired grouped kernel) reads its first pair and issues its weights
+  // before its programmatic wait (affine_wx_grouped's pairs_ready: the routing wrote the pairs two launches
+  // back); the same bits. DS_CUDA_DOWN_PAIRS_EARLY=1|0 overrides it at every capture.
+  bool down_pairs_early = false;
   // Prompt rows past the indexer's budget attend by attention_prompt_selected (a block per row and kv head);
   // off: the any-shape kernel, one warp per (row, head).
   bool prompt_selected_tiles = true;
@@ -305,6 +309,8 @@ class CudaModel {
   bool hc_tensor_mix(const struct DeviceHc& hc) const;
   // opt_.deltanet_one_launch, or DS_CUDA_DN_ONE_LAUNCH when set (read at every call: a bench flips it).
   bool deltanet_one_launch() const;
+  // opt_.down_pairs_early, or DS_CUDA_DOWN_PAIRS_EARLY when set (read at every call).
+  bool down_pairs_early() const;
   void hc_mix(const struct DeviceHc& hc, int n, float* H, const float* pending, const float* iota_in,
               float* x, float* iota_out);
   void greedy_ids(int rows);  // scratch argmax[r] = argmax of logits row r (split_argmax picks the kernels)

@@ -167,6 +167,7 @@ void CudaModel::append_option_key(GraphKey& key) const {
   // Read here, before any capture: a bad DS_CUDA_HC_TENSOR then fails before a stream is left capturing.
   o.hc_tensor = hc_tensor_tail_on();
   o.deltanet_one_launch = deltanet_one_launch();
+  o.down_pairs_early = down_pairs_early();
   o.hc_tail_variant = hc_tensor_tail_variant();
   const TiledConfig tiled = tiled_config();
   o.tiled_outputs = tiled.tile_outputs;

@@ -109,7 +109,8 @@ void CudaModel::moe(const Layer& L, int n, const float* x, float* y) {
                                 s.slots, D, c, st);
       return;
     }
-    wx_grouped(L.down, s.down_pairs, all, s.h, I, all, s.slots, D, st);
+    // The routing wrote down_pairs two launches or more back (route, gate|up [, up, SwiGLU], down).
+    wx_grouped(L.down, s.down_pairs, all, s.h, I, all, s.slots, D, st, decode && down_pairs_early());
   }
   const float *shared = nullptr, *shared_gate = nullptr;
   if (stacked) {

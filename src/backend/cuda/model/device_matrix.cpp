@@ -238,13 +238,13 @@ void wx(const DeviceMatrix& m, const float* x, int64_t ldx, int n_rows, float* y
 }
 
 void wx_grouped(const DeviceMatrix& m, const ExpertRow* pairs, int n_pairs, const float* x, int64_t ldx,
-                int n_x_rows, float* y, int64_t ldy, cudaStream_t stream) {
+                int n_x_rows, float* y, int64_t ldy, cudaStream_t stream, bool pairs_ready) {
   if (n_pairs <= 0) return;
   switch (m.kind) {
     case DeviceMatrix::Kind::Affine:
       if (ldx % 8 != 0) fail("wx_grouped: activations need rows of a multiple of 8 floats (got {})", ldx);
-      affine_wx_grouped(m.affine, pairs, n_pairs, Activations{x, ActType::F32, ldx}, n_x_rows, y, ldy,
-                        stream);
+      affine_wx_grouped(m.affine, pairs, n_pairs, Activations{x, ActType::F32, ldx}, n_x_rows, y, ldy, stream,
+                        pairs_ready);
       return;
     case DeviceMatrix::Kind::Bf16:
     case DeviceMatrix::Kind::F32:

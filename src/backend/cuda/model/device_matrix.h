@@ -65,8 +65,9 @@ DeviceMatrix random_matrix(int64_t rows, int64_t cols, int64_t n_experts, int bi
 void wx(const DeviceMatrix& m, const float* x, int64_t ldx, int n_rows, float* y, int64_t ldy,
         cudaStream_t stream);
 // Grouped expert products: y row p = expert pairs[p].expert on x row pairs[p].row (pairs in device memory).
+// pairs_ready: affine_wx_grouped's (the pairs written two launches or more before).
 void wx_grouped(const DeviceMatrix& m, const ExpertRow* pairs, int n_pairs, const float* x, int64_t ldx,
-                int n_x_rows, float* y, int64_t ldy, cudaStream_t stream);
+                int n_x_rows, float* y, int64_t ldy, cudaStream_t stream, bool pairs_ready = false);
 
 // Expert windows (moe_expert_windows' grouping): each expert's weights read once for all rows it serves;
 // affine matrices only. row_ids null: window slots index x rows directly (the down projection).

@@ -42,6 +42,7 @@ struct GraphOptionKey {
   bool hc_tensor = false;        // the tensor family's fused hc tail (hc_tensor_tail_on, DS_CUDA_HC_TENSOR)
   int64_t hc_tail_variant = 0;   // and its kernel (hc_tensor_tail_variant, DS_CUDA_HC_TAIL_VARIANT)
   bool deltanet_one_launch = false;  // CudaModel::deltanet_one_launch (DS_CUDA_DN_ONE_LAUNCH)
+  bool down_pairs_early = false;     // CudaModel::down_pairs_early (DS_CUDA_DOWN_PAIRS_EARLY)
   int64_t tiled_outputs = 0, tiled_min_blocks = 0;
   int64_t tiled_ring = 0;  // which tiles take the ring kernel (tc_products_ring.h)
 };
@@ -80,6 +81,7 @@ inline void append_graph_option_key(std::vector<int64_t>& key, const GraphOption
                          o.tc_expert_routed,
                          b(o.hc_tensor),
                          b(o.deltanet_one_launch),
+                         b(o.down_pairs_early),
                          o.hc_tail_variant,
                          o.tiled_outputs,
                          o.tiled_min_blocks,
