@@ -74,8 +74,9 @@ bool bench_env_variants(CudaModel& m, int n, int rounds) {
     else
       setenv(name.c_str(), v.c_str(), 1);
     const DecodeRate x = bench_decode_rounds(m, n, rounds, 4);
-    std::printf("%8d %10d %12.3f %12.1f  (%s=%s; %zu graph nodes a round)\n", n, rounds, x.ms_per_round,
-                x.tokens_per_s, name.c_str(), v.c_str(), m.graph_nodes());
+    // graph_nodes() is the last capture's: a value seen before replays its parked graph.
+    std::printf("%8d %10d %12.3f %12.1f  (%s=%s; the last captured round: %zu graph nodes)\n", n, rounds,
+                x.ms_per_round, x.tokens_per_s, name.c_str(), v.c_str(), m.graph_nodes());
     if (ops) {
       for (const auto& [k, us] : op_breakdown(m, 4)) std::printf("    %-22s %9.1f us\n", k.c_str(), us);
     }
