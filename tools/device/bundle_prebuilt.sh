@@ -20,6 +20,9 @@ for l in libfmt.so.9 libpcre2-8.so.0 libutf8proc.so.2 libcpp-httplib.so.0.11 lib
 done
 XZ_OPT="--lzma2=preset=9,dict=192MiB" tar -cJf "$o/prebuilt.tar.xz" -C "$t" .
 here=$(cd "$(dirname "$0")/../.." && pwd)
+# ../shared beside the checkout, or beside the main checkout when this is a git worktree.
+common=$(cd "$here" && cd "$(git rev-parse --git-common-dir)/.." 2>/dev/null && pwd || echo "$here")
 cp "$here/../shared/design/flashnext-large-config.json" "$o/" 2>/dev/null ||
+  cp "$common/../shared/design/flashnext-large-config.json" "$o/" 2>/dev/null ||
   echo "bundle: ../shared/design/flashnext-large-config.json not found; copy the real-shape config into $o" >&2
 ls -la "$o"
