@@ -431,7 +431,9 @@ void launch_row(const DecodeWeight& W, Slicing sl, dim3 grid, const ExpertWindow
                 const int32_t* row_ids, const DecodeX& X, float* y, int64_t ldy, int64_t n_experts,
                 int64_t half, const OneRowTiles& group, cudaStream_t stream) {
   const int v = tc_decode_row_variant();
-  if ((v & 192) != 0 && row_par_takes(W, tiles != nullptr, half, PC))
+  // Expert tiles from `tiles` or found by the launch itself (group.topk: the routed down has tiles ==
+  // nullptr, half == 0) never take the single-matrix warp-parallel kernel, which ignores the group.
+  if ((v & 192) != 0 && row_par_takes(W, tiles != nullptr || group.topk != nullptr, half, PC))
     return launch_row_par<Bits>(v, W, sl, grid.y, n_rows, row_ids, X, y, ldy, stream);
   const int mode = (v >> 4) & 3;
   if (mode == kLean2)
