@@ -102,7 +102,13 @@ __global__ void __launch_bounds__(kThreads, MinBlocks)
                            group.tiles != nullptr && blockIdx.x == 0 && blockIdx.y == 0 && warp == 0, lane,
                            n_tiles)
             : tiles[blockIdx.y];
-    if (tw.count <= 0 || tw.count > 1 || tw.expert < 0 || tw.expert >= n_experts) return;  // whole block
+    if (tw.count <= 0 || tw.count > 1 || tw.expert < 0 || tw.expert >= n_experts) {  // whole block
+      // early: this block has not waited yet. Wait before leaving, so the launch never completes (and lets a
+      // later kernel past its wait) before the kernels before it have: with every id bad and no shared
+      // expert no block would wait at all.
+      if (early) dev::grid_dependency_wait();
+      return;
+    }
     first = tw.first, count = tw.count;
     const int64_t e = tw.expert;
     W.codes += e * W.rows * W.words_per_row;
