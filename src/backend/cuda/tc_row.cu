@@ -102,7 +102,13 @@ __global__ void __launch_bounds__(kThreads, MinBlocks)
                            group.tiles != nullptr && blockIdx.x == 0 && blockIdx.y == 0 && warp == 0, lane,
                            n_tiles)
             : tiles[blockIdx.y];
-    if (tw.count <= 0 || tw.count > 1 || tw.expert < 0 || tw.expert >= n_experts) return;  // whole block
+    if (tw.count <= 0 || tw.count > 1 || tw.expert < 0 || tw.expert >= n_experts) {  // whole block
+      // early: this block has not waited yet. Wait before leaving, so the launch never completes (and lets a
+      // later kernel past its wait) before the kernels before it have: with every id bad and no shared
+      // expert no block would wait at all.
+      if (early) dev::grid_dependency_wait();
+      return;
+    }
     first = tw.first, count = tw.count;
     const int64_t e = tw.expert;
     W.codes += e * W.rows * W.words_per_row;
@@ -431,7 +437,9 @@ void launch_row(const DecodeWeight& W, Slicing sl, dim3 grid, const ExpertWindow
                 const int32_t* row_ids, const DecodeX& X, float* y, int64_t ldy, int64_t n_experts,
                 int64_t half, const OneRowTiles& group, cudaStream_t stream) {
   const int v = tc_decode_row_variant();
-  if ((v & 192) != 0 && row_par_takes(W, tiles != nullptr, half, PC))
+  // Expert tiles from `tiles` or found by the launch itself (group.topk: the routed down has tiles ==
+  // nullptr, half == 0) never take the single-matrix warp-parallel kernel, which ignores the group.
+  if ((v & 192) != 0 && row_par_takes(W, tiles != nullptr || group.topk != nullptr, half, PC))
     return launch_row_par<Bits>(v, W, sl, grid.y, n_rows, row_ids, X, y, ldy, stream);
   const int mode = (v >> 4) & 3;
   if (mode == kLean2)

@@ -31,13 +31,34 @@ namespace {
 
 constexpr double kRooflineBytesPerSecond = 4.3e12;
 
+// A process switch's value when made, put back by restore() (unset if it was unset).
+class EnvKeep {
+ public:
+  explicit EnvKeep(const char* name) : name_(name) {
+    const char* v = std::getenv(name);
+    set_ = v != nullptr;
+    if (set_) value_ = v;
+  }
+  void restore() const {
+    if (set_)
+      setenv(name_.c_str(), value_.c_str(), 1);
+    else
+      unsetenv(name_.c_str());
+  }
+
+ private:
+  std::string name_, value_;
+  bool set_ = false;
+};
+
 // A variant token of DS_LEAN_ROW_VARIANTS or DS_OP_TABLE_ROW_VARIANTS: V (DS_CUDA_TC_ROW_VARIANT) or V:M
-// (and DS_CUDA_TC_EXPERT_ROUTED = M, else unset); both in the graphs' key.
-void set_row_variant(const std::string& token) {
+// (and DS_CUDA_TC_EXPERT_ROUTED = M, else the value the process had before the loop: `routed`, so a
+// DS_CUDA_TC_EXPERT_ROUTED given on the command line holds for plain V tokens); both in the graphs' key.
+void set_row_variant(const std::string& token, const EnvKeep& routed) {
   const size_t colon = token.find(':');
   setenv("DS_CUDA_TC_ROW_VARIANT", token.substr(0, colon).c_str(), 1);
   if (colon == std::string::npos)
-    unsetenv("DS_CUDA_TC_EXPERT_ROUTED");
+    routed.restore();
   else
     setenv("DS_CUDA_TC_EXPERT_ROUTED", token.substr(colon + 1).c_str(), 1);
 }
@@ -64,13 +85,12 @@ std::pair<std::string, std::vector<std::string>> env_variants(const CudaModel& m
 bool bench_env_variants(CudaModel& m, int n, int rounds) {
   const auto [name, values] = env_variants(m);
   if (name.empty() || values.empty()) return false;
-  const char* was = std::getenv(name.c_str());
-  const std::string before = was != nullptr ? was : "";
+  const EnvKeep before(name.c_str()), routed("DS_CUDA_TC_EXPERT_ROUTED");
   const char* ops_env = std::getenv("DS_LEAN_ENV_OPS");
   const bool ops = n == 1 && ops_env != nullptr && std::string(ops_env) == "1";
   for (const std::string& v : values) {
     if (name == "DS_CUDA_TC_ROW_VARIANT")
-      set_row_variant(v);  // V or V:M (moe13's routed expert mask with it)
+      set_row_variant(v, routed);  // V or V:M (moe13's routed expert mask with it)
     else
       setenv(name.c_str(), v.c_str(), 1);
     const DecodeRate x = bench_decode_rounds(m, n, rounds, 4);
@@ -82,11 +102,7 @@ bool bench_env_variants(CudaModel& m, int n, int rounds) {
     }
     std::fflush(stdout);
   }
-  if (was != nullptr)
-    setenv(name.c_str(), before.c_str(), 1);
-  else
-    unsetenv(name.c_str());
-  if (name == "DS_CUDA_TC_ROW_VARIANT") unsetenv("DS_CUDA_TC_EXPERT_ROUTED");
+  before.restore(), routed.restore();
   return true;
 }
 
@@ -445,8 +461,9 @@ void run_op_tables(const std::string& config_path, int bits, int group, const st
       std::stringstream ss(rv);
       for (std::string t; std::getline(ss, t, ',');) row_variants.push_back(t);
     }
+    const EnvKeep row_before("DS_CUDA_TC_ROW_VARIANT"), routed("DS_CUDA_TC_EXPERT_ROUTED");
     for (const std::string& rv : row_variants) {
-      if (!rv.empty()) set_row_variant(rv);
+      if (!rv.empty()) set_row_variant(rv, routed);
       const std::string mode_name = rv.empty() ? std::string(md.name) : std::string(md.name) + " v" + rv;
       const char* mode = mode_name.c_str();
       for (int n : streams) {
@@ -480,8 +497,7 @@ void run_op_tables(const std::string& config_path, int bits, int group, const st
         m.set_expert_windows(was.expert_windows);
       }
     }
-    if (row_variants.size() > 1 || !row_variants[0].empty())
-      unsetenv("DS_CUDA_TC_ROW_VARIANT"), unsetenv("DS_CUDA_TC_EXPERT_ROUTED");
+    if (row_variants.size() > 1 || !row_variants[0].empty()) row_before.restore(), routed.restore();
   }
   m.set_decode_products(was.decode_products, was.tensor_tall_only);
 }

@@ -35,11 +35,13 @@ struct Result {
 };
 
 // The fused tail's outputs (fused) and the separate ops' (ref) on one hc_head run of n rows; `ref_up` is the
-// up matrix the reference's tc_decode_wx runs (the negative control passes a perturbed one).
+// up matrix the reference's tc_decode_wx runs (the negative control passes a perturbed one). misaligned: the
+// tail reads up's scales and biases 2 bytes past a 16-byte boundary and the partials one float past one with
+// ld rows + 1 (hc_tc_tail_fast_kernel's fallbacks: 16-bit loads, scalar partials; review13).
 void run_both(const DeviceAffine& di, const DeviceAffine& up, const DeviceAffine& ref_up, int R, int n,
               bool with_pending, bool with_iota, const std::vector<float>& H0,
               const std::vector<float>& pending0, const std::vector<float>& iota0,
-              const std::vector<float>& norm0, Result& fused, Result& ref) {
+              const std::vector<float>& norm0, Result& fused, Result& ref, bool misaligned = false) {
   const int64_t SD = int64_t{kS} * kD, rows = di.w.rows;
   const float inv_s = 1.0f / kS;
   std::vector<float> Hn(H0.begin(), H0.begin() + n * SD), pn(pending0.begin(), pending0.begin() + n * kD),
@@ -55,7 +57,28 @@ void run_both(const DeviceAffine& di, const DeviceAffine& up, const DeviceAffine
   const float* ii = with_pending ? iota_in.as<float>() : nullptr;
   hc_head(di.w, H.as<float>(), p, ii, norm_w.as<float>(), kS, kD, kEps, normed.as<float>(),
           partial.as<float>(), n, nullptr, hc_head_outputs_for_rows(n));
-  hc_tensor_tail(up.w, partial.as<float>(), rows, R, inv_s, normed.as<float>(), kS, kD, H.as<float>(), p, ii,
+  AffineWeight up_w = up.w;
+  const float* tail_partial = partial.as<float>();
+  int64_t ld_partial = rows;
+  DeviceBuffer scales_m, biases_m, partial_m;
+  if (misaligned) {
+    scales_m = DeviceBuffer(up.scales.bytes() + 16), biases_m = DeviceBuffer(up.biases.bytes() + 16);
+    check(
+        cudaMemcpy(scales_m.as<uint8_t>() + 2, up.scales.data(), up.scales.bytes(), cudaMemcpyDeviceToDevice),
+        "hc tensor mix check: misaligned scales");
+    check(
+        cudaMemcpy(biases_m.as<uint8_t>() + 2, up.biases.data(), up.biases.bytes(), cudaMemcpyDeviceToDevice),
+        "hc tensor mix check: misaligned biases");
+    up_w.scales = reinterpret_cast<const uint16_t*>(scales_m.as<uint8_t>() + 2);
+    up_w.biases = reinterpret_cast<const uint16_t*>(biases_m.as<uint8_t>() + 2);
+    ld_partial = rows + 1;
+    partial_m = DeviceBuffer((size_t(n) * kS * ld_partial + 4) * 4);
+    check(cudaMemcpy2D(partial_m.as<float>() + 1, ld_partial * 4, partial.data(), rows * 4, rows * 4,
+                       size_t(n) * kS, cudaMemcpyDeviceToDevice),
+          "hc tensor mix check: misaligned partials");
+    tail_partial = partial_m.as<float>() + 1;
+  }
+  hc_tensor_tail(up_w, tail_partial, ld_partial, R, inv_s, normed.as<float>(), kS, kD, H.as<float>(), p, ii,
                  x.as<float>(), with_iota ? iota.as<float>() : nullptr, n, nullptr, mix.as<float>(), SD);
   // The separate ops on the head's joint values ((p0 + p1) + (p2 + p3) in f32, -ffp-contract=off) and normed
   // rows; the inject stored by add_rms_norm_rows.
@@ -101,12 +124,16 @@ void run_hc_tensor_checks(Tally& tally) {
   const char* variant_env = std::getenv("DS_CUDA_HC_TAIL_VARIANT");
   const std::string variant_before = variant_env != nullptr ? variant_env : "";
   // Each tail kernel (hc_tensor_tail_variant: 0 session 12's, 1 hctail13's) under each planes layout.
+  // misaligned (review13): variant 1's fallbacks for scales, biases and partials not 16-byte aligned.
   struct Pass {
     const char* variant;
     TcPlanes planes;
+    bool misaligned = false;
   };
-  for (const auto [variant, planes] : {Pass{"0", TcPlanes::Chained}, Pass{"0", TcPlanes::Columns},
-                                       Pass{"1", TcPlanes::Chained}, Pass{"1", TcPlanes::Columns}}) {
+  for (const auto [variant, planes, misaligned] :
+       {Pass{"0", TcPlanes::Chained}, Pass{"0", TcPlanes::Columns}, Pass{"1", TcPlanes::Chained},
+        Pass{"1", TcPlanes::Columns}, Pass{"1", TcPlanes::Chained, true},
+        Pass{"1", TcPlanes::Columns, true}}) {
     setenv("DS_CUDA_HC_TAIL_VARIANT", variant, 1);
     tc_decode_set_planes(planes);
     for (const Case c : {Case{4, 32, true, true}, Case{6, 64, true, true}, Case{3, 32, true, true},
@@ -119,8 +146,9 @@ void run_hc_tensor_checks(Tally& tally) {
       HostAffine off = up;  // one scale a bf16 ulp off (output 5, its first group)
       off.scales[5 * off.groups_per_row()] ^= 1;
       const DeviceAffine ddi(di), dup(up), doff(off);
-      const std::string name = std::string("hc tensor mix (tail ") + variant + ", " + tc_planes_name(planes) +
-                               ") " + std::to_string(c.bits) + "-bit g" + std::to_string(c.group) +
+      const std::string name = std::string("hc tensor mix (tail ") + variant +
+                               (misaligned ? " misaligned" : "") + ", " + tc_planes_name(planes) + ") " +
+                               std::to_string(c.bits) + "-bit g" + std::to_string(c.group) +
                                (c.R != 320 ? ", R " + std::to_string(c.R) : "") +
                                (c.with_pending && c.with_iota ? ""
                                 : c.with_iota                 ? " (first mix form: no inject)"
@@ -141,7 +169,8 @@ void run_hc_tensor_checks(Tally& tally) {
       bool row0_same = true;
       for (const int n : {1, 2, 3, 4, 8, 16, 64}) {
         Result fused, ref;
-        run_both(ddi, dup, dup, c.R, n, c.with_pending, c.with_iota, H, pending, iota, norm, fused, ref);
+        run_both(ddi, dup, dup, c.R, n, c.with_pending, c.with_iota, H, pending, iota, norm, fused, ref,
+                 misaligned);
         // iota and H also where the form stores none: both stay as uploaded (H) or poisoned (iota).
         const bool ok = same(fused.mix, ref.mix) && same(fused.x, ref.x) && same(fused.iota, ref.iota) &&
                         same(fused.H, ref.H);
@@ -153,7 +182,8 @@ void run_hc_tensor_checks(Tally& tally) {
         row0_same = row0_same && std::memcmp(fused.x.data(), x_one.data(), kD * sizeof(float)) == 0;
       }
       Result fused, ref;
-      run_both(ddi, dup, doff, c.R, 3, c.with_pending, c.with_iota, H, pending, iota, norm, fused, ref);
+      run_both(ddi, dup, doff, c.R, 3, c.with_pending, c.with_iota, H, pending, iota, norm, fused, ref,
+               misaligned);
       const bool control_differs = !same(fused.mix, ref.mix);
       std::string verdict = "bit-identical";
       if (!failed_rows.empty()) verdict = "DIFFERENT at rows" + failed_rows;

@@ -1,7 +1,8 @@
 // The tensor experts' down at one row in its routed form (tc_decode_experts_routed, session 13) against the
 // separate ops: moe_expert_tiles + tc_decode_experts into the slots, then moe_combine: every valid slot's row
 // and the combined row, memcmp, under each mask of DS_CUDA_TC_EXPERT_ROUTED (the tile found from topk; its
-// first stages before the wait; the combine folded) and the one-row kernel's launch variants 14 and 30.
+// first stages before the wait; the combine folded) and the one-row kernel's launch variants 14, 30 and 94
+// (30 + dnrow13's warp-parallel bits: single matrices only, the routed down must not take it).
 // Routings: plain, an id -1, an id past the experts, a repeated id, the shared expert's id. Each launch runs
 // twice (the combine's counters must be left zero). Negative control: the reference's combine with the first
 // two weights swapped must differ.
@@ -80,7 +81,7 @@ void check_down(Tally& tally, const DownCase& c, uint64_t seed, bool control) {
     const auto tw = synced_download<ExpertWindow>(tiles, max_tiles);
     const auto sa = synced_download<float>(slots_a, size_t(all) * c.D);
     const auto oa = synced_download<float>(out_a, c.D);
-    for (const int variant : {14, 30}) {
+    for (const int variant : {14, 30, 94}) {
       setenv("DS_CUDA_TC_ROW_VARIANT", std::to_string(variant).c_str(), 1);
       for (const int mode : {1, 3, 5, 7}) {
         setenv("DS_CUDA_TC_EXPERT_ROUTED", std::to_string(mode).c_str(), 1);
