@@ -71,6 +71,11 @@ std::pair<std::string, std::vector<std::string>> env_variants(const CudaModel& m
     const size_t eq = v.find('=');
     if (eq == std::string::npos || eq == 0) fail("DS_LEAN_ENV must be NAME=v1,v2,... (got '{}')", v);
     name = v.substr(0, eq), list = v.substr(eq + 1);
+    // Switches read once and cached by the kernels (review13): flipping them here would time one setting
+    // under every label; their setters (bench_swiglu_fold's) are the way to A/B them.
+    for (const char* cached : {"DS_CUDA_HC_TENSOR", "DS_CUDA_TC_SWIGLU", "DS_CUDA_TC_GROUP", "DS_CUDA_TC_ROW",
+                               "DS_CUDA_TC_PLANES", "DS_CUDA_ROW_KERNEL"})
+      if (name == cached) fail("DS_LEAN_ENV: {} is read once and cached, so it cannot be flipped here", name);
   } else if (const char* rv = std::getenv("DS_LEAN_ROW_VARIANTS");
              rv != nullptr && rv[0] != '\0' && m.options().decode_products == DecodeProducts::Tensor) {
     name = "DS_CUDA_TC_ROW_VARIANT", list = rv;
