@@ -123,6 +123,10 @@ bool CudaModel::down_pairs_early() const {
   return env_switch("DS_CUDA_DOWN_PAIRS_EARLY", opt_.down_pairs_early);
 }
 
+bool CudaModel::hc_head_loads_first() const {
+  return env_switch("DS_CUDA_HC_HEAD_LOADS_FIRST", opt_.hc_head_loads_first);
+}
+
 void CudaModel::mixer(const Layer& L, int layer, int n, const float* x, float* y) {
   Scratch& s = *scratch_;
   const ModelConfig& c = cfg_;
