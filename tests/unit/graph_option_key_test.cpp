@@ -55,7 +55,7 @@ TEST(GraphOptionKey, EveryOptionAndSwitchChangesTheKey) {
       {"hc_tensor", [](GraphOptionKey& o) { o.hc_tensor = true; }},
       {"deltanet_one_launch", [](GraphOptionKey& o) { o.deltanet_one_launch = true; }},
       {"down_pairs_early", [](GraphOptionKey& o) { o.down_pairs_early = true; }},
-      {"hc_head_loads_first", [](GraphOptionKey& o) { o.hc_head_loads_first = true; }},
+      {"loads_first", [](GraphOptionKey& o) { o.loads_first = true; }},
       {"hc_tail_variant", [](GraphOptionKey& o) { o.hc_tail_variant = 1; }},
       {"tiled_outputs", [](GraphOptionKey& o) { o.tiled_outputs = 64; }},
       {"tiled_min_blocks", [](GraphOptionKey& o) { o.tiled_min_blocks = 3; }},

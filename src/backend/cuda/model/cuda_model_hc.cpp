@@ -44,7 +44,7 @@ void CudaModel::hc_mix(const DeviceHc& hc, int n, float* H, const float* pending
     op("hc norm|down|inject");
     hc_head(di.affine, H, pending, iota_in, hc.norm.as<float>(), S, D, cfg_.rms_eps, s.normed, s.low_iota, n,
             st, opt_.hc_head_outputs > 0 ? opt_.hc_head_outputs : hc_head_outputs_for_rows(n),
-            !prompt_pass_ && hc_head_loads_first());
+            !prompt_pass_ && loads_first());
     op("hc up");
     hc_tail(hc.up.affine, s.low_iota, di.rows, R, inv_s, s.normed, S, D, H, pending, iota_in, x, iota_out, n,
             st);
@@ -58,7 +58,7 @@ void CudaModel::hc_mix(const DeviceHc& hc, int n, float* H, const float* pending
     op("hc norm|down|inject");
     hc_head(di.affine, H, pending, iota_in, hc.norm.as<float>(), S, D, cfg_.rms_eps, s.normed, s.low_iota, n,
             st, opt_.hc_head_outputs > 0 ? opt_.hc_head_outputs : hc_head_outputs_for_rows(n, true),
-            !prompt_pass_ && hc_head_loads_first());
+            !prompt_pass_ && loads_first());
     op("hc up");
     hc_tensor_tail(hc.up.affine, s.low_iota, di.rows, R, inv_s, s.normed, S, D, H, pending, iota_in, x,
                    iota_out, n, st);

@@ -32,7 +32,7 @@ int64_t hc_partial_floats(const AffineWeight& down_inject, int S, int n);
 // outputs_per_warp (1 or 2) sets only how many blocks share the work (2: 16 outputs a block, 1: 8, twice
 // the blocks, each norming its stream again); every output's bits are the same either way. loads_first:
 // the kernel that issues the pending row's loads together right after the wait (the same bits; sass13,
-// docs/receipts/cuda-decode-batch1.md; CudaModel::hc_head_loads_first).
+// docs/receipts/cuda-decode-batch1.md; CudaModel::loads_first).
 void hc_head(const AffineWeight& down_inject, const float* H, const float* pending, const float* iota_in,
              const float* norm_w, int S, int D, float eps, float* normed, float* partial, int n,
              cudaStream_t stream, int outputs_per_warp = 2, bool loads_first = false);
