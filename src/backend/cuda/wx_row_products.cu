@@ -115,18 +115,21 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32, 4)
 
 // Two halves a warp (wx_row.cuh), x read through L1 (kStaged false) or staged once per block in shared memory
 // as f32 (dynamic shared memory: staged_row_bytes(cols)).
-// kLoadsFirst (staged only; row_loads_first()): x staged by stage_row_grouped, the same bits.
+// kLoadsFirst (staged only; row_loads_first()): x staged by stage_row_grouped and the first task's item 1
+// loaded before the wait (paired_row_product's kLoadsFirst), the same bits.
 template <class Unit, class Rows, bool kStaged, bool kLoadsFirst = false>
 __global__ void __launch_bounds__(kWarpsPerBlock * 32, 4)
     paired_row_kernel(typename Unit::Matrix m, int64_t n_out, Rows rows, float* y) {
   if constexpr (kStaged) {
     extern __shared__ float4 staged[];
     float* xs = reinterpret_cast<float*>(staged);
-    if constexpr (kLoadsFirst)
-      paired_row_product<Unit, StagedRow>(m, n_out, StagedRow{xs}, y,
-                                          [&] { stage_row_grouped(rows, m.cols, xs); });
-    else
+    if constexpr (kLoadsFirst) {
+      auto stage_grouped = [&] { stage_row_grouped(rows, m.cols, xs); };
+      paired_row_product<Unit, StagedRow, decltype(stage_grouped), true>(m, n_out, StagedRow{xs}, y,
+                                                                         stage_grouped);
+    } else {
       paired_row_product<Unit, StagedRow>(m, n_out, StagedRow{xs}, y, [&] { stage_row(rows, m.cols, xs); });
+    }
   } else {
     paired_row_product<Unit, Rows>(m, n_out, rows, y, [] {});
   }
