@@ -55,6 +55,8 @@ TEST(GraphOptionKey, EveryOptionAndSwitchChangesTheKey) {
       {"hc_tensor", [](GraphOptionKey& o) { o.hc_tensor = true; }},
       {"deltanet_one_launch", [](GraphOptionKey& o) { o.deltanet_one_launch = true; }},
       {"down_pairs_early", [](GraphOptionKey& o) { o.down_pairs_early = true; }},
+      {"loads_first", [](GraphOptionKey& o) { o.loads_first = true; }},
+      {"row_loads_first", [](GraphOptionKey& o) { o.row_loads_first = true; }},
       {"hc_tail_variant", [](GraphOptionKey& o) { o.hc_tail_variant = 1; }},
       {"tiled_outputs", [](GraphOptionKey& o) { o.tiled_outputs = 64; }},
       {"tiled_min_blocks", [](GraphOptionKey& o) { o.tiled_min_blocks = 3; }},

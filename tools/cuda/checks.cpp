@@ -9,6 +9,7 @@
 #include "backend/cuda/device_buffer.h"
 #include "backend/cuda/stream.h"
 #include "backend/cuda/wx_products.h"
+#include "backend/cuda/wx_row_choice.h"
 #include "host_reference.h"
 
 namespace ds::cuda::wxcheck {
@@ -281,6 +282,11 @@ void check_row_kernels(Tally& tally, bool quick, std::mt19937_64& rng, const Str
       set_one_row_kernel(k);
       y.push_back(run_product(product, x, t, 3, 1, rows, stream));
     }
+    // The paired-staged kernel staging x with its loads grouped (row_loads_first, sass13): the same bits.
+    set_one_row_kernel(RowKernel::PairedStaged);
+    set_row_loads_first(true);
+    y.push_back(run_product(product, x, t, 3, 1, rows, stream));
+    set_row_loads_first(false);
     set_one_row_kernel(chosen);
     bool same = true;
     for (size_t k = 1; k < y.size(); ++k) same = same && std::memcmp(y[0].data(), y[k].data(), rows * 4) == 0;
@@ -324,8 +330,10 @@ void check_row_kernels(Tally& tally, bool quick, std::mt19937_64& rng, const Str
                            std::to_string(shape[1]) + " x " + act_name(t));
     }
   }
-  std::printf("one-row kernels (lockstep-exact, paired, paired-staged) == lockstep: %d of %d products\n",
-              same, n);
+  std::printf(
+      "one-row kernels (lockstep-exact, paired, paired-staged, paired-staged with grouped staging loads) == "
+      "lockstep: %d of %d products\n",
+      same, n);
 }
 
 template <class Fn>

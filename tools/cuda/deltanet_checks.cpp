@@ -39,7 +39,7 @@ StepResult run_step(const DeltaNetCase& c, const DeviceWeights& w, const std::ve
                     const std::vector<std::vector<float>>& conv_states,
                     const std::vector<std::vector<float>>& states, const Stream& stream, bool chunked = false,
                     const std::vector<int>& pos0 = {}, bool separate_norm = false, bool staged = false,
-                    bool one_launch = false) {
+                    bool one_launch = false, bool loads_first = false) {
   const DeltaNetShape& s = c.shape;
   const int64_t cd = s.conv_dim(), vd = s.value_dim(), nv = s.nv;
   std::vector<float> mixed, z, b, a;
@@ -72,7 +72,7 @@ StepResult run_step(const DeltaNetCase& c, const DeviceWeights& w, const std::ve
   scratch.fill_bytes(0xFF);
   const DeltaRuleChunks chunks{max_count, scratch.as<float>(), scratch.bytes()};
   deltanet_decode(s, w.view(), d_wins.as<DeltaNetWindow>(), static_cast<int>(wins.size()), r, rows,
-                  stream.get(), chunked ? &chunks : nullptr, separate_norm, staged, one_launch);
+                  stream.get(), chunked ? &chunks : nullptr, separate_norm, staged, one_launch, loads_first);
   stream.synchronize();
   StepResult out;
   out.core = download<float>(core, rows * vd);
@@ -153,6 +153,38 @@ void check_shape(Tally& tally, const DeltaNetShape& s, const std::string& name, 
   bool apart_same = same_bits(apart.core, full.core);
   for (int i = 0; i < nw; ++i) apart_same = apart_same && same_bits(apart.states[i], full.states[i]);
   tally.expect(apart_same, "deltanet " + name + ": rule + gated norm in one launch == apart (bits)");
+  // The loads-first kernels (sass13: the conv and the rule + norm issuing their loads together) == the
+  // default ones, bit for bit: all windows in one launch, and each window alone; negative control: the same
+  // kernels from states with one value one ulp off give other states.
+  {
+    const StepResult lf =
+        run_step(c, w, all, 0, 1 << 30, conv0, st0, stream, false, {}, false, false, false, true);
+    bool lf_same = same_bits(lf.core, full.core);
+    for (int i = 0; i < nw; ++i)
+      lf_same = lf_same && same_bits(lf.states[i], full.states[i]) &&
+                same_bits(lf.conv_states[i], full.conv_states[i]);
+    int64_t at = 0;
+    for (int i = 0; i < nw; ++i) {
+      const StepResult r =
+          run_step(c, w, {i}, 0, 1 << 30, conv0, st0, stream, false, {}, false, false, false, true);
+      const int64_t n = c.windows[i].count * vd;
+      lf_same = lf_same && std::memcmp(r.core.data(), full.core.data() + at * vd, n * 4) == 0 &&
+                same_bits(r.states[i], full.states[i]) && same_bits(r.conv_states[i], full.conv_states[i]);
+      at += c.windows[i].count;
+    }
+    auto st_off = st0;
+    uint32_t u;
+    std::memcpy(&u, &st_off[0][5], 4);
+    ++u;
+    std::memcpy(&st_off[0][5], &u, 4);
+    const StepResult off =
+        run_step(c, w, all, 0, 1 << 30, conv0, st_off, stream, false, {}, false, false, false, true);
+    const bool lf_control = !same_bits(off.states[0], full.states[0]);
+    std::printf("deltanet %-28s loads-first kernels == default: %s (a state one ulp off: %s)\n", name.c_str(),
+                lf_same ? "bit-identical" : "DIFFERENT", lf_control ? "differs" : "SAME");
+    tally.expect(lf_same, "deltanet " + name + ": loads-first kernels == the default ones (bits)");
+    tally.expect(lf_control, "deltanet " + name + ": loads-first from a state one ulp off differs (control)");
+  }
   // The prompt kernels (staged) on these short windows == the decode kernels, bit for bit.
   const StepResult staged = run_step(c, w, all, 0, 1 << 30, conv0, st0, stream, false, {}, true, true);
   bool staged_same = same_bits(staged.core, full.core);

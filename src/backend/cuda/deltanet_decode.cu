@@ -31,7 +31,12 @@ __device__ __forceinline__ bool window_ok(const DeltaNetWindow& win, int n_rows)
 // last K-1 inputs become the history. A q or k block then L2-normalises its head per token (q then scaled):
 // warp 0 sums the squares as one warp per head would (lane l: channels l, l+32, l+64, l+96 in order, then
 // the butterfly). The q/k blocks also write beta and g per value head (block j: heads j, j + 2nk, ...).
-template <int K>
+// LoadsFirst (sass13; the same operations on the same values): the window's row0, count and conv_state are
+// read together; the thread's first value head's a_log and dt_bias before the wait, its b and a with the
+// token's input, a compiler barrier after them. Without it the SASS waits the window, then conv_state, then
+// the history and input, and after the q/k norm's barriers b, then (past the beta store) a, a_log and
+// dt_bias: about 5 dependent memory round trips after the wait at one token, 2 with it.
+template <int K, bool LoadsFirst>
 __global__ void __launch_bounds__(kKeyRows)
     conv_norm_gates_kernel(DeltaNetShape s, DeltaNetWindow* windows, float* mixed, int64_t lm,
                            const float* taps, const float* b, const float* a, int64_t lba, const float* a_log,
@@ -45,9 +50,24 @@ __global__ void __launch_bounds__(kKeyRows)
 #pragma unroll
     for (int k = 0; k < K; ++k) tap[k] = taps[ch * K + k];  // weights: before the wait
   }
+  // The thread's first value head of the gates (LoadsFirst: its weights before the wait).
+  const int h0 = head + qk_heads * static_cast<int>(threadIdx.x);
+  const bool gate0 = LoadsFirst && head < qk_heads && threadIdx.x < kKeyRows && h0 < s.nv;
+  float a_log0 = 0.0f, dt_bias0 = 0.0f;
+  if (gate0) a_log0 = a_log[h0], dt_bias0 = dt_bias[h0];
   dev::grid_dependency_wait();
-  const DeltaNetWindow win = windows[blockIdx.y];
-  if (!window_ok(win, n_rows)) return;
+  DeltaNetWindow win;
+  if constexpr (LoadsFirst) {
+    win.row0 = windows[blockIdx.y].row0;
+    win.count = windows[blockIdx.y].count;
+    win.conv_state = windows[blockIdx.y].conv_state;
+    // The check reads the pointer too (never null for a valid window): ptxas then issues its load with the
+    // count's instead of sinking it past the exit.
+    if (!window_ok(win, n_rows) || win.conv_state == nullptr) return;
+  } else {
+    win = windows[blockIdx.y];
+    if (!window_ok(win, n_rows)) return;
+  }
   if (head >= qk_heads && ch >= cd) return;  // past the v channels (no __syncthreads in v blocks)
 #pragma unroll
   for (int k = 0; k < K - 1; ++k) hist[k] = win.conv_state[k * cd + ch];
@@ -55,6 +75,11 @@ __global__ void __launch_bounds__(kKeyRows)
     const int64_t row = int64_t{win.row0} + t;
     float* cell = mixed + row * lm + ch;
     hist[K - 1] = *cell;
+    float b0 = 0.0f, a0 = 0.0f;
+    if constexpr (LoadsFirst) {
+      if (gate0) b0 = b[row * lba + h0], a0 = a[row * lba + h0];
+      asm volatile("" ::: "memory");  // every load above issued before the arithmetic below
+    }
     float acc = 0.0f;
 #pragma unroll
     for (int k = 0; k < K; ++k) acc = __fmaf_rn(tap[k], hist[k], acc);
@@ -75,6 +100,11 @@ __global__ void __launch_bounds__(kKeyRows)
       if (head < s.nk) y = __fmul_rn(y, q_scale);
       for (int h = head + qk_heads * static_cast<int>(threadIdx.x); threadIdx.x < kKeyRows && h < s.nv;
            h += qk_heads * kKeyRows) {
+        if (gate0 && h == h0) {
+          gates[row * 2 * s.nv + h] = dev::sigmoid(b0);
+          gates[row * 2 * s.nv + s.nv + h] = __fmul_rn(-expf(a_log0), dev::softplus(__fadd_rn(a0, dt_bias0)));
+          continue;
+        }
         gates[row * 2 * s.nv + h] = dev::sigmoid(b[row * lba + h]);
         gates[row * 2 * s.nv + s.nv + h] =
             __fmul_rn(-expf(a_log[h]), dev::softplus(__fadd_rn(a[row * lba + h], dt_bias[h])));
@@ -134,6 +164,25 @@ __device__ __forceinline__ void gated_norm_head(const DeltaNetShape& s, const fl
   }
 }
 
+// gated_norm_head with lane's z values and norm weights in registers (zz[j], norm[j]: output lane + 32 j; dv
+// <= 128): the same operations in the same order.
+__device__ __forceinline__ void gated_norm_head_regs(const DeltaNetShape& s, const float* o, float* out,
+                                                     const float (&zz)[4], const float (&norm)[4], int lane) {
+  float ss = 0.0f;
+  for (int i = lane; i < s.dv; i += kWarp) ss = __fmaf_rn(o[i], o[i], ss);
+  ss = warp_sum(ss);
+  const float inv =
+      __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(ss, static_cast<float>(s.dv)), s.rms_eps)));
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const int i = lane + j * kWarp;
+    if (i < s.dv) {
+      const float gate = s.gate_sigmoid ? dev::sigmoid(zz[j]) : dev::silu(zz[j]);
+      out[i] = __fmul_rn(__fmul_rn(__fmul_rn(o[i], inv), norm[j]), gate);
+    }
+  }
+}
+
 // The delta rule for one (window, value head, 32 value columns): lane = column, warp w holds key rows
 // 32w..32w+31 of the state in registers for the whole window (delta_step per token).
 __global__ void __launch_bounds__(128)
@@ -172,15 +221,44 @@ __global__ void __launch_bounds__(128)
 // one launch.
 constexpr int kMaxFusedColumns = 128;
 
+// LoadsFirst (sass13; the same operations on the same values): the window's row0, count and state pointer
+// are read together (not the pointer after the count's check); each token's q, k, v, beta, g and (warp 0)
+// its z values are loaded together at the top of the token, a compiler barrier after them; warp 0 loads the
+// norm weights before the wait. Without it the SASS waits the window, then the state pointer, then q and k
+// (stored to shared memory before beta and g are loaded), and warp 0's gated norm loads z, then the norm
+// weight, per output in a loop with the sigmoid's division call between: about 12 dependent memory round
+// trips after the wait at one token, about 4 with it.
+constexpr int kNormPerLane = kMaxFusedColumns / kWarp;
+static_assert(kNormPerLane == 4, "gated_norm_head_regs holds 4 outputs a lane");
+
+template <bool LoadsFirst>
 __global__ void __launch_bounds__(4 * kMaxFusedColumns)
     delta_rule_norm_kernel(DeltaNetShape s, DeltaNetWindow* windows, const float* mixed, int64_t lm,
                            const float* gates, const float* z, int64_t lz, const float* norm, float* core,
                            int n_rows) {
+  const int h = blockIdx.y, warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  float norm_v[kNormPerLane], z_v[kNormPerLane];
+  if constexpr (LoadsFirst) {
+    if (warp == 0) {
+#pragma unroll
+      for (int j = 0; j < kNormPerLane; ++j)
+        if (lane + j * kWarp < s.dv) norm_v[j] = norm[lane + j * kWarp];  // weights: before the wait
+    }
+  }
   dev::grid_dependency_wait();
   __shared__ float q_sh[kKeyRows], k_sh[kKeyRows], part[4][kMaxFusedColumns], o_sh[kMaxFusedColumns];
-  const DeltaNetWindow win = windows[blockIdx.z];
-  if (!window_ok(win, n_rows)) return;
-  const int h = blockIdx.y, warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  DeltaNetWindow win;
+  if constexpr (LoadsFirst) {
+    win.row0 = windows[blockIdx.z].row0;
+    win.count = windows[blockIdx.z].count;
+    win.state = windows[blockIdx.z].state;
+    // The check reads the pointer too (a valid window's state is never null), so that ptxas issues its load
+    // with the count's instead of sinking it past the exit.
+    if (!window_ok(win, n_rows) || win.state == nullptr) return;
+  } else {
+    win = windows[blockIdx.z];
+    if (!window_ok(win, n_rows)) return;
+  }
   const int kw = warp % 4;                             // key rows 32kw..32kw+31
   const int c = (warp / 4) * kColumnsPerBlock + lane;  // value column
   const int key_head = h / (s.nv / s.nk);
@@ -191,21 +269,47 @@ __global__ void __launch_bounds__(4 * kMaxFusedColumns)
   for (int t = 0; t < win.count; ++t) {
     const int64_t row = int64_t{win.row0} + t;
     const float* m = mixed + row * lm;
-    __syncthreads();  // the previous token is done with q_sh, k_sh, part, o_sh
-    if (threadIdx.x < kKeyRows) {
-      q_sh[threadIdx.x] = m[int64_t{key_head} * kKeyRows + threadIdx.x];
-      k_sh[threadIdx.x] = m[kd + int64_t{key_head} * kKeyRows + threadIdx.x];
+    if constexpr (LoadsFirst) {
+      float qv = 0.0f, kv = 0.0f;
+      if (threadIdx.x < kKeyRows) {
+        qv = m[int64_t{key_head} * kKeyRows + threadIdx.x];
+        kv = m[kd + int64_t{key_head} * kKeyRows + threadIdx.x];
+      }
+      const float v = m[2 * kd + int64_t{h} * s.dv + c];
+      const float beta = gates[row * 2 * s.nv + h];
+      const float g = gates[row * 2 * s.nv + s.nv + h];
+      const float* zz = z + row * lz + int64_t{h} * s.dv;
+      if (warp == 0) {
+#pragma unroll
+        for (int j = 0; j < kNormPerLane; ++j)
+          if (lane + j * kWarp < s.dv) z_v[j] = zz[lane + j * kWarp];
+      }
+      asm volatile("" ::: "memory");  // every load above issued before what follows
+      __syncthreads();                // the previous token is done with q_sh, k_sh, part, o_sh
+      if (threadIdx.x < kKeyRows) q_sh[threadIdx.x] = qv, k_sh[threadIdx.x] = kv;
+      const float alpha = expf(g);
+      __syncthreads();
+      delta_step(st, q_sh, k_sh, part, kw, c, v, beta, alpha);
+      if (kw == 0) o_sh[c] = sum4(part, c);
+      __syncthreads();
+      if (warp == 0) gated_norm_head_regs(s, o_sh, core + row * vd + int64_t{h} * s.dv, z_v, norm_v, lane);
+    } else {
+      __syncthreads();  // the previous token is done with q_sh, k_sh, part, o_sh
+      if (threadIdx.x < kKeyRows) {
+        q_sh[threadIdx.x] = m[int64_t{key_head} * kKeyRows + threadIdx.x];
+        k_sh[threadIdx.x] = m[kd + int64_t{key_head} * kKeyRows + threadIdx.x];
+      }
+      const float v = m[2 * kd + int64_t{h} * s.dv + c];
+      const float beta = gates[row * 2 * s.nv + h];
+      const float alpha = expf(gates[row * 2 * s.nv + s.nv + h]);
+      __syncthreads();
+      delta_step(st, q_sh, k_sh, part, kw, c, v, beta, alpha);
+      if (kw == 0) o_sh[c] = sum4(part, c);
+      __syncthreads();
+      if (warp == 0)
+        gated_norm_head(s, o_sh, core + row * vd + int64_t{h} * s.dv, z + row * lz + int64_t{h} * s.dv, norm,
+                        lane);
     }
-    const float v = m[2 * kd + int64_t{h} * s.dv + c];
-    const float beta = gates[row * 2 * s.nv + h];
-    const float alpha = expf(gates[row * 2 * s.nv + s.nv + h]);
-    __syncthreads();
-    delta_step(st, q_sh, k_sh, part, kw, c, v, beta, alpha);
-    if (kw == 0) o_sh[c] = sum4(part, c);
-    __syncthreads();
-    if (warp == 0)
-      gated_norm_head(s, o_sh, core + row * vd + int64_t{h} * s.dv, z + row * lz + int64_t{h} * s.dv, norm,
-                      lane);
   }
   for (int i = 0; i < kRowsPerWarp; ++i) S[int64_t{kw * kRowsPerWarp + i} * s.dv + c] = st[i];
 }
@@ -311,7 +415,8 @@ void fail(const std::string& what) {
 
 void deltanet_decode(const DeltaNetShape& s, const DeltaNetWeights& w, const DeltaNetWindow* windows,
                      int n_windows, const DeltaNetRows& rows, int n_rows, cudaStream_t stream,
-                     const DeltaRuleChunks* chunks, bool separate_norm, bool staged, bool fused_conv) {
+                     const DeltaRuleChunks* chunks, bool separate_norm, bool staged, bool fused_conv,
+                     bool loads_first) {
   if (s.dk != kKeyRows) fail("dk must be 128 (got " + std::to_string(s.dk) + ")");
   if (s.dv <= 0 || s.dv % kColumnsPerBlock != 0) fail("dv must be a positive multiple of 32");
   if (s.nk <= 0 || s.nv <= 0 || s.nv % s.nk != 0) fail("nv must be a positive multiple of nk");
@@ -330,9 +435,11 @@ void deltanet_decode(const DeltaNetShape& s, const DeltaNetWeights& w, const Del
   const dim3 conv_grid(static_cast<unsigned>((cd + kKeyRows - 1) / kKeyRows),
                        static_cast<unsigned>(n_windows));
   const int64_t lba = rows.ld_gates_in(s);
-  auto* conv = s.conv_kernel == 2   ? conv_norm_gates_kernel<2>
-               : s.conv_kernel == 3 ? conv_norm_gates_kernel<3>
-                                    : conv_norm_gates_kernel<4>;
+  auto* conv = s.conv_kernel == 2
+                   ? (loads_first ? conv_norm_gates_kernel<2, true> : conv_norm_gates_kernel<2, false>)
+               : s.conv_kernel == 3
+                   ? (loads_first ? conv_norm_gates_kernel<3, true> : conv_norm_gates_kernel<3, false>)
+                   : (loads_first ? conv_norm_gates_kernel<4, true> : conv_norm_gates_kernel<4, false>);
   if (fused_conv && chunks == nullptr && !separate_norm && !staged && conv_rule_norm_supported(s)) {
     cudaLaunchConfig_t cfg{};
     cfg.gridDim = dim3(1, static_cast<unsigned>(s.nv), static_cast<unsigned>(n_windows));
@@ -368,8 +475,9 @@ void deltanet_decode(const DeltaNetShape& s, const DeltaNetWeights& w, const Del
     delta_rule_staged(s, wins, n_windows, rows.mixed, lm, rows.gates, rows.core, n_rows, stream);
   } else if (s.dv <= kMaxFusedColumns && !separate_norm && !staged) {  // one block per (window, value head)
     const dim3 grid(1, static_cast<unsigned>(s.nv), static_cast<unsigned>(n_windows));
-    delta_rule_norm_kernel<<<grid, 4 * s.dv, 0, stream>>>(s, wins, rows.mixed, lm, rows.gates, rows.z,
-                                                          rows.ld_z(s), w.norm, rows.core, n_rows);
+    auto* rule_norm = loads_first ? delta_rule_norm_kernel<true> : delta_rule_norm_kernel<false>;
+    rule_norm<<<grid, 4 * s.dv, 0, stream>>>(s, wins, rows.mixed, lm, rows.gates, rows.z, rows.ld_z(s),
+                                             w.norm, rows.core, n_rows);
     check_launch("deltanet_decode delta rule + gated norm");
     return;
   } else {

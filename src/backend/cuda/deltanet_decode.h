@@ -77,8 +77,10 @@ struct DeltaRuleChunks {
 void deltanet_decode(const DeltaNetShape& shape, const DeltaNetWeights& w, const DeltaNetWindow* windows,
                      int n_windows, const DeltaNetRows& rows, int n_rows, cudaStream_t stream,
                      const DeltaRuleChunks* chunks = nullptr, bool separate_norm = false, bool staged = false,
-                     bool fused_conv = false);
+                     bool fused_conv = false, bool loads_first = false);
 
+// loads_first (the two-launch decode path, dv <= 128): the rule + norm kernel that issues each token's loads
+// together (sass13; the same bits; docs/receipts/cuda-decode-batch1.md).
 // fused_conv (decode; no chunks, separate_norm or staged): the whole step in ONE launch where
 // conv_rule_norm_supported (dk == dv == 128, at most 8 value heads a key head: one thread-block cluster per
 // key head), the same bits as the two launches; mixed then keeps the projection (it is not overwritten) and

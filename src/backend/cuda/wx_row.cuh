@@ -64,6 +64,32 @@ __device__ __forceinline__ void stage_row(const Rows& rows, int64_t cols, float*
   __syncthreads();
 }
 
+// stage_row with each thread's loads issued in groups of kStageGroup before any of their stores (sass13: in
+// stage_row's loop every load waits for the previous iteration's store, one L2 round trip per 1024 columns
+// after the programmatic wait, 3 at 2560 columns and 6 at 6144; grouped, 1 and 2). The same values copied.
+constexpr int kStageGroup = 4;
+template <class Rows>
+__device__ __forceinline__ void stage_row_grouped(const Rows& rows, int64_t cols, float* xs) {
+  const int64_t step = int64_t{blockDim.x} * 8;
+  for (int64_t col0 = int64_t{threadIdx.x} * 8; col0 < cols; col0 += kStageGroup * step) {
+    float v[kStageGroup][8];
+#pragma unroll
+    for (int g = 0; g < kStageGroup; ++g)
+      if (col0 + g * step < cols) rows.load8(0, col0 + g * step, v[g]);
+    asm volatile("" ::: "memory");  // the group's loads issued before its stores
+#pragma unroll
+    for (int g = 0; g < kStageGroup; ++g) {
+      const int64_t col = col0 + g * step;
+      if (col < cols) {
+        float4* d = reinterpret_cast<float4*>(xs + (col >> 5) * kStagedBlockFloats + (col & 31));
+        d[0] = make_float4(v[g][0], v[g][1], v[g][2], v[g][3]);
+        d[1] = make_float4(v[g][4], v[g][5], v[g][6], v[g][7]);
+      }
+    }
+  }
+  __syncthreads();
+}
+
 // Where a lane's items lie: lane p's item j is unit b + 16 (j & 1) + pair_stride (j >> 1); every lane of
 // the warp runs n_items items (lane 0's count), skipping those past the row's end.
 struct PairedItems {
@@ -81,18 +107,20 @@ struct PairedItems {
 // One task's chains: X holds item 0 on entry. load_even(dst, u) / load_odd(dst, u) load this task's half hi /
 // half 1 - hi at unit u (nothing when u is past the row's end), load_next(dst) the next task's item 0 (or
 // nothing), which X holds on return. acc[h][o]: the sum of output 4h + o, the same bits in every lane.
+// y_ready: Y already holds item 1 (the caller issued its load_odd(Y, b + 16)); the first load_odd is skipped.
 template <class Unit, class XRow, class LoadEven, class LoadOdd, class LoadNext>
 __device__ __forceinline__ void paired_task(Unit (&X)[kOutputsPerWarp], Unit (&Y)[kOutputsPerWarp],
                                             const PairedItems& it, const XRow& x, int64_t x_row,
                                             const LoadEven& load_even, const LoadOdd& load_odd,
-                                            const LoadNext& load_next, float (&acc)[2][kOutputsPerWarp]) {
+                                            const LoadNext& load_next, float (&acc)[2][kOutputsPerWarp],
+                                            bool y_ready = false) {
   constexpr int NH = kOutputsPerWarp;
   float acc_even[1][NH], acc_odd[1][NH];
 #pragma unroll
   for (int o = 0; o < NH; ++o) acc_even[0][o] = acc_odd[0][o] = 0.0f;
   int j = 0, u = it.b;                                       // u: the unit of item j (even)
   for (; j + 1 < it.n_items; j += 2, u += it.pair_stride) {  // X holds item j
-    load_odd(Y, u + 16);
+    if (!y_ready || j > 0) load_odd(Y, u + 16);
     if (u < it.units) unit_product<Unit, XRow, 1, NH>(X, u, x, x_row, 1, acc_even);
     if (j + 2 < it.n_items)
       load_even(X, u + it.pair_stride);
@@ -144,7 +172,8 @@ __device__ __forceinline__ void merge_paired_slices(float (&acc)[2][kOutputsPerW
 // task is the 8 outputs of each warp (one slice) or the block's 8 outputs (4 slices, the warps splitting the
 // columns as block_product's do). Row x is read through `x` (F32Rows, Bf16Rows, or StagedRow); `stage()` runs
 // once, after the grid dependency wait and before x is first read (stage_row, or nothing).
-template <class Unit, class XRow, class Stage>
+// kLoadsFirst: the first task's item 1 (Y) is loaded before the wait too (weights), not after the staging.
+template <class Unit, class XRow, class Stage, bool kLoadsFirst = false>
 __device__ __forceinline__ void paired_row_product(const typename Unit::Matrix& m, int64_t n_out64,
                                                    const XRow& x, float* y, const Stage& stage) {
   constexpr int NH = kOutputsPerWarp;
@@ -167,10 +196,14 @@ __device__ __forceinline__ void paired_row_product(const typename Unit::Matrix& 
   int64_t task = blockIdx.x, o0 = first_output(task);
   Unit X[NH], Y[NH];  // X: even items (half hi), Y: odd items (half 1 - hi)
   if (o0 < n_out) load_half(X, int(o0) + NH * it.hi, it.b);
+  // The first task's item 1 as its first paired_task iteration would load it (load_odd at unit b + 16).
+  const bool y_ready = kLoadsFirst && o0 < n_out && it.n_items > 1;
+  if (y_ready) load_half(Y, int(o0) + NH * (1 - it.hi), it.b + 16);
   // Weights never change during a round: their first loads go out before waiting for the previous kernel
   // (programmatic launch, grid_dependency.cuh); x is read only after it.
   dev::grid_dependency_wait();
   stage();
+  bool first_task = true;
   while (o0 < n_out) {  // uniform over the warp, and over the block when it shares outputs
     const int64_t next_o0 = first_output(task + gridDim.x);
     const bool has_next = next_o0 < n_out;
@@ -183,7 +216,8 @@ __device__ __forceinline__ void paired_row_product(const typename Unit::Matrix& 
         [&](Unit(&d)[NH]) {
           if (has_next) load_half(d, next_even_row, it.b);
         },
-        acc);
+        acc, y_ready && first_task);
+    first_task = false;
     if (slices > 1) merge_paired_slices(acc, part);
     if (slices == 1 || warp == 0) {
 #pragma unroll

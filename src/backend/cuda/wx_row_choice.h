@@ -18,4 +18,10 @@ int64_t paired_min_tasks();
 void set_paired_grouped(bool on);
 bool paired_grouped();
 
+// Whether the paired-staged one-row kernel stages x with each thread's loads in groups (stage_row_grouped,
+// sass13; the same bits): DS_CUDA_LOADS_FIRST (1 or 0) read at every call when set, else the value set here
+// (default off). Process-wide; in the graphs' key.
+void set_row_loads_first(bool on);
+bool row_loads_first();
+
 }  // namespace ds::cuda

@@ -35,6 +35,20 @@ std::atomic<int64_t> min_tasks{-1};  // -1: 2 x the SMs
 }  // namespace
 
 std::atomic<bool> grouped_on{true};
+std::atomic<bool> row_loads_first_on{false};
+
+void set_row_loads_first(bool on) {
+  row_loads_first_on = on;
+}
+
+bool row_loads_first() {
+  const char* v = std::getenv("DS_CUDA_LOADS_FIRST");
+  const std::string value = v != nullptr ? v : "";
+  if (value.empty()) return row_loads_first_on.load();
+  if (value != "1" && value != "0")
+    throw ArgumentError("DS_CUDA_LOADS_FIRST must be 1 or 0 (got '" + value + "')");
+  return value == "1";
+}
 
 void set_paired_grouped(bool on) {
   grouped_on = on;
@@ -101,13 +115,21 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32, 4)
 
 // Two halves a warp (wx_row.cuh), x read through L1 (kStaged false) or staged once per block in shared memory
 // as f32 (dynamic shared memory: staged_row_bytes(cols)).
-template <class Unit, class Rows, bool kStaged>
+// kLoadsFirst (staged only; row_loads_first()): x staged by stage_row_grouped and the first task's item 1
+// loaded before the wait (paired_row_product's kLoadsFirst), the same bits.
+template <class Unit, class Rows, bool kStaged, bool kLoadsFirst = false>
 __global__ void __launch_bounds__(kWarpsPerBlock * 32, 4)
     paired_row_kernel(typename Unit::Matrix m, int64_t n_out, Rows rows, float* y) {
   if constexpr (kStaged) {
     extern __shared__ float4 staged[];
     float* xs = reinterpret_cast<float*>(staged);
-    paired_row_product<Unit, StagedRow>(m, n_out, StagedRow{xs}, y, [&] { stage_row(rows, m.cols, xs); });
+    if constexpr (kLoadsFirst) {
+      auto stage_grouped = [&] { stage_row_grouped(rows, m.cols, xs); };
+      paired_row_product<Unit, StagedRow, decltype(stage_grouped), true>(m, n_out, StagedRow{xs}, y,
+                                                                         stage_grouped);
+    } else {
+      paired_row_product<Unit, StagedRow>(m, n_out, StagedRow{xs}, y, [&] { stage_row(rows, m.cols, xs); });
+    }
   } else {
     paired_row_product<Unit, Rows>(m, n_out, rows, y, [] {});
   }
@@ -180,6 +202,11 @@ void launch_row(const typename Unit::Matrix& m, int64_t n_out, const Rows& rows,
   if (k == RowKernel::Paired) {
     constexpr auto kernel = paired_row_kernel<Unit, Rows, false>;
     kernel<<<static_cast<unsigned>(resident_blocks<kernel>(tasks)), block, 0, stream>>>(m, n_out, rows, y);
+  } else if (row_loads_first()) {
+    constexpr auto kernel = paired_row_kernel<Unit, Rows, true, true>;
+    const size_t smem = static_cast<size_t>(staged_row_bytes(m.cols));
+    kernel<<<static_cast<unsigned>(resident_blocks_with<kernel>(tasks, smem)), block, smem, stream>>>(
+        m, n_out, rows, y);
   } else {
     constexpr auto kernel = paired_row_kernel<Unit, Rows, true>;
     const size_t smem = static_cast<size_t>(staged_row_bytes(m.cols));

@@ -1,8 +1,9 @@
 // The hyper-connection mix kernels (hc_kernels.h) at the real shape (S 4, D 2560, R 320; and R 32, 128, 1024
 // for the tail's other lane groups) against a float64 reference within a stated bound, with a negative
 // control; a row alone == the same row among others, the normed rows and the stored inject ==
-// add_rms_norm_rows', hc_head with 1 output a warp == with 2, and hc_tail == affine_wx_hc_tail (the separate
-// ops' one-row tail) on the same joint values: each bit for bit.
+// add_rms_norm_rows', hc_head with 1 output a warp == with 2, hc_head's loads_first kernel == the default one
+// (at 5 rows and 1, 1 and 2 outputs a warp; negative control: one input an ulp off differs), and hc_tail ==
+// affine_wx_hc_tail (the separate ops' one-row tail) on the same joint values: each bit for bit.
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -53,7 +54,7 @@ struct Outputs {
 
 // hc_head + hc_tail on the device; with_pending false: no inject (the final mixer's form), no iota out.
 Outputs run_split(const DeviceAffine& di, const DeviceAffine& up, const Inputs& in, bool with_pending,
-                  int head_outputs = 2) {
+                  int head_outputs = 2, bool loads_first = false) {
   const int n = in.n;
   DeviceBuffer H = upload(in.H), pending = upload(in.pending), iota_in = upload(in.iota_in),
                norm_w = upload(in.norm_w);
@@ -63,7 +64,7 @@ Outputs run_split(const DeviceAffine& di, const DeviceAffine& up, const Inputs& 
   const float* p = with_pending ? pending.as<float>() : nullptr;
   const float* ii = with_pending ? iota_in.as<float>() : nullptr;
   hc_head(di.w, H.as<float>(), p, ii, norm_w.as<float>(), kS, kD, kEps, normed.as<float>(),
-          partial.as<float>(), n, nullptr, head_outputs);
+          partial.as<float>(), n, nullptr, head_outputs, loads_first);
   hc_tail(up.w, partial.as<float>(), di.w.rows, static_cast<int>(up.w.cols), 1.0f / kS, normed.as<float>(),
           kS, kD, H.as<float>(), p, ii, x.as<float>(), with_pending ? iota_out.as<float>() : nullptr, n,
           nullptr);
@@ -231,6 +232,27 @@ void run_hc_checks(Tally& tally) {
     const bool narrow_same = narrow.joint == together.joint && narrow.normed == together.normed &&
                              narrow.x == together.x && narrow.H == together.H &&
                              (!c.with_pending || narrow.iota == together.iota);
+    // hc_head's loads_first kernel: the same bits as the default at 5 rows and at 1, with 1 and 2 outputs a
+    // warp; negative control: the same kernel with one input an ulp off (the pending row's first value, or
+    // H's in the mixer form) gives other joint values.
+    auto same_split = [&](const Outputs& a, const Outputs& b) {
+      return a.joint == b.joint && a.normed == b.normed && a.x == b.x && a.H == b.H &&
+             (!c.with_pending || a.iota == b.iota);
+    };
+    Inputs first_row = all;
+    first_row.n = 1;
+    first_row.H.resize(size_t(kS) * kD), first_row.pending.resize(kD), first_row.iota_in.resize(kS);
+    const Outputs first_row_default = run_split(ddi, dup, first_row, c.with_pending, 1);
+    bool early_same =
+        same_split(run_split(ddi, dup, all, c.with_pending, 2, true), together) &&
+        same_split(run_split(ddi, dup, all, c.with_pending, 1, true), narrow) &&
+        same_split(run_split(ddi, dup, first_row, c.with_pending, 1, true), first_row_default) &&
+        same_split(run_split(ddi, dup, first_row, c.with_pending, 2, true), first_row_default);
+    Inputs nudged = first_row;
+    float& nudge = c.with_pending ? nudged.pending[0] : nudged.H[0];
+    nudge = std::nextafter(nudge, 10.0f);
+    const bool early_control =
+        run_split(ddi, dup, nudged, c.with_pending, 1, true).joint != first_row_default.joint;
     const Outputs one_row = run_one_row_tails(dup, together, n, di.rows, c.with_pending);
     const bool tail_same = one_row.x == together.x && (!c.with_pending || one_row.iota == together.iota);
     double worst = 0, off = 0;
@@ -241,15 +263,18 @@ void run_hc_checks(Tally& tally) {
     std::printf(
         "  %s: down|inject, x%s vs float64 %.3f of the bound (scales 1%% off: %.0fx); rows alone == 5 "
         "together: %s; normed rows and stored inject == add_rms_norm_rows: %s; head 1 == 2 outputs a warp: "
-        "%s; tail == affine_wx_hc_tail: %s\n",
+        "%s; head loads_first == default: %s (an input an ulp off: %s); tail == affine_wx_hc_tail: %s\n",
         name.c_str(), c.with_pending ? ", iota" : "", worst, off, alone_same ? "bit-identical" : "DIFFERENT",
         norm_same ? "bit-identical" : "DIFFERENT", narrow_same ? "bit-identical" : "DIFFERENT",
+        early_same ? "bit-identical" : "DIFFERENT", early_control ? "differs" : "SAME",
         tail_same ? "bit-identical" : "DIFFERENT");
     tally.expect(worst <= 1.0, name + ": within the float64 bound");
     tally.expect(off > 1.0, name + ": negative control exceeds the bound");
     tally.expect(alone_same, name + ": a row alone == among others");
     tally.expect(norm_same, name + ": normed and inject == add_rms_norm_rows");
     tally.expect(narrow_same, name + ": head with 1 output a warp == 2");
+    tally.expect(early_same, name + ": head loads_first == the default kernel");
+    tally.expect(early_control, name + ": head loads_first's negative control differs");
     tally.expect(tail_same, name + ": tail == affine_wx_hc_tail");
   }
 }

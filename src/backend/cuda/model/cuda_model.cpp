@@ -123,6 +123,10 @@ bool CudaModel::down_pairs_early() const {
   return env_switch("DS_CUDA_DOWN_PAIRS_EARLY", opt_.down_pairs_early);
 }
 
+bool CudaModel::loads_first() const {
+  return env_switch("DS_CUDA_LOADS_FIRST", opt_.loads_first);
+}
+
 void CudaModel::mixer(const Layer& L, int layer, int n, const float* x, float* y) {
   Scratch& s = *scratch_;
   const ModelConfig& c = cfg_;
@@ -155,7 +159,8 @@ void CudaModel::mixer(const Layer& L, int layer, int n, const float* x, float* y
     if (fast)
       deltanet_decode(shape, w, wins, s.n_windows, rows, n, st, chunked ? &chunks : nullptr,
                       /*separate_norm=*/prompt_pass_, /*staged=*/prompt_pass_ && opt_.prompt_staged_deltanet,
-                      /*fused_conv=*/!prompt_pass_ && deltanet_one_launch());
+                      /*fused_conv=*/!prompt_pass_ && deltanet_one_launch(),
+                      /*loads_first=*/!prompt_pass_ && loads_first());
     else
       deltanet_decode_generic(shape, w, wins, s.n_windows, rows, n, st);
     op("deltanet out");

@@ -107,6 +107,10 @@ struct CudaModelOptions {
   // before its programmatic wait (affine_wx_grouped's pairs_ready: the routing wrote the pairs two launches
   // back); the same bits. DS_CUDA_DOWN_PAIRS_EARLY=1|0 overrides it at every capture.
   bool down_pairs_early = false;
+  // Decode calls' hc_head, deltanet conv and rule + norm kernels issue their loads together right after
+  // their programmatic waits (hc_head's and deltanet_decode's loads_first: the same bits; sass13,
+  // docs/receipts/cuda-decode-batch1.md). DS_CUDA_LOADS_FIRST=1|0 overrides it at every capture.
+  bool loads_first = false;
   // Prompt rows past the indexer's budget attend by attention_prompt_selected (a block per row and kv head);
   // off: the any-shape kernel, one warp per (row, head).
   bool prompt_selected_tiles = true;
@@ -311,6 +315,8 @@ class CudaModel {
   bool deltanet_one_launch() const;
   // opt_.down_pairs_early, or DS_CUDA_DOWN_PAIRS_EARLY when set (read at every call).
   bool down_pairs_early() const;
+  // opt_.loads_first, or DS_CUDA_LOADS_FIRST when set (read at every call).
+  bool loads_first() const;
   void hc_mix(const struct DeviceHc& hc, int n, float* H, const float* pending, const float* iota_in,
               float* x, float* iota_out);
   void greedy_ids(int rows);  // scratch argmax[r] = argmax of logits row r (split_argmax picks the kernels)

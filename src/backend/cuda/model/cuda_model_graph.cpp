@@ -168,6 +168,8 @@ void CudaModel::append_option_key(GraphKey& key) const {
   o.hc_tensor = hc_tensor_tail_on();
   o.deltanet_one_launch = deltanet_one_launch();
   o.down_pairs_early = down_pairs_early();
+  o.loads_first = loads_first();
+  o.row_loads_first = row_loads_first();
   o.hc_tail_variant = hc_tensor_tail_variant();
   const TiledConfig tiled = tiled_config();
   o.tiled_outputs = tiled.tile_outputs;

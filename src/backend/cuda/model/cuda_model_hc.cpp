@@ -43,7 +43,8 @@ void CudaModel::hc_mix(const DeviceHc& hc, int n, float* H, const float* pending
       (iota_out == nullptr || di.rows == int64_t{R} + S)) {
     op("hc norm|down|inject");
     hc_head(di.affine, H, pending, iota_in, hc.norm.as<float>(), S, D, cfg_.rms_eps, s.normed, s.low_iota, n,
-            st, opt_.hc_head_outputs > 0 ? opt_.hc_head_outputs : hc_head_outputs_for_rows(n));
+            st, opt_.hc_head_outputs > 0 ? opt_.hc_head_outputs : hc_head_outputs_for_rows(n),
+            !prompt_pass_ && loads_first());
     op("hc up");
     hc_tail(hc.up.affine, s.low_iota, di.rows, R, inv_s, s.normed, S, D, H, pending, iota_in, x, iota_out, n,
             st);
@@ -56,7 +57,8 @@ void CudaModel::hc_mix(const DeviceHc& hc, int n, float* H, const float* pending
   if (hc_tensor_mix(hc) && (iota_out == nullptr || di.rows == int64_t{R} + S)) {
     op("hc norm|down|inject");
     hc_head(di.affine, H, pending, iota_in, hc.norm.as<float>(), S, D, cfg_.rms_eps, s.normed, s.low_iota, n,
-            st, opt_.hc_head_outputs > 0 ? opt_.hc_head_outputs : hc_head_outputs_for_rows(n, true));
+            st, opt_.hc_head_outputs > 0 ? opt_.hc_head_outputs : hc_head_outputs_for_rows(n, true),
+            !prompt_pass_ && loads_first());
     op("hc up");
     hc_tensor_tail(hc.up.affine, s.low_iota, di.rows, R, inv_s, s.normed, S, D, H, pending, iota_in, x,
                    iota_out, n, st);

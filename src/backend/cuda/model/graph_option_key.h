@@ -43,6 +43,8 @@ struct GraphOptionKey {
   int64_t hc_tail_variant = 0;   // and its kernel (hc_tensor_tail_variant, DS_CUDA_HC_TAIL_VARIANT)
   bool deltanet_one_launch = false;  // CudaModel::deltanet_one_launch (DS_CUDA_DN_ONE_LAUNCH)
   bool down_pairs_early = false;     // CudaModel::down_pairs_early (DS_CUDA_DOWN_PAIRS_EARLY)
+  bool loads_first = false;          // CudaModel::loads_first (DS_CUDA_LOADS_FIRST)
+  bool row_loads_first = false;      // the paired-staged products' grouped staging (row_loads_first)
   int64_t tiled_outputs = 0, tiled_min_blocks = 0;
   int64_t tiled_ring = 0;  // which tiles take the ring kernel (tc_products_ring.h)
 };
@@ -82,6 +84,8 @@ inline void append_graph_option_key(std::vector<int64_t>& key, const GraphOption
                          b(o.hc_tensor),
                          b(o.deltanet_one_launch),
                          b(o.down_pairs_early),
+                         b(o.loads_first),
+                         b(o.row_loads_first),
                          o.hc_tail_variant,
                          o.tiled_outputs,
                          o.tiled_min_blocks,

@@ -77,7 +77,12 @@ using Matrix = typename detail::AffineUnit<Bits>::Matrix;
 // order (thread t sums values t, t + 256, ... in double; block_inv_rms), the normed stream in shared memory
 // (and, by tile 0, in normed), then each output's partial over the stream: lane l's chain over units l,
 // l + 32, ... (unit_product, columns in order), the xor butterfly.
-template <int Bits, int NO>
+//
+// LoadsFirst (sass13, the same operations on the same values): the pending row and its iota are loaded into
+// registers right after H's, before any of the inject's arithmetic, with a compiler barrier after them.
+// Without it the SASS reuses one register for the pending values, each load issued after the previous value's
+// multiply-add: about 6 dependent L2 round trips after the wait instead of 1.
+template <int Bits, int NO, bool LoadsFirst>
 __global__ void __launch_bounds__(kNormThreads, 2)
     hc_head_kernel(Matrix<Bits> m, int64_t n_out, const float* H, const float* pending, const float* iota_in,
                    const float* norm_w, int D, float eps, float* normed, float* partial) {
@@ -113,7 +118,28 @@ __global__ void __launch_bounds__(kNormThreads, 2)
     const int i = threadIdx.x + k * kNormThreads;
     if (i < D) v[k] = hr[i];
   }
-  if (pending != nullptr) {  // add_rms_norm_rows' inject: v + iota * y, not written back (the tail stores it)
+  if constexpr (LoadsFirst) {
+    float pv[kNormItems];
+    float a = 0.0f;
+    if (pending != nullptr) {
+      const float* pr = pending + int64_t{r} * D;
+      a = iota_in[row_g];
+#pragma unroll
+      for (int k = 0; k < kNormItems; ++k) {
+        const int i = threadIdx.x + k * kNormThreads;
+        if (i < D) pv[k] = pr[i];
+      }
+    }
+    asm volatile("" ::: "memory");  // every load above issued before the arithmetic below
+    if (pending != nullptr) {
+#pragma unroll
+      for (int k = 0; k < kNormItems; ++k) {
+        const int i = threadIdx.x + k * kNormThreads;
+        if (i < D) v[k] = __fadd_rn(v[k], __fmul_rn(a, pv[k]));
+      }
+    }
+  } else if (pending != nullptr) {  // add_rms_norm_rows' inject: v + iota * y, not written back (the tail
+                                    // stores it)
     const float* pr = pending + int64_t{r} * D;
     const float a = iota_in[row_g];
 #pragma unroll
@@ -296,7 +322,7 @@ int64_t hc_partial_floats(const AffineWeight& down_inject, int S, int n) {
 
 void hc_head(const AffineWeight& down_inject, const float* H, const float* pending, const float* iota_in,
              const float* norm_w, int S, int D, float eps, float* normed, float* partial, int n,
-             cudaStream_t stream, int outputs_per_warp) {
+             cudaStream_t stream, int outputs_per_warp, bool loads_first) {
   constexpr const char* op = "hc_head";
   if (outputs_per_warp != 1 && outputs_per_warp != 2)
     throw ArgumentError(std::string(op) + ": outputs_per_warp must be 1 or 2, got " +
@@ -310,7 +336,9 @@ void hc_head(const AffineWeight& down_inject, const float* H, const float* pendi
     const int tile = kHeadWarps * outputs_per_warp;
     const dim3 grid(static_cast<unsigned>((down_inject.rows + tile - 1) / tile), static_cast<unsigned>(S),
                     static_cast<unsigned>(n));
-    auto kernel = outputs_per_warp == 1 ? hc_head_kernel<B, 1> : hc_head_kernel<B, 2>;
+    auto kernel = loads_first
+                      ? (outputs_per_warp == 1 ? hc_head_kernel<B, 1, true> : hc_head_kernel<B, 2, true>)
+                      : (outputs_per_warp == 1 ? hc_head_kernel<B, 1, false> : hc_head_kernel<B, 2, false>);
     kernel<<<grid, kNormThreads, 0, stream>>>(matrix_of<B>(down_inject), down_inject.rows, H, pending,
                                               iota_in, norm_w, D, eps, normed, partial);
   });

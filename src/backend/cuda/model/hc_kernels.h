@@ -30,10 +30,12 @@ int64_t hc_partial_floats(const AffineWeight& down_inject, int S, int n);
 // down_inject[o, g D .. g D + D) . normed[r, g] for every output o: lane l of the output's warp takes the
 // stream's 32-column units l, l + 32, ... in order (a fused-multiply-add chain), then the xor butterfly.
 // outputs_per_warp (1 or 2) sets only how many blocks share the work (2: 16 outputs a block, 1: 8, twice
-// the blocks, each norming its stream again); every output's bits are the same either way.
+// the blocks, each norming its stream again); every output's bits are the same either way. loads_first:
+// the kernel that issues the pending row's loads together right after the wait (the same bits; sass13,
+// docs/receipts/cuda-decode-batch1.md; CudaModel::loads_first).
 void hc_head(const AffineWeight& down_inject, const float* H, const float* pending, const float* iota_in,
              const float* norm_w, int S, int D, float eps, float* normed, float* partial, int n,
-             cudaStream_t stream, int outputs_per_warp = 2);
+             cudaStream_t stream, int outputs_per_warp = 2, bool loads_first = false);
 
 // hc_head's outputs a warp for a call of n rows: 1 at one row (twice the blocks: on the H200 a batch-1
 // round 0.6% faster at 4-bit, 1.4% at 6-bit), 2 from two rows (1 cost 1.4% at 8 streams);
