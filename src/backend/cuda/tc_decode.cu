@@ -22,6 +22,7 @@
 
 #include "backend/cuda/code_bits.h"
 #include "backend/cuda/cuda_error.h"
+#include "backend/cuda/env_switch.h"
 #include "backend/cuda/grid_dependency.cuh"
 #include "backend/cuda/tc_common.cuh"
 #include "backend/cuda/tc_decode.h"
@@ -88,7 +89,7 @@ bool small_windows = true;     // tc_decode_small_windows
 int planes = -1;               // tc_decode_set_planes (a TcPlanes; -1: not yet read from the environment)
 bool one_row_in_block = true;  // tc_decode_one_row_in_block
 int forced_slices = 0;         // tc_decode_force_column_slices (0: the shape's rule)
-int row_kernel = -1;           // tc_decode_row_kernel: 1 on, 0 off, 2 the default; -1: not yet read
+int row_kernel = -1;           // tc_decode_row_kernel: 1 on, 0 off; -1: not yet read
 int swiglu_fold = -1;          // tc_decode_fold_swiglu: 1 on, 0 off; -1: not yet read
 int group_fold = -1;           // tc_decode_fold_grouping: 1 on, 0 off; -1: not yet read
 
@@ -107,35 +108,25 @@ TcPlanes planes_now() {
   return static_cast<TcPlanes>(planes);
 }
 
-// A 1|0 switch from the environment variable `name` on first use when no caller has set it (state < 0):
-// unset: `fallback`; anything else fails naming the variable.
-int on_off_from_env(const char* name, int fallback) {
-  const char* v = std::getenv(name);
-  const std::string value = v != nullptr ? v : "";
-  if (value.empty()) return fallback;
-  if (value != "1" && value != "0") bad(name, "must be 1 or 0 (got '" + value + "')");
-  return value == "1" ? 1 : 0;
-}
-
 // Whether one-row launches take the one-row kernel (tc_row.cu): DS_CUDA_TC_ROW (1: on, 0: off) on first use
 // when no caller has set it; unset: kDefaultTcRowKernel, under both layouts (the Columns layout's one-row
 // kernel passed the device checks in tc11; tcrow10 had shipped it for Chained only).
 bool row_kernel_now() {
-  if (row_kernel < 0) row_kernel = on_off_from_env("DS_CUDA_TC_ROW", kDefaultTcRowKernel ? 2 : 0);
-  return row_kernel == 1 || (row_kernel == 2 && kDefaultTcRowKernel);
+  if (row_kernel < 0) row_kernel = env_on_off("DS_CUDA_TC_ROW", kDefaultTcRowKernel) ? 1 : 0;
+  return row_kernel == 1;
 }
 
 // The SwiGLU fold, from DS_CUDA_TC_SWIGLU (1: on, 0: off) on first use when no caller has set it; unset:
 // kDefaultTcSwiglu.
 bool swiglu_fold_now() {
-  if (swiglu_fold < 0) swiglu_fold = on_off_from_env("DS_CUDA_TC_SWIGLU", kDefaultTcSwiglu ? 1 : 0);
+  if (swiglu_fold < 0) swiglu_fold = env_on_off("DS_CUDA_TC_SWIGLU", kDefaultTcSwiglu) ? 1 : 0;
   return swiglu_fold == 1;
 }
 
 // The grouping fold, from DS_CUDA_TC_GROUP (1: on, 0: off) on first use when no caller has set it; unset:
 // kDefaultTcGroupFold.
 bool group_fold_now() {
-  if (group_fold < 0) group_fold = on_off_from_env("DS_CUDA_TC_GROUP", kDefaultTcGroupFold ? 1 : 0);
+  if (group_fold < 0) group_fold = env_on_off("DS_CUDA_TC_GROUP", kDefaultTcGroupFold) ? 1 : 0;
   return group_fold == 1;
 }
 

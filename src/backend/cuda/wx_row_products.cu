@@ -8,6 +8,7 @@
 #include <string>
 
 #include "backend/cuda/cuda_error.h"
+#include "backend/cuda/env_switch.h"
 #include "backend/cuda/grid_dependency.cuh"
 #include "backend/cuda/wx_kernels.cuh"
 #include "backend/cuda/wx_launch.cuh"
@@ -42,12 +43,7 @@ void set_row_loads_first(bool on) {
 }
 
 bool row_loads_first() {
-  const char* v = std::getenv("DS_CUDA_LOADS_FIRST");
-  const std::string value = v != nullptr ? v : "";
-  if (value.empty()) return row_loads_first_on.load();
-  if (value != "1" && value != "0")
-    throw ArgumentError("DS_CUDA_LOADS_FIRST must be 1 or 0 (got '" + value + "')");
-  return value == "1";
+  return env_on_off("DS_CUDA_LOADS_FIRST", row_loads_first_on.load());
 }
 
 void set_paired_grouped(bool on) {

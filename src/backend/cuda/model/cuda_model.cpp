@@ -3,7 +3,6 @@
 #include "backend/cuda/model/cuda_model.h"
 
 #include <algorithm>
-#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <string>
@@ -12,6 +11,7 @@
 #include "backend/cpu/matmul.h"
 #include "backend/cuda/attention_decode.h"
 #include "backend/cuda/deltanet_decode.h"
+#include "backend/cuda/env_switch.h"
 #include "backend/cuda/model/cuda_model_parts.h"
 #include "backend/cuda/model/generic_mixers.h"
 #include "backend/cuda/model/glue_kernels.h"
@@ -101,30 +101,17 @@ float* CudaModel::forward_on_device(std::span<const CudaSegment> segments, int64
   return scratch_->logits;
 }
 
-namespace {
-
-// A 1|0 switch from the environment, read at every call (a bench flips it between captures); unset: fallback.
-bool env_switch(const char* name, bool fallback) {
-  const char* v = std::getenv(name);
-  const std::string value = v != nullptr ? v : "";
-  if (value.empty()) return fallback;
-  if (value != "1" && value != "0")
-    throw ArgumentError(std::string(name) + " must be 1 or 0 (got '" + value + "')");
-  return value == "1";
-}
-
-}  // namespace
-
+// The switches below are read at every call: a bench flips them between captures.
 bool CudaModel::deltanet_one_launch() const {
-  return env_switch("DS_CUDA_DN_ONE_LAUNCH", opt_.deltanet_one_launch);
+  return env_on_off("DS_CUDA_DN_ONE_LAUNCH", opt_.deltanet_one_launch);
 }
 
 bool CudaModel::down_pairs_early() const {
-  return env_switch("DS_CUDA_DOWN_PAIRS_EARLY", opt_.down_pairs_early);
+  return env_on_off("DS_CUDA_DOWN_PAIRS_EARLY", opt_.down_pairs_early);
 }
 
 bool CudaModel::loads_first() const {
-  return env_switch("DS_CUDA_LOADS_FIRST", opt_.loads_first);
+  return env_on_off("DS_CUDA_LOADS_FIRST", opt_.loads_first);
 }
 
 void CudaModel::mixer(const Layer& L, int layer, int n, const float* x, float* y) {

@@ -19,6 +19,7 @@
 
 #include "backend/cuda/code_bits.h"
 #include "backend/cuda/cuda_error.h"
+#include "backend/cuda/env_switch.h"
 #include "backend/cuda/grid_dependency.cuh"
 #include "backend/cuda/model/device_math.cuh"
 #include "backend/cuda/model/hc_kernels.h"
@@ -500,14 +501,7 @@ int hc_tensor_tail_variant() {
 
 bool hc_tensor_tail_on() {
   if (hc_tensor_env < 0) {
-    const char* v = std::getenv("DS_CUDA_HC_TENSOR");
-    const std::string name = v != nullptr ? v : "";
-    if (name.empty() || name == "1")
-      hc_tensor_env = 1;
-    else if (name == "0")
-      hc_tensor_env = 0;
-    else
-      throw ArgumentError("DS_CUDA_HC_TENSOR must be 1 or 0 (got '" + name + "')");
+    hc_tensor_env = env_on_off("DS_CUDA_HC_TENSOR", true) ? 1 : 0;
   }
   return hc_tensor_env == 1;
 }
