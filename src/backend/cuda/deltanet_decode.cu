@@ -26,6 +26,23 @@ __device__ __forceinline__ bool window_ok(const DeltaNetWindow& win, int n_rows)
   return win.count > 0 && win.row0 >= 0 && win.row0 + win.count <= n_rows;
 }
 
+// Reads window i into win; false where it is out of range (skipped). LoadsFirst (sass13): only row0, count
+// and the state pointer the kernel uses (Ptr), and the check reads that pointer too (never null for a valid
+// window), so that ptxas issues its load with the count's instead of sinking it past the exit.
+template <bool LoadsFirst, float* DeltaNetWindow::*Ptr>
+__device__ __forceinline__ bool read_window(const DeltaNetWindow* windows, int i, int n_rows,
+                                            DeltaNetWindow& win) {
+  if constexpr (LoadsFirst) {
+    win.row0 = windows[i].row0;
+    win.count = windows[i].count;
+    win.*Ptr = windows[i].*Ptr;
+    return window_ok(win, n_rows) && win.*Ptr != nullptr;
+  } else {
+    win = windows[i];
+    return window_ok(win, n_rows);
+  }
+}
+
 // Causal depthwise conv + SiLU, one thread per (window, channel), blocks of 128 channels (one key head of q
 // or k, dk = 128; then the v channels): taps in order over the K-1 history rows and the window's rows; the
 // last K-1 inputs become the history. A q or k block then L2-normalises its head per token (q then scaled):
@@ -57,17 +74,7 @@ __global__ void __launch_bounds__(kKeyRows)
   if (gate0) a_log0 = a_log[h0], dt_bias0 = dt_bias[h0];
   dev::grid_dependency_wait();
   DeltaNetWindow win;
-  if constexpr (LoadsFirst) {
-    win.row0 = windows[blockIdx.y].row0;
-    win.count = windows[blockIdx.y].count;
-    win.conv_state = windows[blockIdx.y].conv_state;
-    // The check reads the pointer too (never null for a valid window): ptxas then issues its load with the
-    // count's instead of sinking it past the exit.
-    if (!window_ok(win, n_rows) || win.conv_state == nullptr) return;
-  } else {
-    win = windows[blockIdx.y];
-    if (!window_ok(win, n_rows)) return;
-  }
+  if (!read_window<LoadsFirst, &DeltaNetWindow::conv_state>(windows, blockIdx.y, n_rows, win)) return;
   if (head >= qk_heads && ch >= cd) return;  // past the v channels (no __syncthreads in v blocks)
 #pragma unroll
   for (int k = 0; k < K - 1; ++k) hist[k] = win.conv_state[k * cd + ch];
@@ -248,17 +255,7 @@ __global__ void __launch_bounds__(4 * kMaxFusedColumns)
   dev::grid_dependency_wait();
   __shared__ float q_sh[kKeyRows], k_sh[kKeyRows], part[4][kMaxFusedColumns], o_sh[kMaxFusedColumns];
   DeltaNetWindow win;
-  if constexpr (LoadsFirst) {
-    win.row0 = windows[blockIdx.z].row0;
-    win.count = windows[blockIdx.z].count;
-    win.state = windows[blockIdx.z].state;
-    // The check reads the pointer too (a valid window's state is never null), so that ptxas issues its load
-    // with the count's instead of sinking it past the exit.
-    if (!window_ok(win, n_rows) || win.state == nullptr) return;
-  } else {
-    win = windows[blockIdx.z];
-    if (!window_ok(win, n_rows)) return;
-  }
+  if (!read_window<LoadsFirst, &DeltaNetWindow::state>(windows, blockIdx.z, n_rows, win)) return;
   const int kw = warp % 4;                             // key rows 32kw..32kw+31
   const int c = (warp / 4) * kColumnsPerBlock + lane;  // value column
   const int key_head = h / (s.nv / s.nk);
