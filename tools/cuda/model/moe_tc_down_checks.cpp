@@ -8,7 +8,6 @@
 // two weights swapped must differ.
 #include <cstdlib>
 #include <cstring>
-#include <numeric>
 #include <random>
 #include <string>
 
@@ -19,6 +18,7 @@
 #include "backend/cuda/tc_decode.h"
 #include "check_buffers.h"
 #include "model_checks.h"
+#include "routing_cases.h"
 
 namespace ds::cuda::modelcheck {
 
@@ -57,17 +57,8 @@ void check_down(Tally& tally, const DownCase& c, uint64_t seed, bool control) {
       slots_a(size_t(all) * c.D * 4), out_a(size_t(c.D) * 4), slots_f(size_t(all) * c.D * 4),
       out_f(size_t(c.D) * 4), counters(size_t(n_counters) * 4);
   counters.fill_bytes(0);
-  const char* kinds[] = {"plain", "an id -1", "an id past the experts", "a repeated id",
-                         "the shared expert's id"};
-  for (int kind = 0; kind < 5; ++kind) {
-    std::vector<int32_t> ids(c.E);
-    std::iota(ids.begin(), ids.end(), 0);
-    std::shuffle(ids.begin(), ids.end(), rng);
-    std::vector<int32_t> topk(ids.begin(), ids.begin() + c.K);
-    if (kind == 1) topk[3 % c.K] = -1;  // (mod K: top-4 routings too)
-    if (kind == 2) topk[5 % c.K] = stack + 7;
-    if (kind == 3) topk[c.K - 1] = topk[2];
-    if (kind == 4) topk[4 % c.K] = c.E;
+  for (int kind = 0; kind < kRoutingKinds; ++kind) {
+    std::vector<int32_t> topk = routing_of_kind(kind, c.E, c.K, stack, rng);
     DeviceBuffer d_topk(topk.size() * 4);
     d_topk.upload(topk.data(), topk.size() * 4);
     // The separate ops (the grouping also gives slot_of, which the folded combine reads).
@@ -109,7 +100,7 @@ void check_down(Tally& tally, const DownCase& c, uint64_t seed, bool control) {
                                    std::vector<uint32_t>(size_t(n_counters), 0u));
         const std::string name = "tensor down, routed form (D " + std::to_string(c.D) + ", I " +
                                  std::to_string(c.I) + ", top-" + std::to_string(c.K) + " of " +
-                                 std::to_string(c.E) + " + shared, " + kinds[kind] + ", " +
+                                 std::to_string(c.E) + " + shared, " + routing_kind_name(kind) + ", " +
                                  std::to_string(c.bits) + "-bit g" + std::to_string(c.group) + ", " +
                                  tc_planes_name(tc_decode_planes()) + ", row variant " +
                                  std::to_string(variant) + ", mode " + std::to_string(mode) + ")";

@@ -19,6 +19,7 @@
 #include "backend/cuda/tc_decode.h"
 #include "check_buffers.h"
 #include "model_checks.h"
+#include "routing_cases.h"
 
 namespace ds::cuda::modelcheck {
 
@@ -153,17 +154,8 @@ void check_routed(Tally& tally, const Case& c, uint64_t seed) {
                       c.cols, 1, gu.as<float>(), 2 * c.I, scratch.data(), scratch.bytes(), nullptr);
     silu_mul_halves(gu.as<float>(), total, c.I, o.h.as<float>(), nullptr);
   };
-  const char* kinds[] = {"plain", "an id -1", "an id past the experts", "a repeated id",
-                         "the shared expert's id"};
-  for (int kind = 0; kind < 5; ++kind) {
-    std::vector<int32_t> ids(c.E);
-    std::iota(ids.begin(), ids.end(), 0);
-    std::shuffle(ids.begin(), ids.end(), rng);
-    std::vector<int32_t> topk(ids.begin(), ids.begin() + c.K);
-    if (kind == 1) topk[3 % c.K] = -1;  // (mod K: top-4 routings too)
-    if (kind == 2) topk[5 % c.K] = stack + 7;
-    if (kind == 3) topk[c.K - 1] = topk[2];
-    if (kind == 4) topk[4 % c.K] = c.E;
+  for (int kind = 0; kind < kRoutingKinds; ++kind) {
+    std::vector<int32_t> topk = routing_of_kind(kind, c.E, c.K, stack, rng);
     DeviceBuffer d_topk(topk.size() * 4);
     d_topk.upload(topk.data(), topk.size() * 4);
     Out a(max_tiles, total, c.K, c.I), f(max_tiles, total, c.K, c.I);
@@ -195,8 +187,8 @@ void check_routed(Tally& tally, const Case& c, uint64_t seed) {
     const bool ok = took && tiles_same && rows_same && same_bytes(sa, sf) && h_same && slots > 0 && bad_ok;
     const std::string name =
         "tensor gate|up + SwiGLU + grouping in one launch (one row, top-" + std::to_string(c.K) + " of " +
-        std::to_string(c.E) + " + shared, " + kinds[kind] + ", " + std::to_string(c.bits) + "-bit g" +
-        std::to_string(c.group) + ", " + tc_planes_name(tc_decode_planes()) + variant_note() + ")";
+        std::to_string(c.E) + " + shared, " + routing_kind_name(kind) + ", " + std::to_string(c.bits) +
+        "-bit g" + std::to_string(c.group) + ", " + tc_planes_name(tc_decode_planes()) + variant_note() + ")";
     std::printf("  %s: %s (tiles %s, row_ids %s, slot_of %s, h of %d slots %s%s)\n", name.c_str(),
                 !took ? "NOT TAKEN"
                 : ok  ? "bit-identical"
