@@ -71,13 +71,7 @@ Outputs run_split(const DeviceAffine& di, const DeviceAffine& up, const Inputs& 
   check(cudaDeviceSynchronize(), "hc mix check");
   // The joint values as the tail forms them, (p0 + p1) + (p2 + p3) in f32 (-ffp-contract=off: the same bits).
   const int64_t rows = di.w.rows;
-  const std::vector<float> pv = download<float>(partial, size_t(n) * kS * rows);
-  std::vector<float> joint(size_t(n) * rows);
-  for (int r = 0; r < n; ++r)
-    for (int64_t o = 0; o < rows; ++o) {
-      const float* p0 = &pv[size_t(r) * kS * rows + o];
-      joint[size_t(r) * rows + o] = (p0[0] + p0[rows]) + (p0[2 * rows] + p0[3 * rows]);
-    }
+  std::vector<float> joint = hc_joint_partials(partial, n, rows);
   return {download<float>(x, size_t(n) * kD), download<float>(iota_out, size_t(n) * kS),
           download<float>(H, in.H.size()), download<float>(normed, size_t(n) * kS * kD), std::move(joint)};
 }
@@ -184,6 +178,18 @@ bool same_floats(const std::vector<float>& a, size_t a0, const std::vector<float
 }
 
 }  // namespace
+
+std::vector<float> hc_joint_partials(const DeviceBuffer& partial, int n, int64_t rows) {
+  constexpr int S = 4;  // the hc streams (hc_head's partials: S blocks of rows a row)
+  const std::vector<float> pv = download<float>(partial, size_t(n) * S * rows);
+  std::vector<float> joint(size_t(n) * rows);
+  for (int r = 0; r < n; ++r)
+    for (int64_t o = 0; o < rows; ++o) {
+      const float* p0 = &pv[size_t(r) * S * rows + o];
+      joint[size_t(r) * rows + o] = (p0[0] + p0[rows]) + (p0[2 * rows] + p0[3 * rows]);
+    }
+  return joint;
+}
 
 void run_hc_checks(Tally& tally) {
   struct Case {

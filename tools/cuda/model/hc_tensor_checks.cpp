@@ -82,13 +82,7 @@ void run_both(const DeviceAffine& di, const DeviceAffine& up, const DeviceAffine
                  x.as<float>(), with_iota ? iota.as<float>() : nullptr, n, nullptr, mix.as<float>(), SD);
   // The separate ops on the head's joint values ((p0 + p1) + (p2 + p3) in f32, -ffp-contract=off) and normed
   // rows; the inject stored by add_rms_norm_rows.
-  const std::vector<float> pv = download<float>(partial, size_t(n) * kS * rows);
-  std::vector<float> joint(size_t(n) * rows);
-  for (int r = 0; r < n; ++r)
-    for (int64_t o = 0; o < rows; ++o) {
-      const float* p0 = &pv[size_t(r) * kS * rows + o];
-      joint[size_t(r) * rows + o] = (p0[0] + p0[rows]) + (p0[2 * rows] + p0[3 * rows]);
-    }
+  const std::vector<float> joint = hc_joint_partials(partial, n, rows);
   DeviceBuffer jd = upload(joint);
   hc_activations(jd.as<float>(), n, rows, R, kS, inv_s, low.as<float>(),
                  with_iota ? iota_ref.as<float>() : nullptr, nullptr);

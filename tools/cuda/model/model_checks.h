@@ -76,6 +76,9 @@ void run_tc_swiglu_checks(Tally& tally);
 void run_tc_down_checks(Tally& tally);  // moe_tc_down_checks.cpp: the down's routed form at one row
 // The hyper-connection mix kernels (hc_checks.cpp) at the real shape against float64, rows alone == together.
 void run_hc_checks(Tally& tally);
+// hc_head's partials (S = 4 blocks of `rows` a row) as the tails join them, (p0 + p1) + (p2 + p3) in f32
+// (-ffp-contract=off: the kernels' bits), downloaded after the caller's synchronisation.
+std::vector<float> hc_joint_partials(const DeviceBuffer& partial, int n, int64_t rows);
 // The tensor family's fused hc mix (hc_tensor_checks.cpp) == the separate ops (tc_decode_wx of up), bit for
 // bit at 1-64 rows, with a negative control.
 void run_hc_tensor_checks(Tally& tally);
