@@ -282,11 +282,14 @@ void check_row_kernels(Tally& tally, bool quick, std::mt19937_64& rng, const Str
       set_one_row_kernel(k);
       y.push_back(run_product(product, x, t, 3, 1, rows, stream));
     }
-    // The paired-staged kernel staging x with its loads grouped (row_loads_first, sass13): the same bits.
+    // The paired-staged kernel staging x with its loads grouped (row_loads_first, sass13) and not: the same
+    // bits (the loop above ran the default form).
     set_one_row_kernel(RowKernel::PairedStaged);
-    set_row_loads_first(true);
-    y.push_back(run_product(product, x, t, 3, 1, rows, stream));
-    set_row_loads_first(false);
+    for (bool grouped : {true, false}) {
+      set_row_loads_first(grouped);
+      y.push_back(run_product(product, x, t, 3, 1, rows, stream));
+    }
+    set_row_loads_first(kDefaultRowLoadsFirst);
     set_one_row_kernel(chosen);
     bool same = true;
     for (size_t k = 1; k < y.size(); ++k) same = same && std::memcmp(y[0].data(), y[k].data(), rows * 4) == 0;

@@ -155,7 +155,8 @@ void check_shape(Tally& tally, const DeltaNetShape& s, const std::string& name, 
   tally.expect(apart_same, "deltanet " + name + ": rule + gated norm in one launch == apart (bits)");
   // The loads-first kernels (sass13: the conv and the rule + norm issuing their loads together) == the
   // default ones, bit for bit: all windows in one launch, and each window alone; negative control: the same
-  // kernels from states with one value one ulp off give other states.
+  // kernels from states with one value changed by 0.5 give other states (one ulp was absorbed by the decay's
+  // rounding in 2 of 3 shapes).
   {
     const StepResult lf =
         run_step(c, w, all, 0, 1 << 30, conv0, st0, stream, false, {}, false, false, false, true);
@@ -173,17 +174,14 @@ void check_shape(Tally& tally, const DeltaNetShape& s, const std::string& name, 
       at += c.windows[i].count;
     }
     auto st_off = st0;
-    uint32_t u;
-    std::memcpy(&u, &st_off[0][5], 4);
-    ++u;
-    std::memcpy(&st_off[0][5], &u, 4);
+    st_off[0][5] += 0.5f;
     const StepResult off =
         run_step(c, w, all, 0, 1 << 30, conv0, st_off, stream, false, {}, false, false, false, true);
     const bool lf_control = !same_bits(off.states[0], full.states[0]);
-    std::printf("deltanet %-28s loads-first kernels == default: %s (a state one ulp off: %s)\n", name.c_str(),
+    std::printf("deltanet %-28s loads-first kernels == default: %s (a state changed: %s)\n", name.c_str(),
                 lf_same ? "bit-identical" : "DIFFERENT", lf_control ? "differs" : "SAME");
     tally.expect(lf_same, "deltanet " + name + ": loads-first kernels == the default ones (bits)");
-    tally.expect(lf_control, "deltanet " + name + ": loads-first from a state one ulp off differs (control)");
+    tally.expect(lf_control, "deltanet " + name + ": loads-first from a changed state differs (control)");
   }
   // The prompt kernels (staged) on these short windows == the decode kernels, bit for bit.
   const StepResult staged = run_step(c, w, all, 0, 1 << 30, conv0, st0, stream, false, {}, true, true);

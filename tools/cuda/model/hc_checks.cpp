@@ -2,7 +2,7 @@
 // for the tail's other lane groups) against a float64 reference within a stated bound, with a negative
 // control; a row alone == the same row among others, the normed rows and the stored inject ==
 // add_rms_norm_rows', hc_head with 1 output a warp == with 2, hc_head's loads_first kernel == the default one
-// (at 5 rows and 1, 1 and 2 outputs a warp; negative control: one input an ulp off differs), and hc_tail ==
+// (at 5 rows and 1, 1 and 2 outputs a warp; negative control: one input changed differs), and hc_tail ==
 // affine_wx_hc_tail (the separate ops' one-row tail) on the same joint values: each bit for bit.
 #include <cmath>
 #include <cstring>
@@ -239,8 +239,9 @@ void run_hc_checks(Tally& tally) {
                              narrow.x == together.x && narrow.H == together.H &&
                              (!c.with_pending || narrow.iota == together.iota);
     // hc_head's loads_first kernel: the same bits as the default at 5 rows and at 1, with 1 and 2 outputs a
-    // warp; negative control: the same kernel with one input an ulp off (the pending row's first value, or
-    // H's in the mixer form) gives other joint values.
+    // warp; negative control: the same kernel with one input changed (the pending row's first value, or H's
+    // in the mixer form, times 1.5 plus 0.25: an ulp was absorbed by the rounding in 2 of 6 cases) gives other
+    // joint values.
     auto same_split = [&](const Outputs& a, const Outputs& b) {
       return a.joint == b.joint && a.normed == b.normed && a.x == b.x && a.H == b.H &&
              (!c.with_pending || a.iota == b.iota);
@@ -256,7 +257,7 @@ void run_hc_checks(Tally& tally) {
         same_split(run_split(ddi, dup, first_row, c.with_pending, 2, true), first_row_default);
     Inputs nudged = first_row;
     float& nudge = c.with_pending ? nudged.pending[0] : nudged.H[0];
-    nudge = std::nextafter(nudge, 10.0f);
+    nudge = nudge * 1.5f + 0.25f;
     const bool early_control =
         run_split(ddi, dup, nudged, c.with_pending, 1, true).joint != first_row_default.joint;
     const Outputs one_row = run_one_row_tails(dup, together, n, di.rows, c.with_pending);
@@ -269,7 +270,7 @@ void run_hc_checks(Tally& tally) {
     std::printf(
         "  %s: down|inject, x%s vs float64 %.3f of the bound (scales 1%% off: %.0fx); rows alone == 5 "
         "together: %s; normed rows and stored inject == add_rms_norm_rows: %s; head 1 == 2 outputs a warp: "
-        "%s; head loads_first == default: %s (an input an ulp off: %s); tail == affine_wx_hc_tail: %s\n",
+        "%s; head loads_first == default: %s (an input changed: %s); tail == affine_wx_hc_tail: %s\n",
         name.c_str(), c.with_pending ? ", iota" : "", worst, off, alone_same ? "bit-identical" : "DIFFERENT",
         norm_same ? "bit-identical" : "DIFFERENT", narrow_same ? "bit-identical" : "DIFFERENT",
         early_same ? "bit-identical" : "DIFFERENT", early_control ? "differs" : "SAME",
