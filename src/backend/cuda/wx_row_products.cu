@@ -36,7 +36,7 @@ std::atomic<int64_t> min_tasks{-1};  // -1: 2 x the SMs
 }  // namespace
 
 std::atomic<bool> grouped_on{true};
-std::atomic<bool> row_loads_first_on{false};
+std::atomic<bool> row_loads_first_on{kDefaultRowLoadsFirst};
 
 void set_row_loads_first(bool on) {
   row_loads_first_on = on;

@@ -105,12 +105,14 @@ struct CudaModelOptions {
   bool deltanet_one_launch = false;
   // Decode calls' FMA expert down (the paired grouped kernel) reads its first pair and issues its weights
   // before its programmatic wait (affine_wx_grouped's pairs_ready: the routing wrote the pairs two launches
-  // back); the same bits. DS_CUDA_DOWN_PAIRS_EARLY=1|0 overrides it at every capture.
-  bool down_pairs_early = false;
+  // back); the same bits. DS_CUDA_DOWN_PAIRS_EARLY=1|0 overrides it at every capture. On since session 14
+  // (fma one stream 4.929/4.900 -> 4.884/4.833 ms a round, docs/receipts/cuda-decode-merged.md "session 14").
+  bool down_pairs_early = true;
   // Decode calls' hc_head, deltanet conv and rule + norm kernels issue their loads together right after
   // their programmatic waits (hc_head's and deltanet_decode's loads_first: the same bits; sass13,
-  // docs/receipts/cuda-decode-batch1.md). DS_CUDA_LOADS_FIRST=1|0 overrides it at every capture.
-  bool loads_first = false;
+  // docs/receipts/cuda-decode-batch1.md). DS_CUDA_LOADS_FIRST=1|0 overrides it at every capture. On since
+  // session 14 (fma one stream 204.3 -> 214.6 tok/s, tensor 181.2 -> 186.0: cuda-decode-merged.md "session 14").
+  bool loads_first = true;
   // Prompt rows past the indexer's budget attend by attention_prompt_selected (a block per row and kv head);
   // off: the any-shape kernel, one warp per (row, head).
   bool prompt_selected_tiles = true;
