@@ -24,6 +24,7 @@
 #include "backend/cuda/cuda_error.h"
 #include "backend/cuda/env_switch.h"
 #include "backend/cuda/grid_dependency.cuh"
+#include "backend/cuda/kernel_limits.h"
 #include "backend/cuda/tc_common.cuh"
 #include "backend/cuda/tc_decode.h"
 #include "backend/cuda/tc_decode_kernel.cuh"
@@ -74,13 +75,7 @@ void launch_nf(const DecodeWeight& W, Slicing sl, dim3 grid, const ExpertWindow*
                const int32_t* row_ids, const DecodeX& X, float* y, int64_t ldy, int64_t n_experts,
                cudaStream_t stream) {
   constexpr auto kernel = decode_kernel<Bits, NF, PC>;
-  static const bool ready = [] {
-    check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                               static_cast<int>(Stage<Bits>::kBlockBytes)),
-          "tc_decode: cudaFuncSetAttribute");
-    return true;
-  }();
-  (void)ready;
+  opt_in_dynamic_smem(kernel, static_cast<int>(Stage<Bits>::kBlockBytes), "tc_decode: cudaFuncSetAttribute");
   kernel<<<grid, kThreads, Stage<Bits>::kBlockBytes, stream>>>(W, sl, tiles, n_rows, row_ids, X, y, ldy,
                                                                n_experts);
 }

@@ -10,6 +10,7 @@
 
 #include "backend/cuda/code_bits.h"
 #include "backend/cuda/cuda_error.h"
+#include "backend/cuda/kernel_limits.h"
 #include "backend/cuda/tc_common.cuh"
 #include "backend/cuda/tc_products.h"
 #include "backend/cuda/tc_products_parts.cuh"
@@ -255,8 +256,7 @@ void launch_m(const TiledWeight& w, const Launch& l, const SplitX& X, float* y, 
   constexpr size_t kSmem = sizeof(TileSmem<M, N>);
   auto* kernel = tiled_kernel<Bits, M, N, MinBlocks>;
   if constexpr (kSmem > 48 * 1024)
-    check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSmem)),
-          "tiled_wx: shared memory size");
+    opt_in_dynamic_smem(kernel, static_cast<int>(kSmem), "tiled_wx: shared memory size");
   kernel<<<grid, Tile<M, N>::kThreads, kSmem, stream>>>(tile_weight<Bits>(w), l.tiles, l.n_rows, l.row_ids, X,
                                                         y, ldy, static_cast<int>(w.n_experts),
                                                         l.split_stride);
