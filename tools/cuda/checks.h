@@ -115,6 +115,10 @@ void run_tc_grouping_checks(Tally& tally);  // part of decode-tc (its own sectio
 // The CUDA wrappers' error hygiene (error_checks.cpp): a failure thrown by check() leaves no last error that
 // the next check_launch would report; with the premise as its negative control.
 void run_error_checks(Tally& tally);
+// The products' launch arguments (launch_checks.cpp): x rows that would overlap refused by every public
+// product naming itself and the stride, the shared memory opt-in's failure, and with two GPUs or more every
+// device's products == device 0's bits (the opt-in is per device).
+void run_launch_checks(Tally& tally);
 void run_tc_decode_bench(int reps);
 
 }  // namespace ds::cuda::wxcheck

@@ -67,6 +67,7 @@ int main(int argc, char** argv) {
     if (wanted("decode-tc grouping"))
       section(tally, "decode tc grouping checks", [&] { wx::run_tc_grouping_checks(tally); });
     if (wanted("errors")) section(tally, "error checks", [&] { wx::run_error_checks(tally); });
+    if (wanted("launch")) section(tally, "launch checks", [&] { wx::run_launch_checks(tally); });
   }
   ds::cuda::set_paired_min_tasks(min_tasks);
   std::printf("checks: %d passed, %d failed\n", tally.passed, tally.failed);

@@ -6,6 +6,7 @@
 #include "backend/cuda/cuda_error.h"
 #include "backend/cuda/device_math.cuh"
 #include "backend/cuda/grid_dependency.cuh"
+#include "backend/cuda/kernel_limits.h"
 
 namespace ds::cuda {
 
@@ -266,10 +267,9 @@ void attend_chunk_launch(dim3 grid, cudaStream_t stream, const AttentionShape& s
                          const Partials& part) {
   constexpr size_t shared =
       (size_t{kHeadsPerBlock} * HD + size_t{kTileKeys} * (HD + 4) + size_t{kTileKeys} * HD) * sizeof(float);
-  // Above 48 KB of dynamic shared memory a kernel must opt in, once per process (per device: one is assumed).
-  static const cudaError_t opted_in = cudaFuncSetAttribute(
-      attend_chunk_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shared));
-  check(opted_in, "attention_decode: cudaFuncSetAttribute");
+  // Above 48 KB of dynamic shared memory a kernel must opt in, once per device.
+  opt_in_dynamic_smem(attend_chunk_kernel<HD>, static_cast<int>(shared),
+                      "attention_decode: cudaFuncSetAttribute");
   attend_chunk_kernel<HD>
       <<<grid, kAttendWarps * kWarp, shared, stream>>>(s, windows, rows, n_rows, scale, part);
 }

@@ -7,6 +7,7 @@
 #include "backend/cuda/cuda_error.h"
 #include "backend/cuda/deltanet_chunked.h"
 #include "backend/cuda/grid_dependency.cuh"
+#include "backend/cuda/kernel_limits.h"
 
 namespace ds::cuda {
 
@@ -277,13 +278,11 @@ void delta_rule_chunked(const DeltaNetShape& s, const DeltaNetWindow* windows, i
   if (reinterpret_cast<uintptr_t>(chunks.scratch) % 16 != 0) fail("scratch must be 16-byte aligned");
   const size_t prepare_bytes = prepare_shared(s);
   if (prepare_bytes > 200 * 1024) fail("dv too large for the prepare kernel's shared memory");
-  // Opted in once for the most the check above allows (dv up to 320), as the attention kernel does.
-  static const cudaError_t prepare_opt =
-      cudaFuncSetAttribute(chunk_prepare_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024);
-  check(prepare_opt, "delta_rule_chunked: cudaFuncSetAttribute (prepare)");
-  static const cudaError_t state_opt = cudaFuncSetAttribute(
-      chunk_state_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kStateShared));
-  check(state_opt, "delta_rule_chunked: cudaFuncSetAttribute (state)");
+  // Opted in once per device for the most the check above allows (dv up to 320), as the attention kernel
+  // does.
+  opt_in_dynamic_smem(chunk_prepare_kernel, 200 * 1024, "delta_rule_chunked: cudaFuncSetAttribute (prepare)");
+  opt_in_dynamic_smem(chunk_state_kernel, static_cast<int>(kStateShared),
+                      "delta_rule_chunked: cudaFuncSetAttribute (state)");
   const ChunkScratch sc = split_scratch(s, n_rows, chunks.scratch);
   // A window of max_count rows starting mid-chunk spans at most this many chunks.
   const int max_chunks = (chunks.max_count + C - 1) / C + 1;

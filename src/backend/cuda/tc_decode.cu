@@ -24,6 +24,7 @@
 #include "backend/cuda/cuda_error.h"
 #include "backend/cuda/env_switch.h"
 #include "backend/cuda/grid_dependency.cuh"
+#include "backend/cuda/kernel_limits.h"
 #include "backend/cuda/tc_common.cuh"
 #include "backend/cuda/tc_decode.h"
 #include "backend/cuda/tc_decode_kernel.cuh"
@@ -37,6 +38,13 @@ using namespace tcd;
 
 [[noreturn]] void bad(const char* op, const std::string& what) {
   throw ArgumentError(std::string(op) + ": " + what);
+}
+
+// Several x rows ldx apart must not overlap (one row's stride is never used).
+void check_x_stride(const char* op, int64_t ldx, int64_t cols, int64_t n_x) {
+  if (n_x > 1 && ldx < cols)
+    bad(op, "ldx must be >= the weight's cols when more than one x row is read (ldx " + std::to_string(ldx) +
+                ", cols " + std::to_string(cols) + ", " + std::to_string(n_x) + " rows)");
 }
 
 size_t plane_bytes(int64_t cols, int64_t n_x) {
@@ -74,13 +82,7 @@ void launch_nf(const DecodeWeight& W, Slicing sl, dim3 grid, const ExpertWindow*
                const int32_t* row_ids, const DecodeX& X, float* y, int64_t ldy, int64_t n_experts,
                cudaStream_t stream) {
   constexpr auto kernel = decode_kernel<Bits, NF, PC>;
-  static const bool ready = [] {
-    check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                               static_cast<int>(Stage<Bits>::kBlockBytes)),
-          "tc_decode: cudaFuncSetAttribute");
-    return true;
-  }();
-  (void)ready;
+  opt_in_dynamic_smem(kernel, static_cast<int>(Stage<Bits>::kBlockBytes), "tc_decode: cudaFuncSetAttribute");
   kernel<<<grid, kThreads, Stage<Bits>::kBlockBytes, stream>>>(W, sl, tiles, n_rows, row_ids, X, y, ldy,
                                                                n_experts);
 }
@@ -180,6 +182,7 @@ void dispatch(const char* op, const TiledWeight& w, unsigned grid_y, int tier_ro
             std::to_string(w.rows) + ", cols " + std::to_string(w.cols) + ")");
   if (ldx % 4 != 0 || reinterpret_cast<uintptr_t>(x) % 16 != 0)
     bad(op, "x must be 16-byte aligned with ldx a multiple of 4 (ldx " + std::to_string(ldx) + ")");
+  check_x_stride(op, ldx, w.cols, n_x);
   if (ldy < (half > 0 ? half : w.rows))
     bad(op, "ldy must be >= the weight's rows (got " + std::to_string(ldy) + ")");
   if (y == nullptr) bad(op, "y must be a device pointer");
@@ -359,6 +362,7 @@ bool tc_decode_experts_swiglu(const TiledWeight& w, const ExpertWindow* tiles, i
                               int64_t ldh, void* scratch, size_t scratch_bytes, cudaStream_t stream) {
   constexpr const char* op = "tc_decode_experts_swiglu";
   check_tile_args(op, tiles, max_tiles, tile_rows);
+  check_x_stride(op, ldx, w.cols, n_x_rows);  // refused whether or not the fold takes w
   if (!tc_decode_swiglu_takes(w, tile_rows)) return false;
   dispatch(op, w, static_cast<unsigned>(max_tiles), tile_rows, tiles, 0, row_ids, x, ldx, n_x_rows, h, ldh,
            scratch, scratch_bytes, stream, w.rows / 2);
@@ -428,6 +432,7 @@ int tc_decode_experts_routed(const TiledWeight& w, const int32_t* topk, int k, i
   if (shared_expert != -1 && shared_expert != n_experts - 1)
     bad(op, "shared_expert must be -1 or n_experts - 1 (got " + std::to_string(shared_expert) + ")");
   const int with_shared = shared_expert >= 0 ? 1 : 0, all = k + with_shared;
+  check_x_stride(op, ldx, w.cols, all);  // refused whether or not the routed form takes w
   if ((mode & kTcRoutedDown) == 0 || k < 1 || all > 32 || w.dense != nullptr || !tc_decode_supported(w) ||
       !takes_row(w, 1, true))
     return 0;

@@ -97,7 +97,8 @@ const char* tc_planes_name(TcPlanes p);
 size_t tc_decode_scratch_bytes(int64_t cols, int64_t n_x);
 
 // y[r*ldy + o] = sum_i W[o,i] x[r*ldx + i] for r < n_rows, one matrix (n_experts == 1). x 16-byte aligned,
-// ldx a multiple of 4. `scratch` holds tc_decode_scratch_bytes(cols, n_rows) bytes (caller-owned, so the
+// ldx a multiple of 4, and >= cols when more than one x row is read (every form below: ArgumentError naming
+// ldx and cols). `scratch` holds tc_decode_scratch_bytes(cols, n_rows) bytes (caller-owned, so the
 // launches allocate nothing and can be captured in a graph). Two launches: the split, then the product.
 void tc_decode_wx(const TiledWeight& w, const float* x, int64_t ldx, int n_rows, float* y, int64_t ldy,
                   void* scratch, size_t scratch_bytes, cudaStream_t stream);

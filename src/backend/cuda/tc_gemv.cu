@@ -11,6 +11,7 @@
 #include "backend/cuda/code_bits.h"
 #include "backend/cuda/cuda_error.h"
 #include "backend/cuda/grid_dependency.cuh"
+#include "backend/cuda/kernel_limits.h"
 #include "backend/cuda/tc_decode.h"
 #include "backend/cuda/tc_decode_parts.cuh"
 
@@ -246,13 +247,8 @@ void launch_xr(const DecodeWeight& W, Slicing sl, dim3 grid, const ExpertWindow*
   constexpr size_t ring = InBlock ? size_t{kWarps} * SmallStage<Bits, XR>::kStages * Stage<Bits>::kWords * 4
                                   : SmallStage<Bits, XR>::kBlockBytes;
   auto split_bytes = [](int64_t T) { return static_cast<size_t>(T) * (kTerms * 64 + 4 + 16); };
-  static const bool ready = [&] {
-    const size_t most = ring + (InBlock ? split_bytes(kInBlockMaxCols / 32) : 0);
-    check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(most)),
-          "tc_decode (small windows): cudaFuncSetAttribute");
-    return true;
-  }();
-  (void)ready;
+  const size_t most = ring + (InBlock ? split_bytes(kInBlockMaxCols / 32) : 0);
+  opt_in_dynamic_smem(kernel, static_cast<int>(most), "tc_decode (small windows): cudaFuncSetAttribute");
   const size_t bytes = ring + (InBlock ? split_bytes(W.cols / 32) : 0);
   kernel<<<grid, kThreads, bytes, stream>>>(W, sl, tiles, n_rows, row_ids, X, y, ldy, n_experts);
 }

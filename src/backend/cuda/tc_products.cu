@@ -8,8 +8,11 @@
 // default the expert tiles): the same MMAs and epilogue, the data staged through cp.async three tiles ahead.
 #include <cuda_bf16.h>
 
+#include <string>
+
 #include "backend/cuda/code_bits.h"
 #include "backend/cuda/cuda_error.h"
+#include "backend/cuda/kernel_limits.h"
 #include "backend/cuda/tc_common.cuh"
 #include "backend/cuda/tc_products.h"
 #include "backend/cuda/tc_products_parts.cuh"
@@ -255,8 +258,7 @@ void launch_m(const TiledWeight& w, const Launch& l, const SplitX& X, float* y, 
   constexpr size_t kSmem = sizeof(TileSmem<M, N>);
   auto* kernel = tiled_kernel<Bits, M, N, MinBlocks>;
   if constexpr (kSmem > 48 * 1024)
-    check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSmem)),
-          "tiled_wx: shared memory size");
+    opt_in_dynamic_smem(kernel, static_cast<int>(kSmem), "tiled_wx: shared memory size");
   kernel<<<grid, Tile<M, N>::kThreads, kSmem, stream>>>(tile_weight<Bits>(w), l.tiles, l.n_rows, l.row_ids, X,
                                                         y, ldy, static_cast<int>(w.n_experts),
                                                         l.split_stride);
@@ -297,19 +299,24 @@ __global__ void reduce_splits_kernel(const float* part, int splits, int64_t n_ro
 }
 
 // Splits x (n_x rows) into scratch from the stream-ordered pool, then runs the tiles; with l.splits > 1 the
-// partials go to `workspace` (or more scratch when null) and are added into y.
-void dispatch(const TiledWeight& w, Launch l, const float* x, int64_t ldx, int64_t n_x, float* y, int64_t ldy,
-              cudaStream_t stream, float* workspace = nullptr) {
+// partials go to `workspace` (or more scratch when null) and are added into y. Refusals name `op`.
+void dispatch(const char* op, const TiledWeight& w, Launch l, const float* x, int64_t ldx, int64_t n_x,
+              float* y, int64_t ldy, cudaStream_t stream, float* workspace = nullptr) {
+  const std::string name(op);
   if (!tiled_supported(w))
-    throw ArgumentError(
-        "tiled_wx: the weight must be dense bf16 or MLX affine bits 2-6/8, group 32/64/128, "
-        "with cols a multiple of 32");
-  if ((w.rows + 63) / 64 > 65535) throw ArgumentError("tiled_wx: at most 65535 * 64 output rows");
+    throw ArgumentError(name +
+                        ": the weight must be dense bf16 or MLX affine bits 2-6/8, group 32/64/128, "
+                        "with cols a multiple of 32");
+  if ((w.rows + 63) / 64 > 65535) throw ArgumentError(name + ": at most 65535 * 64 output rows");
   if (ldx % 4 != 0 || reinterpret_cast<uintptr_t>(x) % 16 != 0)
-    throw ArgumentError("tiled_wx: x must be 16-byte aligned with ldx a multiple of 4");
+    throw ArgumentError(name + ": x must be 16-byte aligned with ldx a multiple of 4");
+  if (n_x > 1 && ldx < w.cols)  // several x rows ldx apart must not overlap
+    throw ArgumentError(name + ": ldx must be >= the weight's cols when more than one x row is read (ldx " +
+                        std::to_string(ldx) + ", cols " + std::to_string(w.cols) + ", " +
+                        std::to_string(n_x) + " rows)");
   if (l.row_tiles == 0 || n_x <= 0) return;
   if (n_x >= (int64_t{1} << 31) / w.cols - 1)
-    throw ArgumentError("tiled_wx: x of under 2^31 values a plane (32-bit offsets)");
+    throw ArgumentError(name + ": x of under 2^31 values a plane (32-bit offsets)");
   const int64_t cols = w.cols, plane_bytes = kTerms * n_x * cols * 2, sum_count = n_x * (cols / kTileCols);
   const int64_t part_count = l.splits > 1 ? int64_t{l.n_rows} * w.rows : 0;
   const int64_t part_bytes = workspace == nullptr ? l.splits * part_count * 4 : 0;
@@ -357,8 +364,8 @@ void tiled_wx(const TiledWeight& w, const float* x, int64_t ldx, int n_rows, flo
               cudaStream_t stream) {
   if (n_rows < 0) throw ArgumentError("tiled_wx: n_rows must be >= 0");
   const int splits = tiled_supported(w) ? tiled_fixed_splits(w) : 1;
-  dispatch(w, Launch{nullptr, row_tiles_of(n_rows), kTileRows, n_rows, nullptr, splits, 0}, x, ldx, n_rows, y,
-           ldy, stream);
+  dispatch("tiled_wx", w, Launch{nullptr, row_tiles_of(n_rows), kTileRows, n_rows, nullptr, splits, 0}, x,
+           ldx, n_rows, y, ldy, stream);
 }
 
 void tiled_wx_experts(const TiledWeight& w, const ExpertWindow* tiles, int max_tiles, const int32_t* row_ids,
@@ -368,15 +375,16 @@ void tiled_wx_experts(const TiledWeight& w, const ExpertWindow* tiles, int max_t
   if (tile_rows < 1 || tile_rows > kTileRows)
     throw ArgumentError("tiled_wx_experts: tile_rows must be 1..64");
   const int m = tile_rows <= 16 ? 16 : tile_rows <= 32 ? 32 : kTileRows;
-  dispatch(w, Launch{tiles, static_cast<unsigned>(max_tiles), m, 0, row_ids, 1, 0}, x, ldx, n_x_rows, y, ldy,
-           stream);
+  dispatch("tiled_wx_experts", w, Launch{tiles, static_cast<unsigned>(max_tiles), m, 0, row_ids, 1, 0}, x,
+           ldx, n_x_rows, y, ldy, stream);
 }
 
 void tiled_wx_split_k(const TiledWeight& w, const float* x, int64_t ldx, int n_rows, float* y, int64_t ldy,
                       int splits, float* workspace, cudaStream_t stream) {
   if (splits < 1 || splits > w.cols / kTileCols)
     throw ArgumentError("tiled_wx_split_k: splits must be 1 .. cols / 32");
-  dispatch(w, Launch{nullptr, row_tiles_of(n_rows), kTileRows, n_rows, nullptr, splits, 0}, x, ldx, n_rows, y,
+  dispatch("tiled_wx_split_k", w,
+           Launch{nullptr, row_tiles_of(n_rows), kTileRows, n_rows, nullptr, splits, 0}, x, ldx, n_rows, y,
            ldy, stream, workspace);
 }
 

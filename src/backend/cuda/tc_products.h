@@ -64,8 +64,10 @@ int tiled_fixed_splits(const TiledWeight& w);
 int prompt_expert_tile_rows(int n_rows, int k, int n_experts);
 
 // y[r*ldy + o] = sum_i W[o,i] x[r*ldx + i] for r < n_rows (any count), one expert (n_experts == 1).
-// x 16-byte aligned, ldx a multiple of 4. x is first split into bf16 planes in scratch from the
-// stream-ordered pool (cudaMallocAsync: not inside a graph capture); n_rows * cols under 2^31.
+// x 16-byte aligned, ldx a multiple of 4, and >= cols when more than one x row is read (here, in
+// tiled_wx_split_k and tiled_wx_experts: ArgumentError naming ldx and cols). x is first split into bf16
+// planes in scratch from the stream-ordered pool (cudaMallocAsync: not inside a graph capture); n_rows * cols
+// under 2^31.
 void tiled_wx(const TiledWeight& w, const float* x, int64_t ldx, int n_rows, float* y, int64_t ldy,
               cudaStream_t stream);
 

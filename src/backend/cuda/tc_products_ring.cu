@@ -10,6 +10,7 @@
 // other fragment's MMAs are unchanged). Each thread's copy state is 32-bit offsets from the kernel's
 // parameters (session 11: the 64-bit pointers it held through the k loop spilled at 64-row tiles).
 #include "backend/cuda/cuda_error.h"
+#include "backend/cuda/kernel_limits.h"
 #include "backend/cuda/tc_products_parts.cuh"
 
 namespace ds::cuda::tiled {
@@ -294,10 +295,8 @@ void launch_ring(const TiledWeight& w, const Launch& l, const SplitX& X, float* 
   constexpr size_t kSmem = sizeof(RingSmem<Bits, M>);
   static_assert(kSmem <= 112 * 1024, "two blocks an SM");
   auto* kernel = ring_kernel<Bits, M>;
-  // Once an instantiation (a prompt pass launches it hundreds of times), as attention_decode does.
-  static const cudaError_t opted_in =
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSmem));
-  check(opted_in, "tiled_wx: shared memory size (ring)");
+  // Once an instantiation and device (a prompt pass launches it hundreds of times), as attention_decode does.
+  opt_in_dynamic_smem(kernel, static_cast<int>(kSmem), "tiled_wx: shared memory size (ring)");
   kernel<<<grid, kThreads, kSmem, stream>>>(tile_weight<Bits>(w), l.tiles, l.n_rows, l.row_ids, X, y, ldy,
                                             static_cast<int>(w.n_experts), l.split_stride, lop3);
   check_launch("tiled_wx (ring)");

@@ -24,13 +24,13 @@
 // half + o, stores h[o] = silu(gate) * up (silu_mul_halves' expression) instead of both products. The chains,
 // slices and merge are the plain launch's, so gate and up carry the same bits.
 #include <algorithm>
-#include <atomic>
 #include <type_traits>
 
 #include "backend/cuda/code_bits.h"
 #include "backend/cuda/cuda_error.h"
 #include "backend/cuda/device_math.cuh"
 #include "backend/cuda/grid_dependency.cuh"
+#include "backend/cuda/kernel_limits.h"
 #include "backend/cuda/tc_decode.h"
 #include "backend/cuda/tc_decode_parts.cuh"
 #include "backend/cuda/tc_row_copy.cuh"
@@ -367,29 +367,12 @@ struct RowLaunch {
   static constexpr size_t kMerge = size_t{2} * kWarps * 64 * 4;
   // The split's planes, sums and pair sums (split_row_in_block), then the merge area.
   static size_t bytes(int64_t T) { return kRing + static_cast<size_t>(T) * (kTerms * 64 + 4 + 16) + kMerge; }
-  // Blocks resident at once on the GPU for a row width (its split takes shared memory). Filled per width
-  // (T <= 256 units) on its first launch; host threads may race to fill an entry, each computing the same
-  // value, and a relaxed atomic load costs what a plain one does.
+  // Blocks resident at once on the current device for a row width (its split takes shared memory), after the
+  // opt-in for the widest row on that device (kernel_limits.h: each once per device, then lookups).
   static int64_t resident(int64_t T) {
-    static std::atomic<int> per_sm[kInBlockMaxCols / 32 + 1];  // zero-initialised (static storage)
-    static const int sms = [] {                                // once (a thread-safe static)
-      check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                 static_cast<int>(bytes(kInBlockMaxCols / 32))),
-            "tc_decode (one row): cudaFuncSetAttribute");
-      int device = 0, n = 0;
-      check(cudaGetDevice(&device), "tc_decode (one row): cudaGetDevice");
-      check(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device),
-            "tc_decode (one row): multiprocessor count");
-      return n;
-    }();
-    int n = per_sm[T].load(std::memory_order_relaxed);
-    if (n == 0) {
-      check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, kThreads, bytes(T)),
-            "tc_decode (one row): occupancy");
-      n = std::max(1, n);
-      per_sm[T].store(n, std::memory_order_relaxed);
-    }
-    return int64_t{sms} * n;
+    opt_in_dynamic_smem(kernel, static_cast<int>(bytes(kInBlockMaxCols / 32)),
+                        "tc_decode (one row): cudaFuncSetAttribute");
+    return blocks_resident(kernel, kThreads, bytes(T), "tc_decode (one row): occupancy");
   }
   // A single matrix: persistent blocks over the output blocks (as many as are resident at once); expert
   // tiles: one output block a block.

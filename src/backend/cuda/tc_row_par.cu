@@ -17,6 +17,7 @@
 
 #include "backend/cuda/cuda_error.h"
 #include "backend/cuda/grid_dependency.cuh"
+#include "backend/cuda/kernel_limits.h"
 #include "backend/cuda/tc_decode.h"
 #include "backend/cuda/tc_decode_parts.cuh"
 #include "backend/cuda/tc_row_copy.cuh"
@@ -141,13 +142,8 @@ void launch_par(const DecodeWeight& W, Slicing sl, unsigned grid_y, int n_rows, 
     return size_t{NW} * KS * Stage<Bits>::kWords * 4 + static_cast<size_t>(units) * (kTerms * 64 + 20) +
            static_cast<size_t>(units) * kWarpOutputs * 8 + 4 * kWarpOutputs * 4;
   };
-  static const bool ready = [&] {  // once (a thread-safe static)
-    check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                               static_cast<int>(bytes(kInBlockMaxCols / 32))),
-          "tc_decode (one row, units over warps): cudaFuncSetAttribute");
-    return true;
-  }();
-  (void)ready;
+  opt_in_dynamic_smem(kernel, static_cast<int>(bytes(kInBlockMaxCols / 32)),
+                      "tc_decode (one row, units over warps): cudaFuncSetAttribute");
   const dim3 grid(static_cast<unsigned>((W.rows + kWarpOutputs - 1) / kWarpOutputs), grid_y);
   kernel<<<grid, NW * 32, bytes(T), stream>>>(W, sl, n_rows, row_ids, X, y, ldy);
 }

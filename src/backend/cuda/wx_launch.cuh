@@ -9,6 +9,7 @@
 #include <string>
 
 #include "backend/cuda/cuda_error.h"
+#include "backend/cuda/kernel_limits.h"
 #include "backend/cuda/wx_kernels.cuh"
 #include "backend/cuda/wx_products.h"
 
@@ -50,18 +51,11 @@ typename AffineUnit<Bits>::Matrix affine_matrix(const AffineWeight& w, int shift
           static_cast<uint32_t>(w.cols >> shift)};
 }
 
-// Blocks for a persistent one-row kernel: as many as fit on the GPU at once, never more than the tasks.
+// Blocks for a persistent one-row kernel: as many as fit on the current device at once (kernel_limits.h: read
+// once per device), never more than the tasks.
 template <auto Kernel>
 int64_t resident_blocks(int64_t tasks) {
-  static const int64_t fit = [] {
-    int device = 0, sms = 0, per_sm = 0;
-    check(cudaGetDevice(&device), "cudaGetDevice");
-    check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "cudaDeviceGetAttribute");
-    check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, Kernel, kWarpsPerBlock * 32, 0),
-          "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
-    return int64_t{sms} * std::max(per_sm, 1);
-  }();
-  return std::min(tasks, fit);
+  return std::min(tasks, blocks_resident(Kernel, kWarpsPerBlock * 32, 0, "resident blocks (occupancy)"));
 }
 
 // One-row products on the kernel one_row_kernel() picks (wx_row_products.cu; Unit: AffineUnit<2..8> or

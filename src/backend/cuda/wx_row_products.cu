@@ -1,15 +1,16 @@
 // The one-row (R = 1) weight-product kernels and the process-wide choice between them (RowKernel,
 // wx_products.h). Every choice gives the same bits: the chains of docs/cuda-products.md "The arithmetic".
 #include <algorithm>
-#include <array>
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <string>
 
 #include "backend/cuda/cuda_error.h"
 #include "backend/cuda/env_switch.h"
 #include "backend/cuda/grid_dependency.cuh"
+#include "backend/cuda/kernel_limits.h"
 #include "backend/cuda/wx_kernels.cuh"
 #include "backend/cuda/wx_launch.cuh"
 #include "backend/cuda/wx_products.h"
@@ -61,15 +62,12 @@ void set_paired_min_tasks(int64_t n) {
 int64_t paired_min_tasks() {
   const int64_t n = min_tasks.load();
   if (n >= 0) return n;
-  static const int64_t twice_sms = [] {
+  static const std::optional<int64_t> from_env = []() -> std::optional<int64_t> {
     if (const char* v = std::getenv("DS_CUDA_PAIRED_MIN_TASKS"); v != nullptr && *v != '\0')
       return static_cast<int64_t>(std::atoll(v));
-    int device = 0, sms = 0;
-    check(cudaGetDevice(&device), "cudaGetDevice");
-    check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "cudaDeviceGetAttribute");
-    return int64_t{2} * sms;
+    return std::nullopt;  // unset: twice the current device's multiprocessors
   }();
-  return twice_sms;
+  return from_env ? *from_env : int64_t{2} * multiprocessors("paired_min_tasks: multiprocessor count");
 }
 
 const char* one_row_kernel_name(RowKernel k) {
@@ -141,26 +139,13 @@ struct Folded<AffineUnit<Bits>> {
   using type = AffineUnit<Bits, true>;
 };
 
-// Blocks per SM of a kernel with `smem` bytes of dynamic shared memory, from the occupancy API once per
-// (kernel, 1 KB of shared memory) for the device current at the first call (one GPU per process).
+// Blocks resident at once of a kernel with `smem` bytes of dynamic shared memory, from the occupancy API once
+// per (kernel, device, 1 KB of shared memory up to 64 KB) (kernel_limits.h).
 template <auto Kernel>
 int64_t resident_blocks_with(int64_t tasks, size_t smem) {
-  static std::array<std::atomic<int>, 65> per_sm{};  // index: KB of shared memory, 0 = not asked yet
-  static const int sms = [] {
-    int device = 0, n = 0;
-    check(cudaGetDevice(&device), "cudaGetDevice");
-    check(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device), "cudaDeviceGetAttribute");
-    return n;
-  }();
-  const size_t kb = std::min<size_t>((smem + 1023) / 1024, per_sm.size() - 1);
-  int fit = per_sm[kb].load();
-  if (fit == 0) {
-    check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&fit, Kernel, kWarpsPerBlock * 32, kb * 1024),
-          "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
-    fit = std::max(fit, 1);
-    per_sm[kb] = fit;
-  }
-  return std::min(tasks, int64_t{sms} * fit);
+  const size_t kb = std::min<size_t>((smem + 1023) / 1024, 64);
+  return std::min(tasks,
+                  blocks_resident(Kernel, kWarpsPerBlock * 32, kb * 1024, "resident blocks (occupancy)"));
 }
 
 // Without an opt-in a block has 48 KB of shared memory: rows up to 10,912 columns are staged, wider ones

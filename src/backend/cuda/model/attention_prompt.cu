@@ -7,6 +7,7 @@
 #include "backend/cuda/cuda_error.h"
 #include "backend/cuda/device_math.cuh"
 #include "backend/cuda/grid_dependency.cuh"
+#include "backend/cuda/kernel_limits.h"
 #include "backend/cuda/model/attention_prompt.h"
 
 namespace ds::cuda {
@@ -164,9 +165,8 @@ void launch(const AttentionShape& s, const AttentionWindow* windows, int n_windo
   const int G = s.nh / s.nkv;
   const size_t shared = (size_t(G) * HD + size_t(kTile) * HD + size_t(kTile) * (HD + 1)) * sizeof(float) +
                         size_t(kTile + kWarp * sel.ratio) * sizeof(int);
-  static const cudaError_t opted_in = cudaFuncSetAttribute(
-      attend_selected_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, 160 * 1024);
-  check(opted_in, "attention_prompt_selected: cudaFuncSetAttribute");
+  opt_in_dynamic_smem(attend_selected_kernel<HD>, 160 * 1024,
+                      "attention_prompt_selected: cudaFuncSetAttribute");
   const dim3 grid(static_cast<unsigned>(s.nkv), static_cast<unsigned>(max_count),
                   static_cast<unsigned>(n_windows));
   attend_selected_kernel<HD><<<grid, G * kWarp, shared, stream>>>(s, windows, rows, n_rows, sel, scale);

@@ -21,6 +21,7 @@
 #include "backend/cuda/cuda_error.h"
 #include "backend/cuda/env_switch.h"
 #include "backend/cuda/grid_dependency.cuh"
+#include "backend/cuda/kernel_limits.h"
 #include "backend/cuda/model/device_math.cuh"
 #include "backend/cuda/model/hc_kernels.h"
 #include "backend/cuda/tc_common.cuh"
@@ -462,18 +463,14 @@ bool affine_up_ok(const AffineWeight& w) {
          reinterpret_cast<uintptr_t>(w.codes) % 16 == 0;
 }
 
-// The kernels' dynamic shared memory limit, set once each (hc_tensor_tail_takes bounds every layout by it).
+// The kernels' dynamic shared memory limit, set once each per device (hc_tensor_tail_takes bounds every
+// layout by it).
 constexpr int kMaxSmemBytes = 200 * 1024;
 template <int Bits, bool PC>
 void set_smem_limit() {
-  static const bool ready = [] {
-    for (const void* k : {reinterpret_cast<const void*>(hc_tc_tail_kernel<Bits, PC>),
-                          reinterpret_cast<const void*>(hc_tc_tail_fast_kernel<Bits, PC>)})
-      check(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, kMaxSmemBytes),
-            "hc_tensor_tail: cudaFuncSetAttribute");
-    return true;
-  }();
-  (void)ready;
+  opt_in_dynamic_smem(hc_tc_tail_kernel<Bits, PC>, kMaxSmemBytes, "hc_tensor_tail: cudaFuncSetAttribute");
+  opt_in_dynamic_smem(hc_tc_tail_fast_kernel<Bits, PC>, kMaxSmemBytes,
+                      "hc_tensor_tail: cudaFuncSetAttribute");
 }
 
 int hc_tensor_env = -1;  // hc_tensor_tail_on: 1 on, 0 off; -1 not yet read
