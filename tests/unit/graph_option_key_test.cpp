@@ -61,6 +61,7 @@ TEST(GraphOptionKey, EveryOptionAndSwitchChangesTheKey) {
       {"tiled_outputs", [](GraphOptionKey& o) { o.tiled_outputs = 64; }},
       {"tiled_min_blocks", [](GraphOptionKey& o) { o.tiled_min_blocks = 3; }},
       {"tiled_ring", [](GraphOptionKey& o) { o.tiled_ring = 3; }},
+      {"attend_warps", [](GraphOptionKey& o) { o.attend_warps = 16; }},
   };
   const GraphOptionKey base;
   const std::vector<int64_t> base_key = key_of(base);

@@ -1,5 +1,7 @@
 // Gated attention decode (attention_decode.h). One block per (row, head): the key order each warp walks and
 // the merge of the warps depend on the row's key count alone, never on the other rows of the launch.
+#include <algorithm>
+#include <cstdlib>
 #include <string>
 
 #include "backend/cuda/attention_decode.h"
@@ -12,7 +14,6 @@ namespace ds::cuda {
 
 namespace {
 
-constexpr int kAttendWarps = 4;
 
 using dev::kWarp;
 using dev::warp_max;
@@ -76,7 +77,6 @@ constexpr int kTileKeys = 32;
 constexpr int kMaxChunks = 64;
 constexpr int kMinChunkKeys = 64;
 constexpr int kHeadsPerBlock = 16;
-constexpr int kHeadsPerWarp = kHeadsPerBlock / kAttendWarps;
 
 __host__ __device__ __forceinline__ int64_t chunk_keys(int64_t n_keys) {
   int64_t c = kMinChunkKeys;
@@ -91,8 +91,10 @@ struct Partials {
   float* acc;  // [n_rows, nh, kMaxChunks, hd]
 };
 
-template <int HD>
-__global__ void __launch_bounds__(kAttendWarps* kWarp)
+// W warps a block (attend_warps(): 4, 8 or 16); a head's arithmetic is one warp's whatever W, so every W
+// gives the same bits (W only spreads the tile's staging and the heads over more warps).
+template <int HD, int W>
+__global__ void __launch_bounds__(W* kWarp)
     attend_chunk_kernel(AttentionShape s, const AttentionWindow* windows, AttentionRows r, int n_rows,
                         float scale, Partials part) {
   dev::grid_dependency_wait();
@@ -110,8 +112,9 @@ __global__ void __launch_bounds__(kAttendWarps* kWarp)
   const int64_t k_end = k_begin + ck < n_keys ? k_begin + ck : n_keys;
   const int group = s.nh / s.nkv, h_first = kv_head * group + head_group * kHeadsPerBlock;
   const int n_heads = min(kHeadsPerBlock, group - head_group * kHeadsPerBlock);
+  constexpr int kHPW = kHeadsPerBlock / W;  // heads a warp at most
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
-  const int mine = (n_heads - warp + kAttendWarps - 1) / kAttendWarps;  // heads warp, warp + 4, ... < n_heads
+  const int mine = (n_heads - warp + W - 1) / W;  // heads warp, warp + W, ... < n_heads
 
   float* q_sh = reinterpret_cast<float*>(smem4);  // [n_heads][HD]
   float* k_sh = q_sh + kHeadsPerBlock * HD;       // [kTileKeys][KS]
@@ -119,9 +122,9 @@ __global__ void __launch_bounds__(kAttendWarps* kWarp)
   for (int i = threadIdx.x; i < n_heads * HD; i += blockDim.x)
     q_sh[i] = r.qg[row * r.ld_qg(s) + int64_t{h_first + i / HD} * 2 * HD + i % HD];
 
-  float m[kHeadsPerWarp], l[kHeadsPerWarp], acc[kHeadsPerWarp][DS][4];
+  float m[kHPW], l[kHPW], acc[kHPW][DS][4];
 #pragma unroll
-  for (int i = 0; i < kHeadsPerWarp; ++i) {
+  for (int i = 0; i < kHPW; ++i) {
     m[i] = -INFINITY;
     l[i] = 0.0f;
 #pragma unroll
@@ -133,11 +136,11 @@ __global__ void __launch_bounds__(kAttendWarps* kWarp)
     const int n_valid = static_cast<int>(k_end - j0 < kTileKeys ? k_end - j0 : kTileKeys);
     __syncthreads();  // the previous tile is no longer read
     // All of the tile's loads are issued before any is used: 32 keys x HD x 2 in flight per block.
-    constexpr int kF4 = kTileKeys * HD / 4 / (kAttendWarps * kWarp);
+    constexpr int kF4 = kTileKeys * HD / 4 / (W * kWarp);
     float4 kt[kF4], vt[kF4];
 #pragma unroll
     for (int i = 0; i < kF4; ++i) {
-      const int f = threadIdx.x + i * kAttendWarps * kWarp, key = f / (HD / 4), d4 = f % (HD / 4);
+      const int f = threadIdx.x + i * W * kWarp, key = f / (HD / 4), d4 = f % (HD / 4);
       const bool ok = key < n_valid;
       const int64_t off = (j0 + key) * kvw + d4 * 4;
       kt[i] = ok ? *reinterpret_cast<const float4*>(k_base + off) : make_float4(0.f, 0.f, 0.f, 0.f);
@@ -145,7 +148,7 @@ __global__ void __launch_bounds__(kAttendWarps* kWarp)
     }
 #pragma unroll
     for (int i = 0; i < kF4; ++i) {
-      const int f = threadIdx.x + i * kAttendWarps * kWarp, key = f / (HD / 4), d4 = f % (HD / 4);
+      const int f = threadIdx.x + i * W * kWarp, key = f / (HD / 4), d4 = f % (HD / 4);
       *reinterpret_cast<float4*>(k_sh + key * KS + d4 * 4) = kt[i];
       *reinterpret_cast<float4*>(v_sh + key * HD + d4 * 4) = vt[i];
     }
@@ -154,16 +157,16 @@ __global__ void __launch_bounds__(kAttendWarps* kWarp)
     // Score of key j0 + lane per head: four interleaved FMA chains over the dims (d mod 4), then
     // (a0 + a1) + (a2 + a3).
     const float4* kr = reinterpret_cast<const float4*>(k_sh + lane * KS);
-    float a[kHeadsPerWarp][4];
+    float a[kHPW][4];
 #pragma unroll
-    for (int i = 0; i < kHeadsPerWarp; ++i) a[i][0] = a[i][1] = a[i][2] = a[i][3] = 0.f;
+    for (int i = 0; i < kHPW; ++i) a[i][0] = a[i][1] = a[i][2] = a[i][3] = 0.f;
 #pragma unroll 4
     for (int d4 = 0; d4 < HD / 4; ++d4) {
       const float4 kk = kr[d4];
 #pragma unroll
-      for (int i = 0; i < kHeadsPerWarp; ++i) {
+      for (int i = 0; i < kHPW; ++i) {
         if (i < mine) {
-          const float4 qq = reinterpret_cast<const float4*>(q_sh + (warp + i * kAttendWarps) * HD)[d4];
+          const float4 qq = reinterpret_cast<const float4*>(q_sh + (warp + i * W) * HD)[d4];
           a[i][0] = __fmaf_rn(qq.x, kk.x, a[i][0]);
           a[i][1] = __fmaf_rn(qq.y, kk.y, a[i][1]);
           a[i][2] = __fmaf_rn(qq.z, kk.z, a[i][2]);
@@ -172,9 +175,9 @@ __global__ void __launch_bounds__(kAttendWarps* kWarp)
       }
     }
     const bool valid = lane < n_valid;
-    float p[kHeadsPerWarp];
+    float p[kHPW];
 #pragma unroll
-    for (int i = 0; i < kHeadsPerWarp; ++i) {
+    for (int i = 0; i < kHPW; ++i) {
       if (i < mine) {
         const float score =
             valid ? __fmul_rn(__fadd_rn(__fadd_rn(a[i][0], a[i][1]), __fadd_rn(a[i][2], a[i][3])), scale)
@@ -193,14 +196,14 @@ __global__ void __launch_bounds__(kAttendWarps* kWarp)
       }
     }
     for (int jj = 0; jj < n_valid; ++jj) {
-      float pj[kHeadsPerWarp];
+      float pj[kHPW];
 #pragma unroll
-      for (int i = 0; i < kHeadsPerWarp; ++i) pj[i] = __shfl_sync(0xffffffffu, p[i], jj);
+      for (int i = 0; i < kHPW; ++i) pj[i] = __shfl_sync(0xffffffffu, p[i], jj);
 #pragma unroll
       for (int d = 0; d < DS; ++d) {
         const float4 vv = *reinterpret_cast<const float4*>(v_sh + jj * HD + d * 4 * kWarp + lane * 4);
 #pragma unroll
-        for (int i = 0; i < kHeadsPerWarp; ++i) {
+        for (int i = 0; i < kHPW; ++i) {
           if (i < mine) {
             acc[i][d][0] = __fmaf_rn(pj[i], vv.x, acc[i][d][0]);
             acc[i][d][1] = __fmaf_rn(pj[i], vv.y, acc[i][d][1]);
@@ -212,8 +215,8 @@ __global__ void __launch_bounds__(kAttendWarps* kWarp)
     }
   }
 #pragma unroll
-  for (int i = 0; i < kHeadsPerWarp; ++i) {
-    const int hb = warp + i * kAttendWarps;
+  for (int i = 0; i < kHPW; ++i) {
+    const int hb = warp + i * W;
     if (hb >= n_heads) break;
     const int64_t slot = (row * s.nh + h_first + hb) * kMaxChunks + chunk;
     if (lane == 0) {
@@ -261,17 +264,30 @@ __global__ void attend_merge_kernel(AttentionShape s, const AttentionWindow* win
   }
 }
 
+template <int HD, int W>
+void attend_chunk_launch_w(dim3 grid, cudaStream_t stream, const AttentionShape& s,
+                           const AttentionWindow* windows, const AttentionRows& rows, int n_rows, float scale,
+                           const Partials& part) {
+  constexpr size_t shared =
+      (size_t{kHeadsPerBlock} * HD + size_t{kTileKeys} * (HD + 4) + size_t{kTileKeys} * HD) * sizeof(float);
+  // Above 48 KB of dynamic shared memory a kernel must opt in, once per device.
+  opt_in_dynamic_smem(attend_chunk_kernel<HD, W>, static_cast<int>(shared),
+                      "attention_decode: cudaFuncSetAttribute");
+  attend_chunk_kernel<HD, W><<<grid, W * kWarp, shared, stream>>>(s, windows, rows, n_rows, scale, part);
+}
+
 template <int HD>
 void attend_chunk_launch(dim3 grid, cudaStream_t stream, const AttentionShape& s,
                          const AttentionWindow* windows, const AttentionRows& rows, int n_rows, float scale,
                          const Partials& part) {
-  constexpr size_t shared =
-      (size_t{kHeadsPerBlock} * HD + size_t{kTileKeys} * (HD + 4) + size_t{kTileKeys} * HD) * sizeof(float);
-  // Above 48 KB of dynamic shared memory a kernel must opt in, once per device.
-  opt_in_dynamic_smem(attend_chunk_kernel<HD>, static_cast<int>(shared),
-                      "attention_decode: cudaFuncSetAttribute");
-  attend_chunk_kernel<HD>
-      <<<grid, kAttendWarps * kWarp, shared, stream>>>(s, windows, rows, n_rows, scale, part);
+  switch (attend_warps_for(n_rows)) {
+    case 8:
+      return attend_chunk_launch_w<HD, 8>(grid, stream, s, windows, rows, n_rows, scale, part);
+    case 16:
+      return attend_chunk_launch_w<HD, 16>(grid, stream, s, windows, rows, n_rows, scale, part);
+    default:
+      return attend_chunk_launch_w<HD, 4>(grid, stream, s, windows, rows, n_rows, scale, part);
+  }
 }
 
 void fail(const std::string& what) {
@@ -279,6 +295,20 @@ void fail(const std::string& what) {
 }
 
 }  // namespace
+
+int attention_attend_warps() {
+  const char* v = std::getenv("DS_CUDA_ATTEND_WARPS");
+  if (v == nullptr || v[0] == '\0') return 0;
+  const std::string name(v);
+  if (name != "4" && name != "8" && name != "16")
+    throw ArgumentError("DS_CUDA_ATTEND_WARPS: must be 4, 8 or 16 (got '" + name + "')");
+  return std::stoi(name);
+}
+
+int attend_warps_for(int n_rows) {
+  const int set = attention_attend_warps();
+  return set != 0 ? set : (n_rows == 1 ? 8 : 4);
+}
 
 size_t attention_decode_workspace_bytes(const AttentionShape& s, int n_rows) {
   return size_t(n_rows) * s.nh * kMaxChunks * (s.hd + 2) * sizeof(float);
@@ -289,7 +319,12 @@ void attention_norm_rope_append(const AttentionShape& s, const AttentionWeights&
                                 const AttentionRows& rows, int n_rows, cudaStream_t stream) {
   if (n_windows <= 0 || n_windows > 65535 || max_count <= 0 || max_count > 65535 || n_rows <= 0)
     fail("n_windows and max_count must be in 1..65535, n_rows positive");
-  const int prep_threads = 256;
+  if (s.nh <= 0 || s.nkv <= 0 || s.hd <= 0) fail("nh, nkv and hd must be positive");
+  // A warp per head (up to 32 warps): each head's arithmetic is its warp's alone, so the bits do not depend on
+  // the warp count; 8 warps walked 34 heads of the real shape in 5 rounds (12.2 us a token in ncu, session 14).
+  // Each warp's head buffer in shared memory, within the 48 KB that needs no opt-in.
+  const int64_t fit = std::max<int64_t>(1, (48 * 1024) / (int64_t{s.hd} * 4));
+  const int prep_threads = kWarp * static_cast<int>(std::min<int64_t>({32, s.nh + s.nkv, fit}));
   const size_t prep_shared = static_cast<size_t>(prep_threads / kWarp) * s.hd * sizeof(float);
   norm_rope_append_kernel<<<dim3(max_count, n_windows), prep_threads, prep_shared, stream>>>(s, windows, rows,
                                                                                              w, n_rows);

@@ -68,6 +68,16 @@ void attention_norm_rope_append(const AttentionShape& shape, const AttentionWeig
 // The same with caller-owned scratch (device memory of at least attention_decode_workspace_bytes(shape,
 // n_rows) bytes, 16-byte aligned, not used by anything else until the step has run): nothing is allocated.
 size_t attention_decode_workspace_bytes(const AttentionShape& shape, int n_rows);
+
+// Warps a block of the split-KV attend kernel: DS_CUDA_ATTEND_WARPS (4, 8 or 16; anything else is refused
+// naming the variable), read at every call (in the graphs' key), else 0: the launch picks by its rows
+// (attend_warps_for). A head's arithmetic is one warp's at every count, so the bits never depend on it; more
+// warps spread the tile's staging and a kv head's q heads (each warp then reads the tile from shared memory
+// for fewer heads). Measured (docs/receipts/cuda-decode-merged.md "session 14"): 8 warps at one row 9% faster
+// than 4 at 8k and 32k keys, 4 best from 8 rows (16 warps 30% slower there at 32k keys).
+int attention_attend_warps();
+// The warps for a launch of n_rows rows: attention_attend_warps() when set, else 8 at one row and 4 above.
+int attend_warps_for(int n_rows);
 void attention_decode(const AttentionShape& shape, const AttentionWeights& w, const AttentionWindow* windows,
                       int n_windows, int max_count, const AttentionRows& rows, int n_rows, void* workspace,
                       size_t workspace_bytes, cudaStream_t stream);

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/cuda/attention_decode.h"
 #include "backend/cuda/cuda_error.h"
 #include "backend/cuda/model/cuda_model.h"
 #include "backend/cuda/model/graph_option_key.h"
@@ -175,6 +176,7 @@ void CudaModel::append_option_key(GraphKey& key) const {
   o.tiled_outputs = tiled.tile_outputs;
   o.tiled_min_blocks = tiled.min_blocks;
   o.tiled_ring = tiled_ring();
+  o.attend_warps = attention_attend_warps();
   append_graph_option_key(key, o);
 }
 

@@ -47,6 +47,7 @@ struct GraphOptionKey {
   bool row_loads_first = false;      // the paired-staged products' grouped staging (row_loads_first)
   int64_t tiled_outputs = 0, tiled_min_blocks = 0;
   int64_t tiled_ring = 0;  // which tiles take the ring kernel (tc_products_ring.h)
+  int64_t attend_warps = 0;  // the split-KV attend kernel's warps (attention_attend_warps, DS_CUDA_ATTEND_WARPS)
 };
 
 // Appends every field of `o` to `key`, each in its own slot (no packing that two settings could share).
@@ -89,7 +90,8 @@ inline void append_graph_option_key(std::vector<int64_t>& key, const GraphOption
                          o.hc_tail_variant,
                          o.tiled_outputs,
                          o.tiled_min_blocks,
-                         o.tiled_ring});
+                         o.tiled_ring,
+                         o.attend_warps});
 }
 
 }  // namespace ds::cuda
