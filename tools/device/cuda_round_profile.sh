@@ -5,6 +5,7 @@
 # throughput and warp stalls from launch SKIP (default 700: inside the second round) on, COUNT kernels (the
 # 240 s timeout stopped session 14's at 30, about one and a half layers). Kernels are profiled one at a time
 # (no programmatic overlap), so durations are each kernel's alone.
+# FAMILY=tensor profiles the tensor family instead of fma.
 # Usage: DS_PREBUILT=.dev/X/prebuilt.tar.xz tools/device/cuda_round_profile.sh (bundle_prebuilt.sh; carry .dev/X)
 set -uo pipefail
 out=${OUT:-/tmp/out}/prof; mkdir -p "$out"
@@ -17,13 +18,13 @@ t0=$(date +%s); say() { echo "[$(($(date +%s) - t0)) s] $*" | tee -a "$out/summa
 NSYS=$(command -v nsys || ls /usr/local/cuda/bin/nsys /opt/nvidia/nsight-systems/*/bin/nsys 2>/dev/null | head -1)
 say "nsys: ${NSYS:-none}; ncu: $(command -v ncu || echo none)"
 if [ -n "$NSYS" ]; then
-  DS_CUDA_DECODE_PRODUCTS=fma timeout 150 $NSYS profile --cuda-graph-trace=node -t cuda -o /tmp/round --force-overwrite true \
+  DS_CUDA_DECODE_PRODUCTS=${FAMILY:-fma} timeout 150 $NSYS profile --cuda-graph-trace=node -t cuda -o /tmp/round --force-overwrite true \
     $bench --rounds 4 > "$out/nsys-run.log" 2>&1; say "nsys rc=$?"
   timeout 60 $NSYS stats -r cuda_gpu_trace -f csv -o /tmp/trace /tmp/round.nsys-rep > "$out/nsys-stats.log" 2>&1
   say "nsys stats rc=$?"; ls /tmp/trace* >> "$out/summary.txt" 2>&1
   f=$(ls /tmp/trace*.csv 2>/dev/null | head -1); [ -n "$f" ] && tail -n 3000 "$f" | xz -9 > "$out/trace-tail.csv.xz"
 fi
-DS_CUDA_DECODE_PRODUCTS=fma timeout 240 ncu --clock-control none -k "regex:^(?!fill_)" --launch-skip ${SKIP:-700} --launch-count ${COUNT:-60} \
+DS_CUDA_DECODE_PRODUCTS=${FAMILY:-fma} timeout 240 ncu --clock-control none -k "regex:^(?!fill_)" --launch-skip ${SKIP:-700} --launch-count ${COUNT:-60} \
   --section SpeedOfLight --section LaunchStats --section Occupancy --section WarpStateStats \
   --section SchedulerStats --section MemoryWorkloadAnalysis \
   -o /tmp/ncu_round $bench --rounds 3 > "$out/ncu-run.log" 2>&1; say "ncu rc=$?"
