@@ -62,6 +62,7 @@ TEST(GraphOptionKey, EveryOptionAndSwitchChangesTheKey) {
       {"tiled_min_blocks", [](GraphOptionKey& o) { o.tiled_min_blocks = 3; }},
       {"tiled_ring", [](GraphOptionKey& o) { o.tiled_ring = 3; }},
       {"attend_warps", [](GraphOptionKey& o) { o.attend_warps = 16; }},
+      {"route_fast", [](GraphOptionKey& o) { o.route_fast = true; }},
   };
   const GraphOptionKey base;
   const std::vector<int64_t> base_key = key_of(base);

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <numeric>
 #include <random>
@@ -100,6 +101,71 @@ void check_routing(Tally& tally, int E, int k, bool renormalise, std::mt19937_64
   tally.expect(alone_same, name + ": rows alone == rows in the batch (bits)");
 }
 
+// moe_route under DS_CUDA_ROUTE_FAST=v on logits [n, E]: ids and weights.
+std::pair<std::vector<int32_t>, std::vector<float>> route_with(const std::vector<float>& logits, int n, int E,
+                                                               int k, bool renormalise, const char* v) {
+  setenv("DS_CUDA_ROUTE_FAST", v, 1);
+  DeviceBuffer d_logits(logits.size() * 4), d_ids(int64_t{n} * k * 4), d_w(int64_t{n} * k * 4);
+  d_logits.upload(logits.data(), logits.size() * 4);
+  d_ids.fill_bytes(0xFF);
+  d_w.fill_bytes(0xFF);
+  Stream stream;
+  moe_route(d_logits.as<float>(), n, E, k, renormalise, d_ids.as<int32_t>(), d_w.as<float>(), stream.get());
+  stream.synchronize();
+  std::vector<int32_t> ids(int64_t{n} * k);
+  std::vector<float> w(int64_t{n} * k);
+  d_ids.download(ids.data(), ids.size() * 4);
+  d_w.download(w.data(), w.size() * 4);
+  return {ids, w};
+}
+
+// The redux top k (DS_CUDA_ROUTE_FAST=1) == the butterflies, bit for bit, on rows built to tie: logits on a
+// coarse grid (many equal values), +0 and -0 together, -inf entries, all equal, and one row with a NaN (the
+// redux form then takes the butterflies: still equal). Negative control: a row's largest logit raised by 1
+// changes its weights.
+void check_route_fast(Tally& tally, int E, int k, std::mt19937_64& rng) {
+  const int n = 48;
+  std::uniform_int_distribution<int> coarse(-6, 6), pick(0, E - 1);
+  std::vector<float> logits(int64_t{n} * E);
+  for (int r = 0; r < n; ++r) {
+    float* l = logits.data() + int64_t{r} * E;
+    for (int e = 0; e < E; ++e) l[e] = 0.5f * static_cast<float>(coarse(rng));
+    if (r % 4 == 1)
+      for (int e = 0; e < E; ++e) l[e] = (e % 3 == 0) ? -0.0f : (e % 3 == 1 ? 0.0f : l[e] - 4.0f);
+    if (r % 4 == 2)
+      for (int e = 0; e < E; e += 2) l[e] = -INFINITY;
+    if (r == 3)
+      for (int e = 0; e < E; ++e) l[e] = 1.25f;
+    if (r == 7) l[pick(rng)] = NAN;
+  }
+  const char* before = std::getenv("DS_CUDA_ROUTE_FAST");
+  const std::string saved = before != nullptr ? before : "";
+  bool same = true;
+  for (bool renormalise : {true, false}) {
+    const auto slow = route_with(logits, n, E, k, renormalise, "0");
+    const auto fast = route_with(logits, n, E, k, renormalise, "1");
+    same = same && slow.first == fast.first &&
+           std::memcmp(slow.second.data(), fast.second.data(), slow.second.size() * 4) == 0;
+  }
+  std::vector<float> nudged = logits;
+  float* row0 = nudged.data();
+  float* top = std::max_element(row0, row0 + E);
+  *top += 1.0f;
+  const auto base = route_with(logits, n, E, k, false, "1");
+  const auto off = route_with(nudged, n, E, k, false, "1");
+  const bool control = std::memcmp(base.second.data(), off.second.data(), size_t(k) * 4) != 0 ||
+                       !std::equal(base.first.begin(), base.first.begin() + k, off.first.begin());
+  if (before != nullptr)
+    setenv("DS_CUDA_ROUTE_FAST", saved.c_str(), 1);
+  else
+    unsetenv("DS_CUDA_ROUTE_FAST");
+  const std::string name = "routing E" + std::to_string(E) + " k" + std::to_string(k);
+  std::printf("%-32s redux top k == butterflies: %s (a top logit raised: %s)\n", name.c_str(),
+              same ? "bit-identical" : "DIFFERENT", control ? "differs" : "SAME");
+  tally.expect(same, name + ": the redux top k == the butterflies (ids and weights, bits)");
+  tally.expect(control, name + ": the redux top k's negative control differs");
+}
+
 }  // namespace
 
 void run_routing_checks(Tally& tally) {
@@ -108,6 +174,22 @@ void run_routing_checks(Tally& tally) {
   check_routing(tally, 512, 10, false, rng);
   check_routing(tally, 60, 4, true, rng);     // E not a multiple of 32
   check_routing(tally, 1024, 32, true, rng);  // the limits
+  {                                           // the same against the reference with the redux top k
+    const char* before = std::getenv("DS_CUDA_ROUTE_FAST");
+    const std::string saved = before != nullptr ? before : "";
+    setenv("DS_CUDA_ROUTE_FAST", "1", 1);
+    check_routing(tally, 512, 10, true, rng);
+    check_routing(tally, 60, 4, false, rng);
+    check_routing(tally, 1024, 32, true, rng);
+    if (before != nullptr)
+      setenv("DS_CUDA_ROUTE_FAST", saved.c_str(), 1);
+    else
+      unsetenv("DS_CUDA_ROUTE_FAST");
+  }
+  check_route_fast(tally, 512, 10, rng);
+  check_route_fast(tally, 60, 4, rng);
+  check_route_fast(tally, 1024, 32, rng);
+  check_route_fast(tally, 200, 8, rng);
   bool named = false;
   try {
     moe_route(nullptr, 1, 2048, 10, true, nullptr, nullptr, nullptr);

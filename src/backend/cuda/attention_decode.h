@@ -74,7 +74,7 @@ size_t attention_decode_workspace_bytes(const AttentionShape& shape, int n_rows)
 // (attend_warps_for). A head's arithmetic is one warp's at every count, so the bits never depend on it; more
 // warps spread the tile's staging and a kv head's q heads (each warp then reads the tile from shared memory
 // for fewer heads). Measured (docs/receipts/cuda-decode-merged.md "session 14"): 8 warps at one row 9% faster
-// than 4 at 8k and 32k keys, 4 best from 8 rows (16 warps 30% slower there at 32k keys).
+// than 4 at 8k and 32k keys, 4 best from 8 rows (16 warps take 41% more time there at 32k keys).
 int attention_attend_warps();
 // The warps for a launch of n_rows rows: attention_attend_warps() when set, else 8 at one row and 4 above.
 int attend_warps_for(int n_rows);

@@ -7,6 +7,7 @@
 
 #include "backend/cuda/code_bits.h"
 #include "backend/cuda/cuda_error.h"
+#include "backend/cuda/env_switch.h"
 #include "backend/cuda/grid_dependency.cuh"
 #include "backend/cuda/moe_route_row.cuh"
 #include "backend/cuda/moe_routing.h"
@@ -70,6 +71,10 @@ void check_route(const char* op, int n_rows, int E, int k, const void* logits, c
 
 }  // namespace
 
+bool moe_route_fast() {
+  return env_on_off("DS_CUDA_ROUTE_FAST", kDefaultRouteFast);
+}
+
 void moe_route(const float* logits, int n_rows, int E, int k, bool renormalise, int32_t* ids, float* weights,
                cudaStream_t stream, int64_t ld_logits, ExpertRow* up_pairs, ExpertRow* down_pairs,
                int shared_expert) {
@@ -77,10 +82,11 @@ void moe_route(const float* logits, int n_rows, int E, int k, bool renormalise, 
   if (ld_logits == 0) ld_logits = E;
   if (ld_logits < E) throw ArgumentError("moe_route: ld_logits must be at least E");
   const int blocks = (n_rows + kRowsPerBlock - 1) / kRowsPerBlock;
+  const bool fast = moe_route_fast();
   const auto launch = [&](auto slots) {
     route_kernel<decltype(slots)::value><<<blocks, kRowsPerBlock * kWarp, 0, stream>>>(
         logits, ld_logits, n_rows,
-        dev::RouteOutputs{E, k, renormalise, ids, weights, up_pairs, down_pairs, shared_expert});
+        dev::RouteOutputs{E, k, renormalise, ids, weights, up_pairs, down_pairs, shared_expert, fast});
   };
   if (E <= 8 * kWarp)
     launch(std::integral_constant<int, 8>{});
@@ -101,7 +107,8 @@ bool affine_wx_route(const AffineWeight& w, const float* x, float* y, int E, int
   if (x == nullptr || reinterpret_cast<uintptr_t>(x) % 16 != 0)
     detail::bad_arg(op, "x must be 16-byte aligned");
   if (counter == nullptr) detail::bad_arg(op, "counter must be a device pointer");
-  const dev::RouteOutputs out{E, k, renormalise, ids, weights, up_pairs, down_pairs, shared_expert};
+  const dev::RouteOutputs out{
+      E, k, renormalise, ids, weights, up_pairs, down_pairs, shared_expert, moe_route_fast()};
   with_bits(w.bits, [&](auto bits) {
     constexpr int B = decltype(bits)::value;
     constexpr auto kernel = router_route_kernel<B>;

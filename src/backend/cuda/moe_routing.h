@@ -13,6 +13,14 @@ namespace ds::cuda {
 constexpr int kMaxRoutingExperts = 1024;
 constexpr int kMaxRoutingTopK = 32;
 
+// Whether the routings (moe_route, affine_wx_route, the tensor experts' folded routing) pick the top k by
+// redux.sync (dev::top_k_redux: 2 reduxes a rank) instead of xor butterflies: the same ids, order and
+// weights (the butterflies run whenever a logit is NaN). DS_CUDA_ROUTE_FAST=1|0, read at every call (in the
+// graphs' key), else kDefaultRouteFast: on since session 14 (one process A/B: fma one stream 4.481 / 4.512
+// -> 4.417 / 4.424 ms a round, tensor 5.254 / 5.251 -> 5.157 / 5.164; docs/receipts/cuda-decode-merged.md).
+constexpr bool kDefaultRouteFast = true;
+bool moe_route_fast();
+
 // logits [n_rows, E] fp32 (device; row r at logits + r * ld_logits, ld_logits 0 meaning E); ids [n_rows, k]
 // int32 and weights [n_rows, k] fp32 (device) receive the experts in rank order. E in 1..1024, k in
 // 1..min(E, 32). A row's results depend on its logits alone. With up_pairs/down_pairs (device, [n_rows, k]

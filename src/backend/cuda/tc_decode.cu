@@ -25,6 +25,7 @@
 #include "backend/cuda/env_switch.h"
 #include "backend/cuda/grid_dependency.cuh"
 #include "backend/cuda/kernel_limits.h"
+#include "backend/cuda/moe_routing.h"
 #include "backend/cuda/tc_common.cuh"
 #include "backend/cuda/tc_decode.h"
 #include "backend/cuda/tc_decode_kernel.cuh"
@@ -402,6 +403,7 @@ bool tc_decode_experts_swiglu_routed(const TiledWeight& w, const int32_t* topk, 
     if (route->logits == nullptr || route->weights == nullptr || route->E < k || route->E > kRouteSlots * 32)
       bad(op, "route needs logits and weights (device) and k <= E <= 512");
     g.logits = route->logits, g.route_E = route->E, g.renormalise = route->renormalise;
+    g.route_fast = moe_route_fast();
     g.ids_out = const_cast<int32_t*>(topk), g.weights_out = route->weights;
   }
   // The routed forms (session 13): blocks for the k (+ 1) tiles a routing can have, not max_tiles.

@@ -119,6 +119,7 @@ struct OneRowTiles {
   const float* logits = nullptr;
   int route_E = 0;
   bool renormalise = false;
+  bool route_fast = false;  // moe_route_fast(): the top k by redux (the same ids and weights)
   int32_t* ids_out = nullptr;
   float* weights_out = nullptr;
 };
@@ -140,7 +141,7 @@ __device__ __forceinline__ ExpertWindow one_row_tile(const OneRowTiles& g, int64
   if (g.logits != nullptr) {  // warp-uniform
     int id;
     float weight;
-    dev::route_lanes<kRouteSlots>(g.logits, g.route_E, g.k, g.renormalise, id, weight);
+    dev::route_lanes<kRouteSlots>(g.logits, g.route_E, g.k, g.renormalise, id, weight, g.route_fast);
     if (lane < g.k) routed_e = id;
     if (write && lane < g.k) g.ids_out[lane] = id, g.weights_out[lane] = weight;
   } else if (lane < g.k) {
@@ -405,7 +406,8 @@ void launch_small(const DecodeWeight& W, Slicing sl, dim3 grid, int x_rows, bool
 // has column slices, else 4); the other launches keep bits 0-5's variant.
 // Default 30 (session 13): 14 plus kLean2, -1.5% on the round at one stream in tcmid12's and the lead's runs
 // (5.727 / 5.718 ms against 5.884 / 5.815, interleaved), every check passing under it (tensor-all 484/484,
-// the decode-tc checks alone and as two processes sharing the GPU, the contract on the real hc/expert shapes).
+// the decode-tc checks alone and as two processes sharing the GPU, the contract on the real hc/expert
+// shapes).
 constexpr int kDefaultRowVariant = 30;
 constexpr int64_t kRowParMaxGroups = 4096;
 bool row_par_takes(const DecodeWeight& W, bool tiles, int64_t half, bool pc);

@@ -20,8 +20,8 @@ bool paired_grouped();
 
 // Whether the paired-staged one-row kernel stages x with each thread's loads in groups (stage_row_grouped,
 // sass13; the same bits): DS_CUDA_LOADS_FIRST (1 or 0) read at every call when set, else the value set here
-// (kDefaultRowLoadsFirst: on since session 14, with CudaModelOptions::loads_first). Process-wide; in the
-// graphs' key.
+// (kDefaultRowLoadsFirst: on since session 14; CudaModelOptions::loads_first, the model's kernels, is a
+// separate setting that DS_CUDA_LOADS_FIRST also overrides). Process-wide; in the graphs' key.
 constexpr bool kDefaultRowLoadsFirst = true;
 void set_row_loads_first(bool on);
 bool row_loads_first();

@@ -16,6 +16,7 @@
 #include "backend/cuda/model/graph_option_key.h"
 #include "backend/cuda/model/hc_kernels.h"
 #include "backend/cuda/model/programmatic_graph.h"
+#include "backend/cuda/moe_routing.h"
 #include "backend/cuda/tc_decode.h"
 #include "backend/cuda/tc_products.h"
 #include "backend/cuda/tc_products_ring.h"
@@ -177,6 +178,7 @@ void CudaModel::append_option_key(GraphKey& key) const {
   o.tiled_min_blocks = tiled.min_blocks;
   o.tiled_ring = tiled_ring();
   o.attend_warps = attention_attend_warps();
+  o.route_fast = moe_route_fast();
   append_graph_option_key(key, o);
 }
 

@@ -48,6 +48,7 @@ struct GraphOptionKey {
   int64_t tiled_outputs = 0, tiled_min_blocks = 0;
   int64_t tiled_ring = 0;  // which tiles take the ring kernel (tc_products_ring.h)
   int64_t attend_warps = 0;  // the split-KV attend kernel's warps (attention_attend_warps, DS_CUDA_ATTEND_WARPS)
+  bool route_fast = false;   // the routings' top k by redux (moe_route_fast, DS_CUDA_ROUTE_FAST)
 };
 
 // Appends every field of `o` to `key`, each in its own slot (no packing that two settings could share).
@@ -91,7 +92,8 @@ inline void append_graph_option_key(std::vector<int64_t>& key, const GraphOption
                          o.tiled_outputs,
                          o.tiled_min_blocks,
                          o.tiled_ring,
-                         o.attend_warps});
+                         o.attend_warps,
+                         b(o.route_fast)});
 }
 
 }  // namespace ds::cuda
