@@ -3,8 +3,10 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <random>
+#include <string>
 
 #include "backend/cuda/device_buffer.h"
 #include "backend/cuda/stream.h"
@@ -283,12 +285,17 @@ void check_row_kernels(Tally& tally, bool quick, std::mt19937_64& rng, const Str
       y.push_back(run_product(product, x, t, 3, 1, rows, stream));
     }
     // The paired-staged kernel staging x with its loads grouped (row_loads_first, sass13) and not: the same
-    // bits (the loop above ran the default form).
+    // bits (the loop above ran the default form). DS_CUDA_LOADS_FIRST would override both settings, so it is
+    // unset here and restored after.
     set_one_row_kernel(RowKernel::PairedStaged);
+    const char* env = std::getenv("DS_CUDA_LOADS_FIRST");
+    const std::string saved = env != nullptr ? env : "";
+    unsetenv("DS_CUDA_LOADS_FIRST");
     for (bool grouped : {true, false}) {
       set_row_loads_first(grouped);
       y.push_back(run_product(product, x, t, 3, 1, rows, stream));
     }
+    if (env != nullptr) setenv("DS_CUDA_LOADS_FIRST", saved.c_str(), 1);
     set_row_loads_first(kDefaultRowLoadsFirst);
     set_one_row_kernel(chosen);
     bool same = true;

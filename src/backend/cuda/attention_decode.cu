@@ -111,6 +111,8 @@ __global__ void __launch_bounds__(W* kWarp)
   const int64_t k_end = k_begin + ck < n_keys ? k_begin + ck : n_keys;
   const int group = s.nh / s.nkv, h_first = kv_head * group + head_group * kHeadsPerBlock;
   const int n_heads = min(kHeadsPerBlock, group - head_group * kHeadsPerBlock);
+  static_assert(kHeadsPerBlock % W == 0, "each warp holds kHeadsPerBlock / W heads");
+  static_assert(kTileKeys * HD / 4 % (W * kWarp) == 0, "the tile's float4s split evenly over the threads");
   constexpr int kHPW = kHeadsPerBlock / W;  // heads a warp at most
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   const int mine = (n_heads - warp + W - 1) / W;  // heads warp, warp + W, ... < n_heads
@@ -320,8 +322,8 @@ void attention_norm_rope_append(const AttentionShape& s, const AttentionWeights&
     fail("n_windows and max_count must be in 1..65535, n_rows positive");
   if (s.nh <= 0 || s.nkv <= 0 || s.hd <= 0) fail("nh, nkv and hd must be positive");
   // A warp per head (up to 32 warps): each head's arithmetic is its warp's alone, so the bits do not depend
-  // on the warp count; 8 warps walked 26 heads of the real shape in 4 rounds (12.2 us a token in ncu, session
-  // 14). Each warp's head buffer in shared memory, within the 48 KB that needs no opt-in.
+  // on the warp count; 8 warps walked 26 heads of the real shape (24 q + 2 k) in 4 rounds (12.2 us a token in
+  // ncu, session 14). Each warp's head buffer in shared memory, within the 48 KB that needs no opt-in.
   const int64_t fit = std::max<int64_t>(1, (48 * 1024) / (int64_t{s.hd} * 4));
   const int prep_threads = kWarp * static_cast<int>(std::min<int64_t>({32, s.nh + s.nkv, fit}));
   const size_t prep_shared = static_cast<size_t>(prep_threads / kWarp) * s.hd * sizeof(float);
