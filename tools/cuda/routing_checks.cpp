@@ -9,6 +9,7 @@
 #include <numeric>
 #include <random>
 #include <string>
+#include <utility>
 
 #include "backend/cuda/device_buffer.h"
 #include "backend/cuda/moe_routing.h"
@@ -41,6 +42,23 @@ void reference_route(const float* logits, int E, int k, bool renormalise, double
   for (int i = 0; i < k; ++i) w[i] = p[order[i]] / (renormalise ? top : sum);
 }
 
+// moe_route on logits [n, E] (uploaded), in one launch: ids and weights [n, k] (poisoned before).
+std::pair<std::vector<int32_t>, std::vector<float>> route_batch(const std::vector<float>& logits, int n,
+                                                                int E, int k, bool renormalise) {
+  DeviceBuffer d_logits(logits.size() * 4), d_ids(int64_t{n} * k * 4), d_w(int64_t{n} * k * 4);
+  d_logits.upload(logits.data(), logits.size() * 4);
+  d_ids.fill_bytes(0xFF);
+  d_w.fill_bytes(0xFF);
+  Stream stream;
+  moe_route(d_logits.as<float>(), n, E, k, renormalise, d_ids.as<int32_t>(), d_w.as<float>(), stream.get());
+  stream.synchronize();
+  std::vector<int32_t> ids(int64_t{n} * k);
+  std::vector<float> w(int64_t{n} * k);
+  d_ids.download(ids.data(), ids.size() * 4);
+  d_w.download(w.data(), w.size() * 4);
+  return {ids, w};
+}
+
 void check_routing(Tally& tally, int E, int k, bool renormalise, std::mt19937_64& rng) {
   const int n = 64;
   std::normal_distribution<float> d(0.0f, 2.0f);
@@ -54,17 +72,7 @@ void check_routing(Tally& tally, int E, int k, bool renormalise, std::mt19937_64
     l[(top + E - 5) % E] = l[top];
     l[(r * 13 + 3) % E] = l[(r * 29 + 11) % E];
   }
-  DeviceBuffer d_logits(logits.size() * 4), d_ids(int64_t{n} * k * 4), d_w(int64_t{n} * k * 4);
-  d_logits.upload(logits.data(), logits.size() * 4);
-  d_ids.fill_bytes(0xFF);
-  d_w.fill_bytes(0xFF);
-  Stream stream;
-  moe_route(d_logits.as<float>(), n, E, k, renormalise, d_ids.as<int32_t>(), d_w.as<float>(), stream.get());
-  stream.synchronize();
-  std::vector<int32_t> ids(int64_t{n} * k);
-  std::vector<float> w(int64_t{n} * k);
-  d_ids.download(ids.data(), ids.size() * 4);
-  d_w.download(w.data(), w.size() * 4);
+  const auto [ids, w] = route_batch(logits, n, E, k, renormalise);
   bool ids_same = true;
   double worst = 0, control = 0;
   for (int r = 0; r < n; ++r) {
@@ -80,7 +88,9 @@ void check_routing(Tally& tally, int E, int k, bool renormalise, std::mt19937_64
   }
   // Each row alone == the same row in the batch of 64, bit for bit.
   bool alone_same = true;
-  DeviceBuffer one_ids(k * 4), one_w(k * 4);
+  DeviceBuffer d_logits(logits.size() * 4), one_ids(k * 4), one_w(k * 4);
+  d_logits.upload(logits.data(), logits.size() * 4);
+  Stream stream;
   for (int r = 0; r < n; ++r) {
     moe_route(d_logits.as<float>() + int64_t{r} * E, 1, E, k, renormalise, one_ids.as<int32_t>(),
               one_w.as<float>(), stream.get());
@@ -105,18 +115,7 @@ void check_routing(Tally& tally, int E, int k, bool renormalise, std::mt19937_64
 std::pair<std::vector<int32_t>, std::vector<float>> route_with(const std::vector<float>& logits, int n, int E,
                                                                int k, bool renormalise, const char* v) {
   setenv("DS_CUDA_ROUTE_FAST", v, 1);
-  DeviceBuffer d_logits(logits.size() * 4), d_ids(int64_t{n} * k * 4), d_w(int64_t{n} * k * 4);
-  d_logits.upload(logits.data(), logits.size() * 4);
-  d_ids.fill_bytes(0xFF);
-  d_w.fill_bytes(0xFF);
-  Stream stream;
-  moe_route(d_logits.as<float>(), n, E, k, renormalise, d_ids.as<int32_t>(), d_w.as<float>(), stream.get());
-  stream.synchronize();
-  std::vector<int32_t> ids(int64_t{n} * k);
-  std::vector<float> w(int64_t{n} * k);
-  d_ids.download(ids.data(), ids.size() * 4);
-  d_w.download(w.data(), w.size() * 4);
-  return {ids, w};
+  return route_batch(logits, n, E, k, renormalise);
 }
 
 // The redux top k (DS_CUDA_ROUTE_FAST=1) == the butterflies, bit for bit, on rows built to tie: logits on a
