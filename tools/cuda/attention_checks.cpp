@@ -12,6 +12,7 @@
 #include "backend/cuda/stream.h"
 #include "checks.h"
 #include "deltanet_reference.h"
+#include "scoped_env.h"
 
 namespace ds::cuda::wxcheck {
 
@@ -129,23 +130,17 @@ void check_attention_shape(Tally& tally, const AttentionShape& s, const std::str
   // The attend kernel at 8 and 16 warps a block (DS_CUDA_ATTEND_WARPS) == at 4, bit for bit: outputs and the
   // appended keys; a head's arithmetic is one warp's at every count.
   {
-    const char* before = std::getenv("DS_CUDA_ATTEND_WARPS");
-    const std::string saved = before != nullptr ? before : "";
-    setenv("DS_CUDA_ATTEND_WARPS", "4", 1);
+    const ScopedEnv attend_warps("DS_CUDA_ATTEND_WARPS", "4");
     HostCaches base_caches = initial_caches(c);
     const std::vector<float> base = run_attn(c, w, all, 0, 1 << 30, base_caches, stream);
     bool warps_same = true;
     for (const char* warps : {"8", "16"}) {
-      setenv("DS_CUDA_ATTEND_WARPS", warps, 1);
+      attend_warps.set(warps);
       HostCaches caches = initial_caches(c);
       const std::vector<float> got = run_attn(c, w, all, 0, 1 << 30, caches, stream);
       warps_same = warps_same && same_bits(got, base);
       for (int i = 0; i < nw; ++i) warps_same = warps_same && same_bits(caches.keys[i], base_caches.keys[i]);
     }
-    if (before != nullptr)
-      setenv("DS_CUDA_ATTEND_WARPS", saved.c_str(), 1);
-    else
-      unsetenv("DS_CUDA_ATTEND_WARPS");
     std::printf("attention %-26s attend at 8 and 16 warps == 4: %s\n", name.c_str(),
                 warps_same ? "bit-identical" : "DIFFERENT");
     tally.expect(warps_same, "attention " + name + ": the attend kernel at 8 and 16 warps == at 4 (bits)");

@@ -13,6 +13,7 @@
 #include "backend/cuda/wx_products.h"
 #include "backend/cuda/wx_row_choice.h"
 #include "host_reference.h"
+#include "scoped_env.h"
 
 namespace ds::cuda::wxcheck {
 
@@ -288,14 +289,14 @@ void check_row_kernels(Tally& tally, bool quick, std::mt19937_64& rng, const Str
     // bits (the loop above ran the default form). DS_CUDA_LOADS_FIRST would override both settings, so it is
     // unset here and restored after.
     set_one_row_kernel(RowKernel::PairedStaged);
-    const char* env = std::getenv("DS_CUDA_LOADS_FIRST");
-    const std::string saved = env != nullptr ? env : "";
-    unsetenv("DS_CUDA_LOADS_FIRST");
-    for (bool grouped : {true, false}) {
-      set_row_loads_first(grouped);
-      y.push_back(run_product(product, x, t, 3, 1, rows, stream));
+    {
+      const ScopedEnv loads_first("DS_CUDA_LOADS_FIRST");
+      loads_first.unset();
+      for (bool grouped : {true, false}) {
+        set_row_loads_first(grouped);
+        y.push_back(run_product(product, x, t, 3, 1, rows, stream));
+      }
     }
-    if (env != nullptr) setenv("DS_CUDA_LOADS_FIRST", saved.c_str(), 1);
     set_row_loads_first(kDefaultRowLoadsFirst);
     set_one_row_kernel(chosen);
     bool same = true;

@@ -15,6 +15,7 @@
 #include "backend/cuda/moe_routing.h"
 #include "backend/cuda/stream.h"
 #include "checks.h"
+#include "scoped_env.h"
 
 namespace ds::cuda::wxcheck {
 
@@ -137,8 +138,7 @@ void check_route_fast(Tally& tally, int E, int k, std::mt19937_64& rng) {
       for (int e = 0; e < E; ++e) l[e] = 1.25f;
     if (r == 7) l[pick(rng)] = NAN;
   }
-  const char* before = std::getenv("DS_CUDA_ROUTE_FAST");
-  const std::string saved = before != nullptr ? before : "";
+  const ScopedEnv keep("DS_CUDA_ROUTE_FAST");  // route_with sets it
   bool same = true;
   for (bool renormalise : {true, false}) {
     const auto slow = route_with(logits, n, E, k, renormalise, "0");
@@ -154,10 +154,6 @@ void check_route_fast(Tally& tally, int E, int k, std::mt19937_64& rng) {
   const auto off = route_with(nudged, n, E, k, false, "1");
   const bool control = std::memcmp(base.second.data(), off.second.data(), size_t(k) * 4) != 0 ||
                        !std::equal(base.first.begin(), base.first.begin() + k, off.first.begin());
-  if (before != nullptr)
-    setenv("DS_CUDA_ROUTE_FAST", saved.c_str(), 1);
-  else
-    unsetenv("DS_CUDA_ROUTE_FAST");
   const std::string name = "routing E" + std::to_string(E) + " k" + std::to_string(k);
   std::printf("%-32s redux top k == butterflies: %s (a top logit raised: %s)\n", name.c_str(),
               same ? "bit-identical" : "DIFFERENT", control ? "differs" : "SAME");
@@ -174,16 +170,10 @@ void run_routing_checks(Tally& tally) {
   check_routing(tally, 60, 4, true, rng);     // E not a multiple of 32
   check_routing(tally, 1024, 32, true, rng);  // the limits
   {                                           // the same against the reference with the redux top k
-    const char* before = std::getenv("DS_CUDA_ROUTE_FAST");
-    const std::string saved = before != nullptr ? before : "";
-    setenv("DS_CUDA_ROUTE_FAST", "1", 1);
+    const ScopedEnv fast("DS_CUDA_ROUTE_FAST", "1");
     check_routing(tally, 512, 10, true, rng);
     check_routing(tally, 60, 4, false, rng);
     check_routing(tally, 1024, 32, true, rng);
-    if (before != nullptr)
-      setenv("DS_CUDA_ROUTE_FAST", saved.c_str(), 1);
-    else
-      unsetenv("DS_CUDA_ROUTE_FAST");
   }
   check_route_fast(tally, 512, 10, rng);
   check_route_fast(tally, 60, 4, rng);
