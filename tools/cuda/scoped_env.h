@@ -1,11 +1,12 @@
 #pragma once
 // An environment variable changed for a scope and put back as it was when the scope ends, by return or by
-// exception: the checks flip process switches that the library reads at every call (DS_CUDA_*), and a check
-// that throws must not leave its setting to the sections after it.
+// exception: the checks and benches (cuda_wx_check, cuda_model_check) flip process switches that the library
+// reads at every call (DS_CUDA_*), and a check that throws must not leave its setting to the sections after
+// it.
 #include <cstdlib>
 #include <string>
 
-namespace ds::cuda::wxcheck {
+namespace ds::cuda {
 
 class ScopedEnv {
  public:
@@ -17,7 +18,9 @@ class ScopedEnv {
   ScopedEnv(const char* name, const char* value) : ScopedEnv(name) { set(value); }
   ScopedEnv(const ScopedEnv&) = delete;
   ScopedEnv& operator=(const ScopedEnv&) = delete;
-  ~ScopedEnv() {
+  ~ScopedEnv() { restore(); }
+  // Back to the value at construction now (unset if it was unset); the destructor does it again.
+  void restore() const {
     if (had_)
       setenv(name_.c_str(), was_.c_str(), 1);
     else
@@ -31,4 +34,4 @@ class ScopedEnv {
   bool had_ = false;
 };
 
-}  // namespace ds::cuda::wxcheck
+}  // namespace ds::cuda

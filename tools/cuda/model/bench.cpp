@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "../scoped_env.h"
 #include "backend/cuda/model/cuda_bench.h"
 #include "backend/cuda/model/cuda_model.h"
 #include "backend/cuda/model/hc_kernels.h"
@@ -31,25 +32,8 @@ namespace {
 
 constexpr double kRooflineBytesPerSecond = 4.3e12;
 
-// A process switch's value when made, put back by restore() (unset if it was unset).
-class EnvKeep {
- public:
-  explicit EnvKeep(const char* name) : name_(name) {
-    const char* v = std::getenv(name);
-    set_ = v != nullptr;
-    if (set_) value_ = v;
-  }
-  void restore() const {
-    if (set_)
-      setenv(name_.c_str(), value_.c_str(), 1);
-    else
-      unsetenv(name_.c_str());
-  }
-
- private:
-  std::string name_, value_;
-  bool set_ = false;
-};
+// A process switch's value when made, put back by restore() and at the scope's end (scoped_env.h).
+using EnvKeep = ScopedEnv;
 
 // A variant token of DS_LEAN_ROW_VARIANTS or DS_OP_TABLE_ROW_VARIANTS: V (DS_CUDA_TC_ROW_VARIANT) or V:M
 // (and DS_CUDA_TC_EXPERT_ROUTED = M, else the value the process had before the loop: `routed`, so a
