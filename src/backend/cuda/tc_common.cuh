@@ -25,6 +25,19 @@ __device__ __forceinline__ void split3(float v, uint16_t (&t)[kTerms]) {
   t[2] = to_bf16(__fsub_rn(r1, from_bf16(t[1])));
 }
 
+// Eight consecutive values split (split3) into their kTerms planes, each plane's 8 bf16 as one uint4 in the
+// MMA fragment's column order: values e and e + 4 share a 32-bit word (e low).
+__device__ __forceinline__ void split3_planes(const float (&v)[8], uint4 (&plane)[kTerms]) {
+  uint16_t parts[8][kTerms];
+#pragma unroll
+  for (int e = 0; e < 8; ++e) split3(v[e], parts[e]);
+#pragma unroll
+  for (int j = 0; j < kTerms; ++j) {
+    auto pack = [&](int a, int c) { return uint32_t{parts[a][j]} | (uint32_t{parts[c][j]} << 16); };
+    plane[j] = make_uint4(pack(0, 4), pack(1, 5), pack(2, 6), pack(3, 7));
+  }
+}
+
 // The sum of a 32-column tile in the order both paths use: (a + b) + (c + d) per 4 columns (q[c]), then a
 // balanced tree over the 8 groups.
 __device__ __forceinline__ float sum4(float a, float b, float c, float d) {

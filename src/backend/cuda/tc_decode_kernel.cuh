@@ -35,9 +35,7 @@ __global__ void __launch_bounds__(kThreads)
     const ExpertWindow tw = tiles[blockIdx.y];
     if (tw.count <= 0 || tw.count > kDecodeTileRows || tw.expert < 0 || tw.expert >= n_experts) return;
     first = tw.first, count = tw.count;
-    const int64_t e = tw.expert;
-    W.codes += e * W.rows * W.words_per_row;
-    W.sb_base += e * W.rows * W.groups_per_row;
+    select_expert(W, tw.expert);
   } else {
     first = int64_t{blockIdx.y} * kDecodeTileRows;
     count = static_cast<int>(min(int64_t{kDecodeTileRows}, n_rows - first));
@@ -118,11 +116,7 @@ __global__ void __launch_bounds__(kThreads)
         float part[4] = {0.0f, 0.0f, 0.0f, 0.0f};
         float(&target)[4] = Bits == 0 ? acc[f] : part;
         // Per k step the smallest term first: the prompt products' order.
-#pragma unroll
-        for (int ks = 0; ks < 2; ++ks)
-#pragma unroll
-          for (int j = kTerms - 1; j >= 0; --j)
-            mma_bf16(target, a[ks], ks == 0 ? b[j].x : b[j].z, ks == 0 ? b[j].y : b[j].w);
+        unit_mma(target, a, b);
         if constexpr (Bits != 0) {
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
@@ -170,15 +164,11 @@ __global__ void decode_split_kernel(const float* x, int64_t ldx, int64_t n_x, in
   for (int b = 0; b < 4; ++b) {
     const float4 lo = src[2 * b], hi = src[2 * b + 1];
     const float v[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
-    uint16_t parts[8][kTerms];
+    uint4 plane[kTerms];
+    tc::split3_planes(v, plane);
 #pragma unroll
-    for (int e = 0; e < 8; ++e) tc::split3(v[e], parts[e]);
-#pragma unroll
-    for (int j = 0; j < kTerms; ++j) {
-      auto pack = [&](int a, int c) { return uint32_t{parts[a][j]} | (uint32_t{parts[c][j]} << 16); };
-      *reinterpret_cast<uint4*>(planes + (j * n_x + r) * cols + c0 + 8 * b) =
-          make_uint4(pack(0, 4), pack(1, 5), pack(2, 6), pack(3, 7));
-    }
+    for (int j = 0; j < kTerms; ++j)
+      *reinterpret_cast<uint4*>(planes + (j * n_x + r) * cols + c0 + 8 * b) = plane[j];
     q[2 * b] = tc::sum4(v[0], v[1], v[2], v[3]);
     q[2 * b + 1] = tc::sum4(v[4], v[5], v[6], v[7]);
   }

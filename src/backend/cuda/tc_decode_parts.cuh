@@ -89,6 +89,12 @@ struct DecodeWeight {
   bool chunk16;  // rows of codes are a multiple of 16 bytes: 16-byte copies
 };
 
+// W moved to expert e of its stacked experts ([E, rows, ...]): its codes and its scale/bias index.
+__device__ __forceinline__ void select_expert(DecodeWeight& W, int64_t e) {
+  W.codes += e * W.rows * W.words_per_row;
+  W.sb_base += e * W.rows * W.groups_per_row;
+}
+
 struct DecodeX {
   const uint4* planes;  // [kTerms, n_x, cols] bf16 in fragment order, as uint4 (8 values)
   const float* sums;    // [n_x, cols / 32]
@@ -320,6 +326,15 @@ __device__ __forceinline__ float pc_combine(const float (&c)[4], int t) {
   const float send = odd ? s01 : s23, keep = odd ? s23 : s01;
   return __fadd_rn(keep, __shfl_xor_sync(0xffffffffu, send, 1));
 }
+// d += the unit's MMAs of one 8-row fragment chained over the planes: per k step the smallest term first (the
+// prompt products' order, which every decode kernel keeps).
+__device__ __forceinline__ void unit_mma(float (&d)[4], const uint32_t (&a)[2][4], const uint4 (&b)[kTerms]) {
+#pragma unroll
+  for (int ks = 0; ks < 2; ++ks)
+#pragma unroll
+    for (int j = kTerms - 1; j >= 0; --j)
+      mma_bf16(d, a[ks], ks == 0 ? b[j].x : b[j].z, ks == 0 ? b[j].y : b[j].w);
+}
 // The unit's MMAs of one 8-row fragment, each plane j (b[j]) its own accumulator c[j] (zeroed by the caller).
 __device__ __forceinline__ void pr_mma(float (&c)[kTerms][4], const uint32_t (&a)[2][4],
                                        const uint4 (&b)[kTerms]) {
@@ -351,15 +366,11 @@ __device__ __forceinline__ void split_row_in_block(const DecodeX& X, int64_t row
       const float4 lo = src[0], hi = src[1];
       v[0] = lo.x, v[1] = lo.y, v[2] = lo.z, v[3] = lo.w, v[4] = hi.x, v[5] = hi.y, v[6] = hi.z, v[7] = hi.w;
     }
-    uint16_t parts[8][kTerms];
+    uint4 plane[kTerms];
+    tc::split3_planes(v, plane);
 #pragma unroll
-    for (int e = 0; e < 8; ++e) tc::split3(v[e], parts[e]);
-#pragma unroll
-    for (int j = 0; j < kTerms; ++j) {
-      auto pack = [&](int a, int c) { return uint32_t{parts[a][j]} | (uint32_t{parts[c][j]} << 16); };
-      planes[(UnitMajor ? unit * kTerms + j : j * T + unit) * 4 + b] =
-          make_uint4(pack(0, 4), pack(1, 5), pack(2, 6), pack(3, 7));
-    }
+    for (int j = 0; j < kTerms; ++j)
+      planes[(UnitMajor ? unit * kTerms + j : j * T + unit) * 4 + b] = plane[j];
     // q[2b] + q[2b+1] of the split kernel's tree8: (q0 + q1), (q2 + q3), (q4 + q5), (q6 + q7).
     pair_sums[i] = __fadd_rn(tc::sum4(v[0], v[1], v[2], v[3]), tc::sum4(v[4], v[5], v[6], v[7]));
   }

@@ -90,9 +90,7 @@ __global__ void __launch_bounds__(kThreads)
     const ExpertWindow tw = tiles[blockIdx.y];
     if (tw.count <= 0 || tw.count > XR || tw.expert < 0 || tw.expert >= n_experts) return;  // whole block
     first = tw.first, count = tw.count;
-    const int64_t e = tw.expert;
-    W.codes += e * W.rows * W.words_per_row;
-    W.sb_base += e * W.rows * W.groups_per_row;
+    select_expert(W, tw.expert);
   } else {
     first = int64_t{blockIdx.y} * kDecodeTileRows;
     count = static_cast<int>(min(int64_t{XR}, n_rows - first));
@@ -201,11 +199,7 @@ __global__ void __launch_bounds__(kThreads)
           acc[e] = __fmaf_rn(bias[e >> 1], sx[e & 1], __fmaf_rn(scale[e >> 1], pr_combine(c, e), acc[e]));
       } else {
         float part[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll
-        for (int ks = 0; ks < 2; ++ks)
-#pragma unroll
-          for (int j = kTerms - 1; j >= 0; --j)
-            mma_bf16(part, a[ks], ks == 0 ? b[j].x : b[j].z, ks == 0 ? b[j].y : b[j].w);
+        unit_mma(part, a, b);
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           acc[e] = __fmaf_rn(scale[e >> 1], part[e], acc[e]);

@@ -110,9 +110,7 @@ __global__ void __launch_bounds__(kThreads, MinBlocks)
       return;
     }
     first = tw.first, count = tw.count;
-    const int64_t e = tw.expert;
-    W.codes += e * W.rows * W.words_per_row;
-    W.sb_base += e * W.rows * W.groups_per_row;
+    select_expert(W, tw.expert);
   } else {
     first = int64_t{blockIdx.y} * kDecodeTileRows;
     count = static_cast<int>(min(int64_t{1}, n_rows - first));
@@ -220,11 +218,7 @@ __global__ void __launch_bounds__(kThreads, MinBlocks)
 #pragma unroll
       for (int j = 0; j < kTerms; ++j) b[j] = xs[j * 4];
       float part[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll
-      for (int ks = 0; ks < 2; ++ks)
-#pragma unroll
-        for (int j = kTerms - 1; j >= 0; --j)
-          mma_bf16(part, a[ks], ks == 0 ? b[j].x : b[j].z, ks == 0 ? b[j].y : b[j].w);
+      unit_mma(part, a, b);
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         float scale, bias;
@@ -324,11 +318,7 @@ __global__ void __launch_bounds__(kThreads, MinBlocks)
             for (int j = 0; j < kTerms; ++j) b[j] = xs[(u * kTerms + j) * 4];
             float part[4] = {0.0f, 0.0f, 0.0f, 0.0f};
             // Per k step the smallest term first: decode_kernel's order.
-#pragma unroll
-            for (int ks = 0; ks < 2; ++ks)
-#pragma unroll
-              for (int j = kTerms - 1; j >= 0; --j)
-                mma_bf16(part, a[ks], ks == 0 ? b[j].x : b[j].z, ks == 0 ? b[j].y : b[j].w);
+            unit_mma(part, a, b);
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
               const int li = par[h] + gl;

@@ -83,11 +83,7 @@ __global__ void __launch_bounds__(NW * 32)
       for (int j = 0; j < kTerms; ++j) b[j] = xs[j * 4];
       float part[4] = {0.0f, 0.0f, 0.0f, 0.0f};
       // Per k step the smallest term first: decode_kernel's order.
-#pragma unroll
-      for (int ks = 0; ks < 2; ++ks)
-#pragma unroll
-        for (int j = kTerms - 1; j >= 0; --j)
-          mma_bf16(part, a[ks], ks == 0 ? b[j].x : b[j].z, ks == 0 ? b[j].y : b[j].w);
+      unit_mma(part, a, b);
       if (t == 0) {  // D column 0 holds the row: elements 0 (output g) and 2 (output g + 8)
 #pragma unroll
         for (int h = 0; h < 2; ++h) {

@@ -158,15 +158,10 @@ __global__ void __launch_bounds__(kThreads)
         v[e] =
             dev::silu(__fmul_rn(__fadd_rn(__fadd_rn(q[0][e], q[1][e]), __fadd_rn(q[2][e], q[3][e])), inv_s));
     }
-    uint16_t parts[8][kTerms];
+    uint4 plane[kTerms];
+    tc::split3_planes(v, plane);
 #pragma unroll
-    for (int e = 0; e < 8; ++e) tc::split3(v[e], parts[e]);
-#pragma unroll
-    for (int j = 0; j < kTerms; ++j) {
-      auto pack = [&](int a, int c) { return uint32_t{parts[a][j]} | (uint32_t{parts[c][j]} << 16); };
-      planes[(j * kRows + row) * L.pstride + unit * 4 + b] =
-          make_uint4(pack(0, 4), pack(1, 5), pack(2, 6), pack(3, 7));
-    }
+    for (int j = 0; j < kTerms; ++j) planes[(j * kRows + row) * L.pstride + unit * 4 + b] = plane[j];
     // q[2b] + q[2b+1] of the split kernel's tree8.
     pair_sums[i] = __fadd_rn(tc::sum4(v[0], v[1], v[2], v[3]), tc::sum4(v[4], v[5], v[6], v[7]));
   }
@@ -208,11 +203,7 @@ __global__ void __launch_bounds__(kThreads)
         acc[e] = __fmaf_rn(bias[e >> 1], sx[e & 1], __fmaf_rn(scale[e >> 1], tcd::pr_combine(c, e), acc[e]));
     } else {
       float part[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll
-      for (int ks = 0; ks < 2; ++ks)
-#pragma unroll
-        for (int j = kTerms - 1; j >= 0; --j)
-          mma_bf16(part, a[ks], ks == 0 ? b[j].x : b[j].z, ks == 0 ? b[j].y : b[j].w);
+      tcd::unit_mma(part, a, b);
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         acc[e] = __fmaf_rn(scale[e >> 1], part[e], acc[e]);
@@ -362,15 +353,10 @@ __global__ void __launch_bounds__(kThreads)
       for (int e = 0; e < 8; ++e)
         v[e] =
             dev::silu(__fmul_rn(__fadd_rn(__fadd_rn(q[0][e], q[1][e]), __fadd_rn(q[2][e], q[3][e])), inv_s));
-      uint16_t parts[8][kTerms];
+      uint4 plane[kTerms];
+      tc::split3_planes(v, plane);
 #pragma unroll
-      for (int e = 0; e < 8; ++e) tc::split3(v[e], parts[e]);
-#pragma unroll
-      for (int j = 0; j < kTerms; ++j) {
-        auto pack = [&](int a, int c) { return uint32_t{parts[a][j]} | (uint32_t{parts[c][j]} << 16); };
-        planes[(j * kRows + row) * L.pstride + unit * 4 + b] =
-            make_uint4(pack(0, 4), pack(1, 5), pack(2, 6), pack(3, 7));
-      }
+      for (int j = 0; j < kTerms; ++j) planes[(j * kRows + row) * L.pstride + unit * 4 + b] = plane[j];
       pair_sums[i] = __fadd_rn(tc::sum4(v[0], v[1], v[2], v[3]), tc::sum4(v[4], v[5], v[6], v[7]));
     }
   }
@@ -410,11 +396,7 @@ __global__ void __launch_bounds__(kThreads)
       } else {
 #pragma unroll
         for (int e = 0; e < 4; ++e) d[m][e] = 0.0f;
-#pragma unroll
-        for (int ks = 0; ks < 2; ++ks)
-#pragma unroll
-          for (int j = kTerms - 1; j >= 0; --j)
-            mma_bf16(d[m], a[ks], ks == 0 ? b[j].x : b[j].z, ks == 0 ? b[j].y : b[j].w);
+        tcd::unit_mma(d[m], a, b);
       }
     }
 #pragma unroll
